@@ -1,0 +1,5 @@
+"""Python-based `onnxruntime` backend for the CPU dev server (see python_backends.tensor_model)."""
+
+from python_backends.tensor_model import OnnxRuntimeModel as TritonPythonModel
+
+__all__ = ["TritonPythonModel"]

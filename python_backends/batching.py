@@ -1,0 +1,41 @@
+"""Pure helpers to run several requests as one runtime call: group, concatenate, split."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+Feeds = Mapping[str, np.ndarray]
+
+
+def shape_key(feeds: Feeds) -> tuple:
+    """Requests with equal non-batch shapes and dtypes can be concatenated."""
+    return tuple((name, a.shape[1:], a.dtype.str) for name, a in sorted(feeds.items()))
+
+
+def group_by_shape(requests: Sequence[Feeds]) -> list[list[int]]:
+    """Indices of requests grouped by `shape_key`, in first-seen order."""
+    groups: dict[tuple, list[int]] = {}
+    for i, feeds in enumerate(requests):
+        groups.setdefault(shape_key(feeds), []).append(i)
+    return list(groups.values())
+
+
+def concat_feeds(requests: Sequence[Feeds]) -> tuple[dict[str, np.ndarray], list[int]]:
+    """One feed dict with every request's rows, and each request's row count."""
+    sizes = [len(next(iter(feeds.values()))) for feeds in requests]
+    if len(requests) == 1:
+        return dict(requests[0]), sizes
+    names = requests[0].keys()
+    return {n: np.concatenate([f[n] for f in requests], axis=0) for n in names}, sizes
+
+
+def split_outputs(outputs: Feeds, sizes: Sequence[int]) -> list[dict[str, np.ndarray]]:
+    """Undo `concat_feeds` on the outputs: one dict of row slices per request."""
+    total = sum(sizes)
+    for name, array in outputs.items():
+        if len(array) != total:
+            raise ValueError(f"output {name!r} has {len(array)} rows, expected {total}")
+    bounds = np.cumsum([0, *sizes])
+    return [{n: a[lo:hi] for n, a in outputs.items()} for lo, hi in zip(bounds[:-1], bounds[1:])]

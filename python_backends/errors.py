@@ -1,0 +1,36 @@
+"""Errors raised inside the Python-backend models, each carrying its Triton error code.
+
+    ModelError                 anything unexpected; INTERNAL
+    ├── InvalidInputError      the request itself is wrong (dtype, encoding, length); INVALID_ARG
+    ├── UnavailableError       the model cannot serve right now; UNAVAILABLE
+    └── ChildModelError        a BLS call to another model failed; keeps the child's message
+"""
+
+from __future__ import annotations
+
+
+class ModelError(Exception):
+    """A per-request failure that is returned to the client, never raised past execute()."""
+
+    code = "INTERNAL"
+
+
+class InvalidInputError(ModelError):
+    """The client sent input this model refuses (HTTP 400, gRPC INVALID_ARGUMENT)."""
+
+    code = "INVALID_ARG"
+
+
+class UnavailableError(ModelError):
+    """The model or one it depends on cannot serve now (HTTP 503, gRPC UNAVAILABLE)."""
+
+    code = "UNAVAILABLE"
+
+
+class ChildModelError(ModelError):
+    """A BLS call failed; the message names the child model and repeats its error."""
+
+    def __init__(self, model: str, message: str) -> None:
+        super().__init__(f"model '{model}' failed: {message}")
+        self.model = model
+        self.child_message = message

@@ -1,0 +1,44 @@
+"""Typed access to a model config's `parameters {}` (settings are data, not code)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config parameter is present but cannot be used; raised from initialize()."""
+
+
+def parameter(config: Mapping[str, Any], key: str, default: T, cast: Callable[[str], T]) -> T:
+    """`parameters[key].string_value` cast with `cast`, or `default` when absent."""
+    raw = config.get("parameters", {}).get(key, {}).get("string_value")
+    if raw is None or raw == "":
+        return default
+    try:
+        return cast(raw)
+    except ValueError as err:
+        raise ConfigError(f"parameter {key!r}={raw!r} is invalid: {err}") from err
+
+
+def positive_int(raw: str) -> int:
+    value = int(raw)
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def one_of(*choices: str) -> Callable[[str], str]:
+    def cast(raw: str) -> str:
+        if raw not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return raw
+
+    return cast
+
+
+def tensor_names(config: Mapping[str, Any], kind: str) -> list[str]:
+    """Names of the config's `input` or `output` tensors, in config order."""
+    return [t["name"] for t in config.get(kind, [])]

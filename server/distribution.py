@@ -1,0 +1,101 @@
+"""Locate the Triton 2.51 server shipped in the `nvidia-pytriton` wheel and lay out a server home.
+
+The wheel carries `tritonserver`, the Python backend, one Python stub per interpreter
+version and the local response cache, but no native onnxruntime or pytorch backend.
+`prepare_home()` builds a backend directory where `onnxruntime` and `pytorch` are
+Python-based backends (`backends/<name>/model.py`) taken from `python_backends/`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from server.settings import PROJECT_ROOT
+
+PYTHON_BASED_BACKENDS = PROJECT_ROOT / "python_backends" / "backends"
+
+
+class DistributionError(RuntimeError):
+    """Raised when the Triton binary or a matching Python stub cannot be found."""
+
+
+@dataclass(frozen=True)
+class TritonDistribution:
+    """Paths inside the installed `nvidia-pytriton` wheel."""
+
+    root: Path  # site-packages/pytriton/tritonserver
+    libs: Path  # site-packages/nvidia_pytriton.libs
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "tritonserver"
+
+    def stub_for(self, version: str) -> Path:
+        return self.root / "python_backend_stubs" / version / "triton_python_backend_stub"
+
+
+def find_distribution() -> TritonDistribution:
+    """The wheel's server, from the running interpreter's site-packages."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    dist = TritonDistribution(root=site / "pytriton" / "tritonserver", libs=site / "nvidia_pytriton.libs")
+    if not dist.binary.is_file():
+        raise DistributionError(
+            f"tritonserver not found at {dist.binary}; install the project (`make setup`), "
+            "which pins nvidia-pytriton==0.7.0 for its Triton 2.51.0 binary"
+        )
+    return dist
+
+
+def python_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@dataclass(frozen=True)
+class ServerHome:
+    """A prepared folder with `bin`, `backends` and `caches` for one interpreter."""
+
+    root: Path
+    dist: TritonDistribution
+
+    @property
+    def backends(self) -> Path:
+        return self.root / "backends"
+
+    @property
+    def caches(self) -> Path:
+        return self.dist.root / "caches"
+
+
+def prepare_home(root: Path, dist: TritonDistribution | None = None) -> ServerHome:
+    """Lay out the backend directory under `root` (idempotent: copies only what changed).
+
+    Copies, not links: Triton refuses a backend library whose real path escapes the
+    backend directory.
+    """
+    dist = dist or find_distribution()
+    stub = dist.stub_for(python_version())
+    if not stub.is_file():
+        raise DistributionError(f"no Python backend stub for Python {python_version()} at {stub}")
+    python_dir = root / "backends" / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    src_python = dist.root / "backends" / "python"
+    _copy(src_python / "libtriton_python.so", python_dir / "libtriton_python.so")
+    _copy(src_python / "triton_python_backend_utils.py", python_dir / "triton_python_backend_utils.py")
+    _copy(stub, python_dir / "triton_python_backend_stub")
+    for backend in sorted(PYTHON_BASED_BACKENDS.iterdir()):
+        if (backend / "model.py").is_file():
+            (root / "backends" / backend.name).mkdir(exist_ok=True)
+            _copy(backend / "model.py", root / "backends" / backend.name / "model.py")
+    return ServerHome(root=root, dist=dist)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if dst.is_file() and not dst.is_symlink() and dst.read_bytes() == src.read_bytes():
+        return
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copy2(src, tmp)
+    tmp.replace(dst)

@@ -1,0 +1,197 @@
+"""Start, watch and stop a real `tritonserver` process on the CPU.
+
+Used by `tmr serve` (foreground) and by the test suite's session fixture. The Python
+stub's environment is made deterministic: the project root and this venv's
+site-packages come first on `PYTHONPATH`, the venv's `bin` first on `PATH`, and user
+site-packages are off, so the stub imports the venv's `numpy<2` whatever the global
+interpreter holds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+from server.distribution import ServerHome, prepare_home
+from server.settings import PROJECT_ROOT, ServerOptions, server_flags
+
+HOME_DIR = PROJECT_ROOT / ".triton"
+_LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version (\d+): (.*?)\"?$")
+_UNAVAILABLE_MODEL = re.compile(r"\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*UNAVAILABLE: (.*?)\s*\|\s*$")
+
+
+class ServerStartError(RuntimeError):
+    """Raised when the server cannot start: a port in use, a model that fails to load."""
+
+
+class PortInUseError(ServerStartError):
+    """Raised before start when one of the server's ports is already taken."""
+
+
+class ModelLoadError(ServerStartError):
+    """Raised when Triton reports that a model failed to load; names the model and reason."""
+
+    def __init__(self, failures: dict[str, str], log_path: Path) -> None:
+        self.failures = failures
+        lines = "; ".join(f"model '{m}': {why}" for m, why in failures.items())
+        super().__init__(f"{lines} (full log: {log_path})")
+
+
+def stub_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for tritonserver and the Python stubs it spawns."""
+    env = dict(os.environ if base is None else base)
+    site = sysconfig.get_paths()["purelib"]
+    venv_bin = str(Path(sys.executable).parent)
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), site])
+    env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
+    env["PYTHONNOUSERSITE"] = "1"
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def check_ports_free(ports: dict[str, int], host: str = "0.0.0.0") -> None:
+    """Raise PortInUseError naming every port that cannot be bound."""
+    taken = []
+    for name, port in ports.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                taken.append(f"{name} port {port}")
+    if taken:
+        raise PortInUseError(
+            f"{', '.join(taken)} already in use; stop the other server or pass other ports "
+            "(tmr serve --http-port N --grpc-port N --metrics-port N)"
+        )
+
+
+def free_port() -> int:
+    """A TCP port that is free right now (for tests and side-by-side servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def load_failures(log_text: str) -> dict[str, str]:
+    """Models that Triton reported as failed to load, with Triton's reason."""
+    failures: dict[str, str] = {}
+    for line in log_text.splitlines():
+        match = _LOAD_FAILURE.search(line) or _UNAVAILABLE_MODEL.search(line)
+        if match:
+            failures.setdefault(match.group(1), match.group(3).strip())
+    return failures
+
+
+class TritonServer:
+    """One tritonserver process; a context manager that stops it on exit."""
+
+    def __init__(self, opts: ServerOptions, home: ServerHome | None = None,
+                 log_path: Path | None = None) -> None:
+        self.opts = opts
+        self.home = home or prepare_home(HOME_DIR)
+        self.log_path = log_path or HOME_DIR / f"tritonserver-{opts.ports.http}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"localhost:{self.opts.ports.http}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"localhost:{self.opts.ports.grpc}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://localhost:{self.opts.ports.metrics}/metrics"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.home.dist.binary),
+            *server_flags(self.opts),
+            f"--backend-directory={self.home.backends}",
+            f"--cache-directory={self.home.caches}",
+        ]
+
+    def start(self) -> None:
+        check_ports_free(self.opts.ports.as_dict())
+        env = stub_environment()
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in [str(self.home.dist.libs), env.get("LD_LIBRARY_PATH", "")] if p
+        )
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env,
+            cwd=self.home.root, start_new_session=True,
+        )
+
+    def wait_ready(self, timeout_s: float = 180.0) -> None:
+        """Block until /v2/health/ready answers 200; raise with Triton's reason otherwise."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                self._raise_start_failure("tritonserver exited during start")
+            if self._http_status("/v2/health/ready") == 200:
+                return
+            time.sleep(0.25)
+        self.stop()
+        self._raise_start_failure(f"tritonserver not ready after {timeout_s:.0f} s")
+
+    def _raise_start_failure(self, what: str) -> None:
+        text = self.log_text()
+        failures = load_failures(text)
+        if failures:
+            raise ModelLoadError(failures, self.log_path)
+        tail = "\n".join(text.splitlines()[-15:])
+        raise ServerStartError(f"{what}; last log lines:\n{tail}")
+
+    def _http_status(self, path: str) -> int | None:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=2) as resp:
+                return resp.status
+        except urllib.error.HTTPError as err:
+            return err.code
+        except OSError:
+            return None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """SIGTERM, wait for Triton's own exit timeout plus a margin, then SIGKILL."""
+        if self.process is None:
+            return None
+        wait_s = timeout_s if timeout_s is not None else self.opts.exit_timeout_s + 10
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        if self._log:
+            self._log.close()
+        return self.process.returncode
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
