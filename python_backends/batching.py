@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -38,4 +39,4 @@ def split_outputs(outputs: Feeds, sizes: Sequence[int]) -> list[dict[str, np.nda
         if len(array) != total:
             raise ValueError(f"output {name!r} has {len(array)} rows, expected {total}")
     bounds = np.cumsum([0, *sizes])
-    return [{n: a[lo:hi] for n, a in outputs.items()} for lo, hi in zip(bounds[:-1], bounds[1:])]
+    return [{n: a[lo:hi] for n, a in outputs.items()} for lo, hi in pairwise(bounds)]

@@ -58,7 +58,8 @@ class EmbedModel(BaseModel):
     def _tokenize(self, raw: np.ndarray) -> list[list[int]]:
         texts = decode_texts(raw, self.limits, contracts.TEXT_INPUT)
         ids = self.encoder.token_ids(texts)
-        return [apply_token_limit(r, self.limits, j, contracts.TEXT_INPUT) for j, r in enumerate(ids)]
+        name = contracts.TEXT_INPUT
+        return [apply_token_limit(r, self.limits, j, name) for j, r in enumerate(ids)]
 
     def _embed(self, per_request: list[list[list[int]]]) -> list[Any]:
         input_ids, mask = pad_batch([row for rows in per_request for row in rows],

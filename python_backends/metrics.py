@@ -6,13 +6,15 @@ unit tests and tooling.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from python_backends.pb import pb_utils
 
 
 class Counter:
     """One labelled counter; a MetricFamily counter inside Triton."""
 
-    _families: dict[str, object] = {}
+    _families: ClassVar[dict[str, object]] = {}
 
     def __init__(self, name: str, description: str, labels: dict[str, str]) -> None:
         self.value = 0.0

@@ -109,5 +109,6 @@ class TextEncoder:
 
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Tokenize, enforce the limit, pad to the longest text."""
-        rows = [apply_token_limit(ids, self.limits, i) for i, ids in enumerate(self.token_ids(texts))]
+        ids = self.token_ids(texts)
+        rows = [apply_token_limit(r, self.limits, i) for i, r in enumerate(ids)]
         return pad_batch(rows, self.pad_id)

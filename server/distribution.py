@@ -41,7 +41,8 @@ class TritonDistribution:
 def find_distribution() -> TritonDistribution:
     """The wheel's server, from the running interpreter's site-packages."""
     site = Path(sysconfig.get_paths()["purelib"])
-    dist = TritonDistribution(root=site / "pytriton" / "tritonserver", libs=site / "nvidia_pytriton.libs")
+    dist = TritonDistribution(root=site / "pytriton" / "tritonserver",
+                              libs=site / "nvidia_pytriton.libs")
     if not dist.binary.is_file():
         raise DistributionError(
             f"tritonserver not found at {dist.binary}; install the project (`make setup`), "
@@ -83,8 +84,8 @@ def prepare_home(root: Path, dist: TritonDistribution | None = None) -> ServerHo
     python_dir = root / "backends" / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
     src_python = dist.root / "backends" / "python"
-    _copy(src_python / "libtriton_python.so", python_dir / "libtriton_python.so")
-    _copy(src_python / "triton_python_backend_utils.py", python_dir / "triton_python_backend_utils.py")
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        _copy(src_python / name, python_dir / name)
     _copy(stub, python_dir / "triton_python_backend_stub")
     for backend in sorted(PYTHON_BASED_BACKENDS.iterdir()):
         if (backend / "model.py").is_file():

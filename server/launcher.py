@@ -59,6 +59,19 @@ def stub_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def interpreter_libdir() -> list[str]:
+    """The running interpreter's libpython folder, so the stub embeds this very Python.
+
+    Without it the stub links whatever libpython3.X the system has (Debian's 3.11.2
+    here, beside a pyenv 3.11.7 venv).
+    """
+    libdir = sysconfig.get_config_var("LIBDIR")
+    ldlibrary = sysconfig.get_config_var("INSTSONAME") or ""
+    if libdir and ldlibrary and (Path(libdir) / ldlibrary).exists():
+        return [libdir]
+    return []
+
+
 def check_ports_free(ports: dict[str, int], host: str = "0.0.0.0") -> None:
     """Raise PortInUseError naming every port that cannot be bound."""
     taken = []
@@ -127,7 +140,8 @@ class TritonServer:
         check_ports_free(self.opts.ports.as_dict())
         env = stub_environment()
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in [str(self.home.dist.libs), env.get("LD_LIBRARY_PATH", "")] if p
+            p for p in [str(self.home.dist.libs), *interpreter_libdir(),
+                        env.get("LD_LIBRARY_PATH", "")] if p
         )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")

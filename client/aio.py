@@ -1,0 +1,123 @@
+"""asyncio client for `embed` over HTTP (aiohttp) or gRPC (grpc.aio); chunks run concurrently."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+import numpy as np
+
+from client.core import (
+    CallOptions,
+    EmbedResult,
+    Protocol,
+    build_request,
+    chunks,
+    default_url,
+    max_batch_size,
+    new_request_id,
+    protocol_module,
+    result_parts,
+    text_tensor,
+)
+from client.errors import ServerUnreachableError, TritonClientError, from_exception
+from client.retry import RetryPolicy, next_delay
+from python_backends import contracts
+
+
+class AsyncEmbedClient:
+    """The asyncio twin of `EmbedClient`; use `async with`."""
+
+    def __init__(self, url: str | None = None, protocol: Protocol = "http",
+                 model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
+                 seed: int | None = None) -> None:
+        self.protocol = protocol
+        self.url = url or default_url(protocol)
+        self.model = model
+        self.retry = retry or RetryPolicy()
+        self._module = protocol_module(protocol, aio=True)
+        self._rng = random.Random(seed)
+        self._max_batch: int | None = None
+        self._client = self._module.InferenceServerClient(self.url)
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except Exception as exc:  # tritonclient and its transports raise many types
+            raise from_exception(exc) from exc
+
+    async def is_ready(self, model: str | None = None) -> bool:
+        try:
+            if model is None:
+                return bool(await self._call(self._client.is_server_ready))
+            return bool(await self._call(self._client.is_model_ready, model))
+        except TritonClientError:
+            return False
+
+    async def wait_ready(self, timeout_s: float = 60.0, model: str | None = None) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if await self.is_ready() and (model is None or await self.is_ready(model)):
+                return
+            await asyncio.sleep(0.2)
+        raise ServerUnreachableError(f"server at {self.url} not ready after {timeout_s:.0f} s")
+
+    async def metadata(self, model: str | None = None) -> Any:
+        return await self._call(self._client.get_model_metadata, model or self.model)
+
+    async def max_batch_size(self) -> int:
+        if self._max_batch is None:
+            config = await self._call(self._client.get_model_config, self.model)
+            self._max_batch = max_batch_size(config)
+        return self._max_batch
+
+    async def embed(self, texts: list[str], *, priority: int | None = None,
+                    timeout_ms: int | None = None, model_version: int | None = None) -> np.ndarray:
+        result = await self.embed_with_info(texts, priority=priority, timeout_ms=timeout_ms,
+                                            model_version=model_version)
+        return result.embeddings
+
+    async def embed_with_info(self, texts: list[str], *, priority: int | None = None,
+                              timeout_ms: int | None = None,
+                              model_version: int | None = None) -> EmbedResult:
+        batch = text_tensor(texts)
+        opts = CallOptions(priority, timeout_ms, model_version)
+        deadline = opts.deadline()
+        ids = [new_request_id() for _ in chunks(len(batch), await self.max_batch_size())]
+        slices = list(chunks(len(batch), await self.max_batch_size()))
+        results = await asyncio.gather(
+            *(self._infer(batch[rows], opts, rid, deadline) for rows, rid in zip(slices, ids)))
+        parts = [result_parts(r) for r in results]
+        return EmbedResult(
+            embeddings=np.concatenate([p[0] for p in parts]),
+            model_name=parts[0][1],
+            model_versions=[p[2] for p in parts],
+            request_ids=ids,
+        )
+
+    async def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
+                     deadline: float | None) -> Any:
+        inputs, outputs = build_request(self._module, batch)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._call(self._client.infer, self.model, inputs, outputs=outputs,
+                                        **opts.infer_kwargs(request_id))
+            except TritonClientError as err:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                delay = next_delay(self.retry, attempt, err, remaining, self._rng)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> AsyncEmbedClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

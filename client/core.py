@@ -1,0 +1,123 @@
+"""What the sync and asyncio clients share: protocols, request building, chunking, results."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Literal
+
+import numpy as np
+
+from client.errors import InvalidInputError
+from python_backends import contracts
+
+Protocol = Literal["http", "grpc"]
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
+
+
+def protocol_module(protocol: Protocol, aio: bool = False) -> ModuleType:
+    """`tritonclient.http`, `tritonclient.grpc` or their `.aio` variants."""
+    if protocol == "http":
+        if aio:
+            import tritonclient.http.aio as module
+        else:
+            import tritonclient.http as module
+    elif protocol == "grpc":
+        if aio:
+            import tritonclient.grpc.aio as module
+        else:
+            import tritonclient.grpc as module
+    else:
+        raise ValueError(f"unknown protocol {protocol!r}; expected 'http' or 'grpc'")
+    return module
+
+
+def default_url(protocol: Protocol, host: str = "localhost") -> str:
+    return f"{host}:{DEFAULT_PORTS[protocol]}"
+
+
+def text_tensor(texts: Sequence[str]) -> np.ndarray:
+    """A [n, 1] BYTES array of UTF-8 texts, as the `embed` contract wants."""
+    if isinstance(texts, (str, bytes)):
+        raise InvalidInputError("texts must be a sequence of strings, not a single string")
+    if len(texts) == 0:
+        raise InvalidInputError("texts is empty; send at least one text")
+    rows = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+    return np.array(rows, dtype=np.object_).reshape(-1, 1)
+
+
+def chunks(n: int, size: int) -> Iterator[slice]:
+    """Slices of at most `size` rows covering range(n)."""
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """Per-call options: priority level (1 = highest), queue timeout, pinned version."""
+
+    priority: int | None = None
+    timeout_ms: int | None = None
+    model_version: int | None = None
+
+    def deadline(self) -> float | None:
+        """Monotonic time by which retries must stop (None: no deadline)."""
+        return None if self.timeout_ms is None else time.monotonic() + self.timeout_ms / 1000
+
+    def infer_kwargs(self, request_id: str) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"request_id": request_id}
+        if self.priority is not None:
+            kwargs["priority"] = self.priority
+        if self.timeout_ms is not None:
+            kwargs["timeout"] = int(self.timeout_ms * 1000)  # Triton wants microseconds
+        if self.model_version is not None:
+            kwargs["model_version"] = str(self.model_version)
+        return kwargs
+
+
+def build_request(module: ModuleType, batch: np.ndarray) -> tuple[list[Any], list[Any]]:
+    """InferInput and InferRequestedOutput lists for one chunk."""
+    text = module.InferInput(contracts.TEXT_INPUT, list(batch.shape), "BYTES")
+    out_kwargs: dict[str, Any] = {}
+    if module.__name__.startswith("tritonclient.http"):
+        text.set_data_from_numpy(batch, binary_data=True)
+        out_kwargs["binary_data"] = True
+    else:
+        text.set_data_from_numpy(batch)
+    return [text], [module.InferRequestedOutput(contracts.EMBEDDING_OUTPUT, **out_kwargs)]
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class EmbedResult:
+    """Embeddings plus what served them: one entry per chunk sent."""
+
+    embeddings: np.ndarray
+    model_name: str = ""
+    model_versions: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+
+def result_parts(result: Any) -> tuple[np.ndarray, str, str]:
+    """Embeddings, model name and version from an InferResult of either protocol."""
+    response = result.get_response()
+    if isinstance(response, dict):
+        name, version = response.get("model_name", ""), response.get("model_version", "")
+    else:
+        name, version = response.model_name, response.model_version
+    return result.as_numpy(contracts.EMBEDDING_OUTPUT), name, version
+
+
+def max_batch_size(config: Any) -> int:
+    """max_batch_size from a model config (dict over HTTP, protobuf over gRPC)."""
+    if isinstance(config, dict):
+        config = config.get("config", config)
+        return int(config.get("max_batch_size", 0)) or 1
+    inner = getattr(config, "config", config)
+    return int(inner.max_batch_size) or 1

@@ -1,0 +1,110 @@
+"""Typed client errors, mapped from what Triton answers over HTTP and gRPC.
+
+    TritonClientError              base class; `.status` and `.message` keep Triton's own
+    ├── InvalidInputError          the request was refused as malformed (HTTP 400, INVALID_ARGUMENT)
+    ├── ModelNotFoundError         unknown model or version (HTTP 404/400, NOT_FOUND)
+    ├── ModelNotReadyError         known but not ready, e.g. loading or unloaded   [retriable]
+    ├── UnavailableError           the server cannot take the request now (HTTP 503)  [retriable]
+    │   └── QueueFullError         "Exceeds maximum queue size" for this priority     [retriable]
+    ├── DeadlineExceededError      queue timeout ("Request timeout expired") or client deadline
+    ├── ServerUnreachableError     connection refused, reset or DNS failure           [retriable]
+    └── ServerError                anything else, including HTTP 500
+"""
+
+from __future__ import annotations
+
+
+class TritonClientError(Exception):
+    """An inference or control call failed; `status` is Triton's code, `message` its text."""
+
+    retriable = False
+
+    def __init__(self, message: str, status: str | None = None) -> None:
+        super().__init__(message if status is None else f"[{status}] {message}")
+        self.message = message
+        self.status = status
+
+
+class InvalidInputError(TritonClientError):
+    """The server refused the input: wrong dtype or shape, bad text, batch too large."""
+
+
+class ModelNotFoundError(TritonClientError):
+    """The model or the requested version does not exist on the server."""
+
+
+class ModelNotReadyError(TritonClientError):
+    """The model exists but is not ready (loading, unloading or unavailable)."""
+
+    retriable = True
+
+
+class UnavailableError(TritonClientError):
+    """The server is overloaded or shedding load; retry later."""
+
+    retriable = True
+
+
+class QueueFullError(UnavailableError):
+    """The model's queue for this priority level is full."""
+
+
+class DeadlineExceededError(TritonClientError):
+    """The request timed out in the server's queue or passed the caller's deadline."""
+
+
+class ServerUnreachableError(TritonClientError):
+    """No connection to the server."""
+
+    retriable = True
+
+
+class ServerError(TritonClientError):
+    """An unexpected server-side failure (HTTP 500, gRPC INTERNAL)."""
+
+
+_BY_MESSAGE: tuple[tuple[str, type[TritonClientError]], ...] = (
+    ("Exceeds maximum queue size", QueueFullError),
+    ("Request timeout expired", DeadlineExceededError),
+    ("Deadline Exceeded", DeadlineExceededError),
+    ("unknown model", ModelNotFoundError),
+    ("is not found", ModelNotFoundError),
+    ("is not ready", ModelNotReadyError),
+    ("failed to connect", ServerUnreachableError),
+    ("Connection refused", ServerUnreachableError),
+    ("Socket closed", ServerUnreachableError),
+)
+
+_BY_STATUS: dict[str, type[TritonClientError]] = {
+    "400": InvalidInputError,
+    "StatusCode.INVALID_ARGUMENT": InvalidInputError,
+    "404": ModelNotFoundError,
+    "StatusCode.NOT_FOUND": ModelNotFoundError,
+    "503": UnavailableError,
+    "StatusCode.UNAVAILABLE": UnavailableError,
+    "StatusCode.DEADLINE_EXCEEDED": DeadlineExceededError,
+    "499": DeadlineExceededError,
+    "StatusCode.CANCELLED": DeadlineExceededError,
+}
+
+
+def classify(status: str | None, message: str) -> type[TritonClientError]:
+    """The error class for a Triton status and message (message patterns win)."""
+    for marker, cls in _BY_MESSAGE:
+        if marker.lower() in message.lower():
+            return cls
+    return _BY_STATUS.get(status or "", ServerError)
+
+
+def from_exception(exc: BaseException) -> TritonClientError:
+    """Wrap a tritonclient or transport exception into a typed error."""
+    if isinstance(exc, TritonClientError):
+        return exc
+    status_fn = getattr(exc, "status", None)
+    message_fn = getattr(exc, "message", None)
+    if callable(status_fn) and callable(message_fn):
+        status, message = status_fn(), message_fn() or str(exc)
+        return classify(status, message)(message, status)
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+        return ServerUnreachableError(f"{type(exc).__name__}: {exc}")
+    return ServerError(f"{type(exc).__name__}: {exc}")

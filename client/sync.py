@@ -1,0 +1,137 @@
+"""Blocking client for `embed` over HTTP or gRPC."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+import numpy as np
+
+from client.core import (
+    CallOptions,
+    EmbedResult,
+    Protocol,
+    build_request,
+    chunks,
+    default_url,
+    max_batch_size,
+    new_request_id,
+    protocol_module,
+    result_parts,
+    text_tensor,
+)
+from client.errors import ServerUnreachableError, TritonClientError, from_exception
+from client.retry import RetryPolicy, next_delay
+from python_backends import contracts
+
+
+class EmbedClient:
+    """`embed(texts) -> (n, 384)` plus health, readiness and metadata calls."""
+
+    def __init__(self, url: str | None = None, protocol: Protocol = "http",
+                 model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
+                 network_timeout_s: float = 60.0, seed: int | None = None) -> None:
+        self.protocol = protocol
+        self.url = url or default_url(protocol)
+        self.model = model
+        self.retry = retry or RetryPolicy()
+        self._module = protocol_module(protocol)
+        self._rng = random.Random(seed)
+        self._max_batch: int | None = None
+        if protocol == "http":
+            self._client = self._module.InferenceServerClient(
+                self.url, network_timeout=network_timeout_s, connection_timeout=network_timeout_s)
+        else:
+            self._client = self._module.InferenceServerClient(self.url)
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # tritonclient and its transports raise many types
+            raise from_exception(exc) from exc
+
+    def is_live(self) -> bool:
+        try:
+            return bool(self._call(self._client.is_server_live))
+        except TritonClientError:
+            return False
+
+    def is_ready(self, model: str | None = None) -> bool:
+        try:
+            if model is None:
+                return bool(self._call(self._client.is_server_ready))
+            return bool(self._call(self._client.is_model_ready, model))
+        except TritonClientError:
+            return False
+
+    def wait_ready(self, timeout_s: float = 60.0, model: str | None = None) -> None:
+        """Block until the server (and `model`, if given) is ready, or raise."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.is_ready() and (model is None or self.is_ready(model)):
+                return
+            time.sleep(0.2)
+        target = f"model '{model}'" if model else "server"
+        raise ServerUnreachableError(f"{target} at {self.url} not ready after {timeout_s:.0f} s")
+
+    def metadata(self, model: str | None = None) -> Any:
+        return self._call(self._client.get_model_metadata, model or self.model)
+
+    def model_config(self, model: str | None = None) -> Any:
+        return self._call(self._client.get_model_config, model or self.model)
+
+    def max_batch_size(self) -> int:
+        if self._max_batch is None:
+            self._max_batch = max_batch_size(self.model_config())
+        return self._max_batch
+
+    def embed(self, texts: list[str], *, priority: int | None = None,
+              timeout_ms: int | None = None, model_version: int | None = None) -> np.ndarray:
+        """Embeddings of `texts`, (n, 384) float32, in input order."""
+        return self.embed_with_info(texts, priority=priority, timeout_ms=timeout_ms,
+                                    model_version=model_version).embeddings
+
+    def embed_with_info(self, texts: list[str], *, priority: int | None = None,
+                        timeout_ms: int | None = None,
+                        model_version: int | None = None) -> EmbedResult:
+        """Like embed(), plus the serving model version and request id of every chunk."""
+        batch = text_tensor(texts)
+        opts = CallOptions(priority, timeout_ms, model_version)
+        deadline = opts.deadline()
+        parts, result = [], EmbedResult(np.empty((0, contracts.EMBEDDING_DIM), np.float32))
+        for rows in chunks(len(batch), self.max_batch_size()):
+            request_id = new_request_id()
+            answer = self._infer(batch[rows], opts, request_id, deadline)
+            array, name, version = result_parts(answer)
+            parts.append(array)
+            result.model_name = name
+            result.model_versions.append(version)
+            result.request_ids.append(request_id)
+        result.embeddings = np.concatenate(parts)
+        return result
+
+    def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
+               deadline: float | None) -> Any:
+        inputs, outputs = build_request(self._module, batch)
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._call(self._client.infer, self.model, inputs, outputs=outputs,
+                                  **opts.infer_kwargs(request_id))
+            except TritonClientError as err:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                delay = next_delay(self.retry, attempt, err, remaining, self._rng)
+                if delay is None:
+                    raise
+                time.sleep(delay)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> EmbedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

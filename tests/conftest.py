@@ -1,0 +1,66 @@
+"""Fixtures: one real tritonserver for the whole session, on free ports.
+
+Integration tests never skip: if the server cannot start (models not exported,
+binary missing) the fixture fails with the launcher's message.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from server.launcher import ServerStartError, TritonServer, free_port
+from server.serve import missing_exports
+from server.settings import DEFAULT_REPOSITORY, Ports, ServerOptions
+
+# Run the suite against another (exported) repository copy with TMR_TEST_REPOSITORY.
+REPOSITORY = Path(os.environ.get("TMR_TEST_REPOSITORY", DEFAULT_REPOSITORY)).resolve()
+
+
+def free_ports() -> Ports:
+    ports: set[int] = set()
+    while len(ports) < 3:
+        ports.add(free_port())
+    http, grpc, metrics = sorted(ports)
+    return Ports(http=http, grpc=grpc, metrics=metrics)
+
+
+def start_server(repository: Path, log_path: Path, **options: object) -> TritonServer:
+    """Start a server on free ports and wait until it is ready, or fail the test."""
+    missing = missing_exports(repository)
+    if missing:
+        pytest.fail(f"models not exported in {repository}: {missing}; run `make setup`")
+    server = TritonServer(ServerOptions(repository=repository, ports=free_ports(), **options),
+                          log_path=log_path)
+    server.start()
+    try:
+        server.wait_ready(timeout_s=240)
+    except ServerStartError as err:
+        server.stop()
+        pytest.fail(f"tritonserver did not start: {err}")
+    return server
+
+
+@pytest.fixture(scope="session")
+def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    """The session's server with the whole repository loaded (explicit mode)."""
+    server = start_server(REPOSITORY, tmp_path_factory.mktemp("triton") / "tritonserver.log")
+    yield server
+    started = time.monotonic()
+    code = server.stop()
+    assert code == 0, f"tritonserver exited with {code}; see {server.log_path}"
+    assert time.monotonic() - started < server.opts.exit_timeout_s + 5
+
+
+@pytest.fixture(scope="session")
+def http_url(triton: TritonServer) -> str:
+    return triton.http_url
+
+
+@pytest.fixture(scope="session")
+def grpc_url(triton: TritonServer) -> str:
+    return triton.grpc_url

@@ -1,0 +1,64 @@
+"""Small helpers shared by the integration tests: statistics, metrics, health."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass(frozen=True)
+class ModelCounts:
+    """Cumulative counts from Triton's statistics extension for one model."""
+
+    inference_count: int
+    execution_count: int
+    success_count: int
+
+
+def model_counts(http_url: str, model: str) -> ModelCounts:
+    """Totals over every version of `model` from GET /v2/models/<m>/stats."""
+    with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as r:
+        stats = json.loads(r.read())["model_stats"]
+    return ModelCounts(
+        inference_count=sum(int(s["inference_count"]) for s in stats),
+        execution_count=sum(int(s["execution_count"]) for s in stats),
+        success_count=sum(int(s["inference_stats"]["success"]["count"]) for s in stats),
+    )
+
+
+def metric_value(metrics_url: str, name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`, from /metrics."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def http_post(http_url: str, path: str, body: bytes,
+              headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """POST raw bytes and return (status, body), including error statuses."""
+    request = urllib.request.Request(f"http://{http_url}{path}", data=body, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def assert_serving(http_url: str) -> None:
+    """The server is ready AND a real embed call succeeds (readiness alone can lie)."""
+    with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=10) as r:
+        assert r.status == 200
+    body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                                   "data": ["the server is still healthy"]}]}).encode()
+    status, answer = http_post(http_url, "/v2/models/embed/infer", body)
+    assert status == 200, answer
+    assert json.loads(answer)["outputs"][0]["shape"] == [1, 384]

@@ -1,0 +1,68 @@
+"""Dynamic batching really happens, across texts of different lengths, one runtime call per batch."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from client import NO_RETRY, AsyncEmbedClient
+from tests.integration.helpers import metric_value, model_counts
+
+CONCURRENCY = 48
+
+
+async def concurrent_embeds(url: str, texts: list[str]) -> list[np.ndarray]:
+    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+        return await asyncio.gather(*(client.embed([t]) for t in texts))
+
+
+def test_concurrent_texts_of_different_lengths_share_executions(triton) -> None:
+    texts = [" ".join(["token"] * (i + 1)) for i in range(CONCURRENCY)]  # 48 distinct lengths
+    before = {m: model_counts(triton.http_url, m) for m in ("embed", "minilm_onnx")}
+    calls_before = metric_value(triton.metrics_url, "tmr_backend_runtime_calls_total",
+                                model="minilm_onnx")
+
+    results = asyncio.run(concurrent_embeds(triton.grpc_url, texts))
+
+    assert all(r.shape == (1, 384) for r in results)
+    after = {m: model_counts(triton.http_url, m) for m in ("embed", "minilm_onnx")}
+    embed_inferences = after["embed"].inference_count - before["embed"].inference_count
+    embed_executions = after["embed"].execution_count - before["embed"].execution_count
+    onnx_inferences = after["minilm_onnx"].inference_count - before["minilm_onnx"].inference_count
+    onnx_executions = after["minilm_onnx"].execution_count - before["minilm_onnx"].execution_count
+    assert embed_inferences == CONCURRENCY
+    assert embed_executions < CONCURRENCY, "embed's dynamic batcher never batched"
+    # Every embed execution pads its batch to one shape and makes one BLS call.
+    assert onnx_inferences == CONCURRENCY
+    assert onnx_executions <= embed_executions
+    calls = metric_value(triton.metrics_url, "tmr_backend_runtime_calls_total",
+                         model="minilm_onnx") - calls_before
+    assert calls == onnx_executions, "the Python-based backend must run one session call a batch"
+
+
+def test_direct_encoder_requests_of_one_shape_are_batched_into_one_session_call(triton) -> None:
+    import tritonclient.grpc.aio as grpcaio
+
+    ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
+
+    async def run() -> None:
+        client = grpcaio.InferenceServerClient(triton.grpc_url)
+        inputs = []
+        for name in ("input_ids", "attention_mask"):
+            tensor = grpcaio.InferInput(name, list(ids.shape), "INT64")
+            tensor.set_data_from_numpy(ids if name == "input_ids" else np.ones_like(ids))
+            inputs.append(tensor)
+        await asyncio.gather(*(client.infer("minilm_int8", inputs) for _ in range(32)))
+        await client.close()
+
+    before = model_counts(triton.http_url, "minilm_int8")
+    calls_before = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
+                                model="minilm_int8")
+    asyncio.run(run())
+    after = model_counts(triton.http_url, "minilm_int8")
+    assert after.inference_count - before.inference_count == 32
+    assert after.execution_count - before.execution_count < 32
+    rows = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
+                        model="minilm_int8") - calls_before
+    assert rows == 32
