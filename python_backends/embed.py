@@ -61,14 +61,19 @@ class EmbedModel(BaseModel):
         name = contracts.TEXT_INPUT
         return [apply_token_limit(r, self.limits, j, name) for j, r in enumerate(ids)]
 
+    def infer_encoder(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """The encoder's embeddings for one padded batch: one BLS call."""
+        out = bls_infer(self.target, feeds, [self.target_output], self.target_version)
+        return out[self.target_output]
+
     def _embed(self, per_request: list[list[list[int]]]) -> list[Any]:
         input_ids, mask = pad_batch([row for rows in per_request for row in rows],
                                     self.encoder.pad_id)
         feeds = dict(zip(contracts.ENCODER_INPUTS, (input_ids, mask)))
         try:
-            out = bls_infer(self.target, feeds, [self.target_output], self.target_version)
+            embeddings = self.infer_encoder(feeds)
         except ModelError as err:
             return [error_response(err)] * len(per_request)
-        parts = split_outputs({contracts.EMBEDDING_OUTPUT: out[self.target_output]},
+        parts = split_outputs({contracts.EMBEDDING_OUTPUT: embeddings},
                               [len(rows) for rows in per_request])
         return [ok_response(p) for p in parts]

@@ -72,20 +72,31 @@ class OnnxRuntimeModel(TensorModel):
     default_filename = "model.onnx"
 
     def load(self, path: str) -> None:
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        self.session = onnx_session(path, self.threads)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        try:
-            values = self.session.run(self.outputs, feeds)
-        except Exception as err:  # onnxruntime raises its own non-standard exception types
-            raise RuntimeError(str(err)) from err
-        return dict(zip(self.outputs, values))
+        return run_session(self.session, self.outputs, feeds)
+
+
+def onnx_session(path: str, threads: int) -> Any:
+    """A CPU onnxruntime session with `threads` intra-op threads and no inter-op pool."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+
+def run_session(session: Any, outputs: list[str], feeds: dict[str, np.ndarray]
+                ) -> dict[str, np.ndarray]:
+    """session.run with onnxruntime's own exception types turned into RuntimeError."""
+    try:
+        values = session.run(outputs, feeds)
+    except Exception as err:  # onnxruntime raises its own non-standard exception types
+        raise RuntimeError(str(err)) from err
+    return dict(zip(outputs, values))
 
 
 class TorchScriptModel(TensorModel):

@@ -1,0 +1,51 @@
+# Triton model repository: `make help` lists the verbs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TMR := $(VENV)/bin/tmr
+STAMP := $(VENV)/.installed
+APT_PACKAGES := libb64-0d  # perf_analyzer from the tritonclient wheel links libb64.so.0d
+SERVE_ARGS ?=
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup apt venv export serve test unit lint clean
+
+help: ## list the verbs
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+setup: apt venv export ## install apt packages, the venv and the model exports (idempotent)
+
+apt: ## Debian packages the tools need (skipped when present)
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "apt: installing $$missing"; \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+venv: $(STAMP) ## the project venv with every pin from pyproject.toml
+
+$(STAMP): pyproject.toml
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+export: venv ## export MiniLM to ONNX, TorchScript and INT8 (does nothing when up to date)
+	$(TMR) export minilm
+
+serve: setup ## start the CPU Triton server with the whole repository (SERVE_ARGS=... to add flags)
+	$(TMR) serve $(SERVE_ARGS)
+
+test: setup ## run the whole suite against a real tritonserver
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: venv ## only the unit tests (no server)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: venv ## ruff
+	$(VENV)/bin/ruff check .
+
+clean: ## remove the venv, the server home and caches (not the exports)
+	rm -rf $(VENV) .triton .pytest_cache .ruff_cache

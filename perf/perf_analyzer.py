@@ -1,0 +1,71 @@
+"""Run `perf_analyzer` 2.51 from the tritonclient wheel and parse its CSV into typed rows."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class PerfRow:
+    """One concurrency level of a perf_analyzer CSV; latencies in milliseconds."""
+
+    concurrency: int
+    throughput: float  # inferences per second
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    avg_ms: float
+    queue_ms: float
+    compute_ms: float
+
+
+def parse_csv(text: str) -> list[PerfRow]:
+    """Rows of `perf_analyzer -f` output (latency columns are microseconds)."""
+    rows = []
+    for rec in csv.DictReader(text.splitlines()):
+        def ms(key: str, rec: dict[str, str] = rec) -> float:
+            return float(rec[key]) / 1000.0
+
+        compute = sum(ms(k) for k in ("Server Compute Input", "Server Compute Infer",
+                                      "Server Compute Output"))
+        rows.append(PerfRow(
+            concurrency=int(rec["Concurrency"]), throughput=float(rec["Inferences/Second"]),
+            p50_ms=ms("p50 latency"), p95_ms=ms("p95 latency"), p99_ms=ms("p99 latency"),
+            avg_ms=ms("Avg latency"), queue_ms=ms("Server Queue"), compute_ms=compute,
+        ))
+    return rows
+
+
+def binary() -> Path:
+    return Path(sys.executable).parent / "perf_analyzer"
+
+
+def environment() -> dict[str, str]:
+    """perf_analyzer links libcudart.so.12: the nvidia-cuda-runtime-cu12 wheel's lib/."""
+    cudart = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cuda_runtime" / "lib"
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(cudart), env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
+
+
+def run(model: str, url: str, concurrency: int, input_data: Path, csv_path: Path,
+        protocol: str = "grpc", interval_ms: int = 3000) -> PerfRow:
+    """One measured concurrency level; raises CalledProcessError with perf_analyzer's output."""
+    cmd = [
+        str(binary()), "-m", model, "-u", url, "-i", protocol,
+        f"--concurrency-range={concurrency}:{concurrency}",
+        f"--input-data={input_data}", "--measurement-mode=time_windows",
+        f"--measurement-interval={interval_ms}", "--stability-percentage=20",
+        "--max-trials=6", "-f", str(csv_path),
+    ]
+    proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
+    return parse_csv(csv_path.read_text())[0]

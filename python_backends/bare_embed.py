@@ -1,0 +1,28 @@
+"""`embed_bare`: tokenizer and onnxruntime in ONE Python model (benchmark fixture).
+
+The baseline the full pipeline is measured against: no BLS hop, no second stub.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from python_backends.embed import EmbedModel
+from python_backends.errors import ModelError
+from python_backends.params import parameter, positive_int
+from python_backends.tensor_model import onnx_session, run_session
+
+
+class BareEmbedModel(EmbedModel):
+    """EmbedModel whose encoder call is an in-process onnxruntime session."""
+
+    def setup(self, args: dict[str, str]) -> None:
+        super().setup(args)
+        threads = parameter(self.config, "intra_op_thread_count", 1, positive_int)
+        path = parameter(self.config, "onnx_path", "", str)
+        if not path:
+            raise ModelError("embed_bare needs the parameter onnx_path")
+        self.session = onnx_session(path, threads)
+
+    def infer_encoder(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return run_session(self.session, [self.target_output], feeds)[self.target_output]
