@@ -53,7 +53,7 @@ def stub_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     site = sysconfig.get_paths()["purelib"]
     venv_bin = str(Path(sys.executable).parent)
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), site])
-    env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH", "")])
+    env["PATH"] = os.pathsep.join(p for p in (venv_bin, env.get("PATH", "")) if p)
     env["PYTHONNOUSERSITE"] = "1"
     env.pop("PYTHONHOME", None)
     return env

@@ -1,0 +1,88 @@
+"""client.core: the request tensor, chunking, per-call options and max_batch_size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tritonclient.grpc import model_config_pb2, service_pb2
+
+from client.core import CallOptions, chunks, default_url, max_batch_size, text_tensor
+from client.errors import InvalidInputError
+
+
+def test_text_tensor_is_an_n_by_1_object_array_of_utf8_bytes():
+    tensor = text_tensor(["héllo", "world", "日本語"])
+    assert tensor.shape == (3, 1)
+    assert tensor.dtype == np.object_
+    assert tensor[:, 0].tolist() == ["héllo".encode(), b"world", "日本語".encode()]
+
+
+def test_text_tensor_passes_bytes_through():
+    assert text_tensor([b"raw", "text"])[:, 0].tolist() == [b"raw", b"text"]
+
+
+def test_text_tensor_of_a_tuple_has_one_row_per_text():
+    assert text_tensor(("a",)).shape == (1, 1)
+
+
+def test_text_tensor_rejects_an_empty_list():
+    with pytest.raises(InvalidInputError, match="texts is empty; send at least one text"):
+        text_tensor([])
+
+
+@pytest.mark.parametrize("bare", ["hello", b"hello"])
+def test_text_tensor_rejects_a_bare_string(bare):
+    with pytest.raises(InvalidInputError, match="not a single string"):
+        text_tensor(bare)
+
+
+def test_chunks_cover_every_row_in_slices_of_at_most_size():
+    assert list(chunks(10, 4)) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert list(chunks(8, 4)) == [slice(0, 4), slice(4, 8)]
+    assert list(chunks(3, 64)) == [slice(0, 3)]
+    assert list(chunks(0, 4)) == []
+
+
+def test_call_options_infer_kwargs_converts_timeout_to_microseconds_and_version_to_str():
+    kwargs = CallOptions(priority=1, timeout_ms=250, model_version=2).infer_kwargs("r1")
+    assert kwargs == {"request_id": "r1", "priority": 1, "timeout": 250_000,
+                      "model_version": "2"}
+    assert isinstance(kwargs["timeout"], int)
+
+
+def test_call_options_infer_kwargs_omits_unset_options():
+    assert CallOptions().infer_kwargs("r2") == {"request_id": "r2"}
+    assert CallOptions(timeout_ms=1.5).infer_kwargs("r3") == {"request_id": "r3",
+                                                              "timeout": 1500}
+
+
+def test_call_options_deadline_is_none_without_a_timeout():
+    assert CallOptions().deadline() is None
+    assert CallOptions(timeout_ms=1000).deadline() > 0
+
+
+def test_default_url_uses_the_protocols_port():
+    assert default_url("http") == "localhost:8000"
+    assert default_url("grpc", "triton") == "triton:8001"
+
+
+def test_max_batch_size_reads_an_http_json_config():
+    assert max_batch_size({"name": "embed", "max_batch_size": 64}) == 64
+
+
+def test_max_batch_size_reads_a_grpc_json_config_wrapped_in_config():
+    assert max_batch_size({"config": {"name": "embed", "max_batch_size": 32}}) == 32
+
+
+def test_max_batch_size_reads_a_grpc_model_config_response():
+    response = service_pb2.ModelConfigResponse(
+        config=model_config_pb2.ModelConfig(name="embed", max_batch_size=64))
+    assert max_batch_size(response) == 64
+    assert max_batch_size(response.config) == 64
+
+
+def test_max_batch_size_of_a_non_batching_model_is_one():
+    assert max_batch_size({"name": "stub_env", "max_batch_size": 0}) == 1
+    assert max_batch_size({"name": "stub_env"}) == 1
+    response = service_pb2.ModelConfigResponse(config=model_config_pb2.ModelConfig())
+    assert max_batch_size(response) == 1
