@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -10,7 +12,6 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-EMBEDDING_DIM = 384
 MAX_TOKENS = 256
 PAD_ID = 0
 PAD_TOKEN = "[PAD]"
@@ -56,25 +57,33 @@ def _offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def load_embedder(model_dir: Path | None = None) -> SentenceEmbedder:
-    """Load the local weights (no network) into an eval-mode SentenceEmbedder."""
-    _offline()
-    from transformers import BertModel
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' info/warning chatter and progress bars (load report, tracing)."""
     from transformers.utils import logging as hf_logging
 
-    # The checkpoint carries an unused pooler; keep transformers' load report and bars quiet.
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+
+
+def load_embedder(model_dir: Path | None = None) -> SentenceEmbedder:
+    """Load the local weights (no network) into an eval-mode SentenceEmbedder."""
+    _offline()
+    from transformers import BertModel
+
+    # The checkpoint carries a pooler this model does not use: its load report is expected.
+    with quiet_transformers():
         bert = BertModel.from_pretrained(
             str(model_dir or source_model_dir()),
             attn_implementation="eager",
             add_pooling_layer=False,
         )
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
     model = SentenceEmbedder(bert).eval()
     for param in model.parameters():
         param.requires_grad_(False)

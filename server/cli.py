@@ -33,12 +33,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(args)
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from export.minilm import run_cli
-
-    return run_cli(args)
-
-
 def cmd_embed(args: argparse.Namespace) -> int:
     from client.cli import embed_command
 
@@ -55,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip the example embed call after start")
     serve.set_defaults(func=cmd_serve)
 
-    export = sub.add_parser("export", help="export models into versioned folders")
-    from export.minilm import add_arguments
+    export = sub.add_parser("export", help="export models into new version folders")
+    from export.cli import add_parser as add_export_parser
 
-    add_arguments(export)
-    export.set_defaults(func=cmd_export)
+    add_export_parser(export.add_subparsers(dest="model", required=True))
+    export.set_defaults(func=lambda args: args.handler(args))
 
     embed = sub.add_parser("embed", help="embed texts through the running server")
     embed.add_argument("texts", nargs="+")

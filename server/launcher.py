@@ -155,6 +155,7 @@ class TritonServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
+                self.stop()  # reaps the process and closes the log
                 self._raise_start_failure("tritonserver exited during start")
             if self._http_status("/v2/health/ready") == 200:
                 return
@@ -196,6 +197,7 @@ class TritonServer:
                 self.process.wait(10)
         if self._log:
             self._log.close()
+            self._log = None
         return self.process.returncode
 
     def __enter__(self) -> TritonServer:

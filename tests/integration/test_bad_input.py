@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from client import EmbedClient, InvalidInputError, ModelNotFoundError, NO_RETRY
+from client import NO_RETRY, EmbedClient, InvalidInputError, ModelNotFoundError
 from tests.integration.helpers import assert_serving, http_post
 
 

@@ -1,4 +1,4 @@
-"""Dynamic batching really happens, across texts of different lengths, one runtime call per batch."""
+"""Dynamic batching really happens: texts of different lengths share executions, one call each."""
 
 from __future__ import annotations
 

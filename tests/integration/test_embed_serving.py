@@ -11,6 +11,7 @@ import torch
 
 from client import AsyncEmbedClient, EmbedClient
 from export.embedder import load_embedder, load_tokenizer
+from export.layout import INT8_MIN_COSINE
 from python_backends.tokenization import pad_batch
 from tests.integration.helpers import http_post
 
@@ -21,7 +22,6 @@ TEXTS = [
     "short",
     "Ünïcödé and emoji 🚀 survive the round trip.",
 ]
-INT8_MIN_COSINE = 0.95  # the export's per-text fidelity floor (export/minilm.py)
 
 
 @pytest.fixture(scope="module")

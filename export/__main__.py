@@ -1,0 +1,5 @@
+"""`python -m export ...`: see export.cli."""
+
+from export.cli import main
+
+raise SystemExit(main())

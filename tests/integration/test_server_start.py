@@ -1,0 +1,91 @@
+"""The launcher and `tmr serve`: clear failures, a working main job, a clean stop."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from server.launcher import ModelLoadError, PortInUseError, TritonServer
+from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
+from tests.conftest import REPOSITORY, free_ports
+
+
+def test_port_in_use_is_refused_before_start_naming_the_port(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        ports = free_ports()
+        server = TritonServer(ServerOptions(repository=REPOSITORY,
+                                            ports=Ports(port, ports.grpc, ports.metrics)),
+                              log_path=tmp_path / "triton.log")
+        with pytest.raises(PortInUseError, match=f"http port {port} already in use"):
+            server.start()
+        assert server.process is None
+
+
+def test_model_that_fails_to_load_is_named_with_tritons_reason(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "minilm_onnx" / "1").mkdir(parents=True)
+    shutil.copy(DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt", repo / "minilm_onnx")
+    (repo / "minilm_onnx" / "1" / "model.onnx").write_bytes(b"this is not an onnx graph")
+    server = TritonServer(ServerOptions(repository=repo, ports=free_ports()),
+                          log_path=tmp_path / "triton.log")
+    with pytest.raises(ModelLoadError, match=r"model 'minilm_onnx': .*(Protobuf|protobuf|parse)"):
+        server.start()
+        server.wait_ready(timeout_s=120)
+    assert server.process is not None and server.process.poll() is not None
+
+
+def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    ports = free_ports()
+    cmd = [sys.executable, "-m", "server.cli", "serve", "--repository", str(REPOSITORY),
+           "--http-port", str(ports.http), "--grpc-port", str(ports.grpc),
+           "--metrics-port", str(ports.metrics)]
+    proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+    lines: list[str] = []
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("embed answered"):
+                break
+        assert any(line.startswith("embed answered: dim=384 norm=1.0000") for line in lines), lines
+        assert any(f"gRPC        localhost:{ports.grpc}" in line for line in lines)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, rest
+    assert "tritonserver exited with code 0" in rest
+
+
+def test_tmr_embed_prints_norm_and_first_values(triton) -> None:
+    for protocol, url in (("http", triton.http_url), ("grpc", triton.grpc_url)):
+        out = subprocess.run(
+            [sys.executable, "-m", "server.cli", "embed", "--protocol", protocol, "--url", url,
+             "a sentence to embed"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+            timeout=60, check=True).stdout
+        assert f"embed v1 over {protocol}" in out
+        assert "norm=1.0000 dim=384" in out
+
+
+def test_tmr_embed_reports_typed_error_and_exit_code(triton) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "server.cli", "embed", "--url", triton.http_url, " "],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "InvalidInputError" in proc.stderr and "TEXT[0] is empty" in proc.stderr
