@@ -20,7 +20,6 @@ class PerfRow:
     p50_ms: float
     p95_ms: float
     p99_ms: float
-    avg_ms: float
     queue_ms: float
     compute_ms: float
 
@@ -37,7 +36,7 @@ def parse_csv(text: str) -> list[PerfRow]:
         rows.append(PerfRow(
             concurrency=int(rec["Concurrency"]), throughput=float(rec["Inferences/Second"]),
             p50_ms=ms("p50 latency"), p95_ms=ms("p95 latency"), p99_ms=ms("p99 latency"),
-            avg_ms=ms("Avg latency"), queue_ms=ms("Server Queue"), compute_ms=compute,
+            queue_ms=ms("Server Queue"), compute_ms=compute,
         ))
     return rows
 

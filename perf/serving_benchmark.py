@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import statistics
 import tempfile
@@ -32,19 +33,24 @@ INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"
 RESULTS = PROJECT_ROOT / "perf" / "results"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
-# name -> (model, old text, new text) edits applied to a temporary copy of the repository.
+# name -> (model, regex, replacement) edits applied to a temporary copy of the repository.
 VARIANTS: dict[str, list[tuple[str, str, str]]] = {
     "as-configured": [],
     "onnx-1x2threads": [
-        ("minilm_onnx", "count: 2 kind: KIND_CPU", "count: 1 kind: KIND_CPU"),
+        ("minilm_onnx", r"count: 2 kind: KIND_CPU", "count: 1 kind: KIND_CPU"),
         ("minilm_onnx", 'string_value: "1"', 'string_value: "2"'),
     ],
-    "embed-delay-0": [
-        ("embed", "max_queue_delay_microseconds: 1000", "max_queue_delay_microseconds: 0"),
+    "embed-delay-1ms": [
+        ("embed", "max_queue_delay_microseconds: 0", "max_queue_delay_microseconds: 1000"),
+    ],
+    "embed-no-priorities": [
+        ("embed", r"dynamic_batching \{.*?\n\}\n", "dynamic_batching { }\n"),
+    ],
+    "embed-2-instances": [
+        ("embed", r"count: 3 kind: KIND_CPU", "count: 2 kind: KIND_CPU"),
     ],
     "embed-1-instance": [
-        ("embed", "instance_group [ { count: 2 kind: KIND_CPU } ]",
-         "instance_group [ { count: 1 kind: KIND_CPU } ]"),
+        ("embed", r"count: 3 kind: KIND_CPU", "count: 1 kind: KIND_CPU"),
     ],
 }
 
@@ -107,10 +113,10 @@ def build_repository(root: Path, edits: list[tuple[str, str, str]]) -> Path:
         f'key: "onnx_path" value: {{ string_value: "{latest_onnx(DEFAULT_REPOSITORY)}" }}'))
     for model, old, new in edits:
         config = repo / model / "config.pbtxt"
-        text = config.read_text()
-        if old not in text:
-            raise ValueError(f"variant edit not applicable to {model}: {old!r}")
-        config.write_text(text.replace(old, new))
+        text, count = re.subn(old, new, config.read_text(), flags=re.DOTALL)
+        if count != 1:
+            raise ValueError(f"variant edit matched {count} times in {model}: {old!r}")
+        config.write_text(text)
     return repo
 
 
@@ -135,7 +141,7 @@ def measure(server: TritonServer, model: str, concurrency: int, out: Path,
 
 def served_runs(variant: str, quick: bool) -> list[tuple[str, int, str]]:
     if variant == "as-configured":
-        levels = (1, 4, 16) if quick else (1, 4, 8, 16, 32)
+        levels = (16,) if quick else (1, 4, 8, 16, 32)
         return ([("embed", c, "minilm_onnx") for c in levels]
                 + [("embed_ensemble", 16, "minilm_onnx"), ("embed_bare", 16, "embed_bare")])
     return [("embed", 16, "minilm_onnx")]

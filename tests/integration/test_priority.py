@@ -53,7 +53,10 @@ def test_high_priority_requests_finish_ahead_of_queued_low_ones(overload) -> Non
     lows, highs, _ = overload
     assert all(not isinstance(r, Exception) for _, r in highs), [r for _, r in highs]
     last_high = max(t for t, _ in highs)
-    overtaken = [t for t, r in lows if not isinstance(r, Exception) and t > last_high]
+    # A low request that ends after the last high one (served, or expired when an instance
+    # freed up) was still queued when the highs arrived: the highs overtook it. Queue-full
+    # rejections end at once and prove nothing either way.
+    overtaken = [t for t, r in lows if t > last_high and not isinstance(r, QueueFullError)]
     assert len(overtaken) >= 8, "high-priority requests waited behind the low-priority backlog"
 
 

@@ -126,3 +126,12 @@ def test_missing_exports_ignores_encoders_absent_from_the_repository(tmp_path):
         (tmp_path / name / "3").mkdir(parents=True)
     assert missing_exports(tmp_path) == []
     assert missing_exports(tmp_path / "empty_subdir_that_does_not_exist") == []
+
+
+def test_load_failures_reads_repository_manager_errors_without_a_version() -> None:
+    line = ('2026-11-30T00:13:14Z E 11642 model_repository_manager.cc:724] "failed to load '
+            "model 'embed_ensemble': at least one version must be available under the "
+            "version policy of model 'embed_ensemble'\"")
+    assert load_failures(line) == {
+        "embed_ensemble": "at least one version must be available under the version policy "
+                          "of model 'embed_ensemble'"}

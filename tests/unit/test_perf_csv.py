@@ -1,0 +1,24 @@
+"""perf_analyzer 2.51's CSV (a real file from this machine) parses into typed rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perf.perf_analyzer import parse_csv
+
+DATA = Path(__file__).parent / "data" / "perf_analyzer_embed_c1.csv"
+
+
+def test_parse_csv_reads_throughput_and_latencies_in_milliseconds() -> None:
+    (row,) = parse_csv(DATA.read_text())
+    assert row.concurrency == 1
+    assert row.throughput == pytest.approx(82.6507)
+    assert (row.p50_ms, row.p95_ms, row.p99_ms) == pytest.approx((11.671, 15.758, 18.967))
+    assert row.queue_ms == pytest.approx(1.119)
+    assert row.compute_ms == pytest.approx((33 + 10244 + 185) / 1000)
+
+
+def test_parse_csv_of_a_header_only_file_is_empty() -> None:
+    assert parse_csv(DATA.read_text().splitlines()[0]) == []
