@@ -27,6 +27,7 @@ from server.settings import PROJECT_ROOT, ServerOptions, server_flags
 
 HOME_DIR = PROJECT_ROOT / ".triton"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version (\d+): (.*?)\"?$")
+_LOAD_FAILURE_NO_VERSION = re.compile(r"failed to load model '([^']+)'(): (.*?)\"?$")
 _UNAVAILABLE_MODEL = re.compile(r"\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*UNAVAILABLE: (.*?)\s*\|\s*$")
 
 
@@ -99,7 +100,8 @@ def load_failures(log_text: str) -> dict[str, str]:
     """Models that Triton reported as failed to load, with Triton's reason."""
     failures: dict[str, str] = {}
     for line in log_text.splitlines():
-        match = _LOAD_FAILURE.search(line) or _UNAVAILABLE_MODEL.search(line)
+        match = (_LOAD_FAILURE.search(line) or _LOAD_FAILURE_NO_VERSION.search(line)
+                 or _UNAVAILABLE_MODEL.search(line))
         if match:
             failures.setdefault(match.group(1), match.group(3).strip())
     return failures
