@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from typing import Any
 
@@ -11,35 +10,28 @@ import numpy as np
 
 from client.core import (
     CallOptions,
+    ClientBase,
     EmbedResult,
     Protocol,
+    assemble,
     build_request,
     chunks,
-    default_url,
     max_batch_size,
     new_request_id,
-    protocol_module,
-    result_parts,
     text_tensor,
 )
 from client.errors import ServerUnreachableError, TritonClientError, from_exception
-from client.retry import RetryPolicy, next_delay
+from client.retry import RetryPolicy
 from python_backends import contracts
 
 
-class AsyncEmbedClient:
+class AsyncEmbedClient(ClientBase):
     """The asyncio twin of `EmbedClient`; use `async with`."""
 
     def __init__(self, url: str | None = None, protocol: Protocol = "http",
                  model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
                  seed: int | None = None) -> None:
-        self.protocol = protocol
-        self.url = url or default_url(protocol)
-        self.model = model
-        self.retry = retry or RetryPolicy()
-        self._module = protocol_module(protocol, aio=True)
-        self._rng = random.Random(seed)
-        self._max_batch: int | None = None
+        super().__init__(url, protocol, model, retry, seed, aio=True)
         self._client = self._module.InferenceServerClient(self.url)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -85,17 +77,11 @@ class AsyncEmbedClient:
         batch = text_tensor(texts)
         opts = CallOptions(priority, timeout_ms, model_version)
         deadline = opts.deadline()
-        ids = [new_request_id() for _ in chunks(len(batch), await self.max_batch_size())]
         slices = list(chunks(len(batch), await self.max_batch_size()))
-        results = await asyncio.gather(
+        ids = [new_request_id() for _ in slices]
+        answers = await asyncio.gather(
             *(self._infer(batch[rows], opts, rid, deadline) for rows, rid in zip(slices, ids)))
-        parts = [result_parts(r) for r in results]
-        return EmbedResult(
-            embeddings=np.concatenate([p[0] for p in parts]),
-            model_name=parts[0][1],
-            model_versions=[p[2] for p in parts],
-            request_ids=ids,
-        )
+        return assemble(answers, ids)
 
     async def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
                      deadline: float | None) -> Any:
@@ -107,8 +93,7 @@ class AsyncEmbedClient:
                 return await self._call(self._client.infer, self.model, inputs, outputs=outputs,
                                         **opts.infer_kwargs(request_id))
             except TritonClientError as err:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                delay = next_delay(self.retry, attempt, err, remaining, self._rng)
+                delay = self._retry_delay(attempt, err, deadline)
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)

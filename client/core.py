@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -11,7 +12,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from client.errors import InvalidInputError
+from client.errors import InvalidInputError, TritonClientError
+from client.retry import RetryPolicy, next_delay
 from python_backends import contracts
 
 Protocol = Literal["http", "grpc"]
@@ -121,3 +123,34 @@ def max_batch_size(config: Any) -> int:
         return int(config.get("max_batch_size", 0)) or 1
     inner = getattr(config, "config", config)
     return int(inner.max_batch_size) or 1
+
+
+def assemble(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
+    """One EmbedResult from the InferResults of the chunks, in order."""
+    parts = [result_parts(a) for a in answers]
+    return EmbedResult(
+        embeddings=np.concatenate([p[0] for p in parts]),
+        model_name=parts[0][1],
+        model_versions=[p[2] for p in parts],
+        request_ids=request_ids,
+    )
+
+
+class ClientBase:
+    """State and decisions shared by the sync and asyncio clients (no I/O here)."""
+
+    def __init__(self, url: str | None, protocol: Protocol, model: str,
+                 retry: RetryPolicy | None, seed: int | None, aio: bool) -> None:
+        self.protocol = protocol
+        self.url = url or default_url(protocol)
+        self.model = model
+        self.retry = retry or RetryPolicy()
+        self._module = protocol_module(protocol, aio=aio)
+        self._rng = random.Random(seed)
+        self._max_batch: int | None = None
+
+    def _retry_delay(self, attempt: int, err: TritonClientError,
+                     deadline: float | None) -> float | None:
+        """Seconds to wait before the next try, or None to raise `err`."""
+        remaining = None if deadline is None else deadline - time.monotonic()
+        return next_delay(self.retry, attempt, err, remaining, self._rng)

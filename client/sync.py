@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
@@ -10,35 +9,28 @@ import numpy as np
 
 from client.core import (
     CallOptions,
+    ClientBase,
     EmbedResult,
     Protocol,
+    assemble,
     build_request,
     chunks,
-    default_url,
     max_batch_size,
     new_request_id,
-    protocol_module,
-    result_parts,
     text_tensor,
 )
 from client.errors import ServerUnreachableError, TritonClientError, from_exception
-from client.retry import RetryPolicy, next_delay
+from client.retry import RetryPolicy
 from python_backends import contracts
 
 
-class EmbedClient:
+class EmbedClient(ClientBase):
     """`embed(texts) -> (n, 384)` plus health, readiness and metadata calls."""
 
     def __init__(self, url: str | None = None, protocol: Protocol = "http",
                  model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
                  network_timeout_s: float = 60.0, seed: int | None = None) -> None:
-        self.protocol = protocol
-        self.url = url or default_url(protocol)
-        self.model = model
-        self.retry = retry or RetryPolicy()
-        self._module = protocol_module(protocol)
-        self._rng = random.Random(seed)
-        self._max_batch: int | None = None
+        super().__init__(url, protocol, model, retry, seed, aio=False)
         if protocol == "http":
             self._client = self._module.InferenceServerClient(
                 self.url, network_timeout=network_timeout_s, connection_timeout=network_timeout_s)
@@ -99,17 +91,11 @@ class EmbedClient:
         batch = text_tensor(texts)
         opts = CallOptions(priority, timeout_ms, model_version)
         deadline = opts.deadline()
-        parts, result = [], EmbedResult(np.empty((0, contracts.EMBEDDING_DIM), np.float32))
+        answers, ids = [], []
         for rows in chunks(len(batch), self.max_batch_size()):
-            request_id = new_request_id()
-            answer = self._infer(batch[rows], opts, request_id, deadline)
-            array, name, version = result_parts(answer)
-            parts.append(array)
-            result.model_name = name
-            result.model_versions.append(version)
-            result.request_ids.append(request_id)
-        result.embeddings = np.concatenate(parts)
-        return result
+            ids.append(new_request_id())
+            answers.append(self._infer(batch[rows], opts, ids[-1], deadline))
+        return assemble(answers, ids)
 
     def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
                deadline: float | None) -> Any:
@@ -121,8 +107,7 @@ class EmbedClient:
                 return self._call(self._client.infer, self.model, inputs, outputs=outputs,
                                   **opts.infer_kwargs(request_id))
             except TritonClientError as err:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                delay = next_delay(self.retry, attempt, err, remaining, self._rng)
+                delay = self._retry_delay(attempt, err, deadline)
                 if delay is None:
                     raise
                 time.sleep(delay)

@@ -7,34 +7,25 @@ with bad input gets its own INVALID_ARG; the rest of the batch is still served.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from python_backends import contracts
-from python_backends.base import BaseModel, error_response, input_array, ok_response
+from python_backends.base import error_response, ok_response
 from python_backends.batching import split_outputs
 from python_backends.bls import bls_infer
-from python_backends.errors import InvalidInputError, ModelError
+from python_backends.errors import ModelError
 from python_backends.params import one_of, parameter
-from python_backends.tokenization import (
-    TextEncoder,
-    TextLimits,
-    apply_token_limit,
-    decode_texts,
-    default_tokenizer_path,
-    pad_batch,
-)
+from python_backends.text_model import TextModel, TokenRows
+from python_backends.tokenization import pad_batch
 
 
-class EmbedModel(BaseModel):
+class EmbedModel(TextModel):
     """Tokenizer + one BLS call to the encoder named by `target_model`."""
 
     def setup(self, args: dict[str, str]) -> None:
-        self.limits = TextLimits.from_config(self.config)
-        tokenizer = parameter(self.config, "tokenizer_path", default_tokenizer_path(), Path)
-        self.encoder = TextEncoder(tokenizer, self.limits)
+        super().setup(args)
         self.target = parameter(self.config, "target_model", "minilm_onnx",
                                 one_of(*contracts.ENCODER_MODELS))
         self.target_version = parameter(self.config, "target_version", -1, int)
@@ -43,30 +34,18 @@ class EmbedModel(BaseModel):
                       f"limits {self.limits}")
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
-        responses: list[Any] = [None] * len(requests)
-        rows: dict[int, list[list[int]]] = {}
-        for i, request in enumerate(requests):
-            try:
-                rows[i] = self._tokenize(input_array(request, contracts.TEXT_INPUT))
-            except InvalidInputError as err:
-                responses[i] = error_response(err)
+        responses, rows = self.tokenize_requests(requests)
         if rows:
             for i, outcome in zip(rows, self._embed(list(rows.values()))):
                 responses[i] = outcome
         return responses
-
-    def _tokenize(self, raw: np.ndarray) -> list[list[int]]:
-        texts = decode_texts(raw, self.limits, contracts.TEXT_INPUT)
-        ids = self.encoder.token_ids(texts)
-        name = contracts.TEXT_INPUT
-        return [apply_token_limit(r, self.limits, j, name) for j, r in enumerate(ids)]
 
     def infer_encoder(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """The encoder's embeddings for one padded batch: one BLS call."""
         out = bls_infer(self.target, feeds, [self.target_output], self.target_version)
         return out[self.target_output]
 
-    def _embed(self, per_request: list[list[list[int]]]) -> list[Any]:
+    def _embed(self, per_request: list[TokenRows]) -> list[Any]:
         input_ids, mask = pad_batch([row for rows in per_request for row in rows],
                                     self.encoder.pad_id)
         feeds = dict(zip(contracts.ENCODER_INPUTS, (input_ids, mask)))

@@ -36,6 +36,15 @@ def missing_exports(repository: Path) -> list[str]:
     return missing
 
 
+def tmr_command() -> str:
+    """How to call `tmr` from the current directory (the venv need not be activated)."""
+    script = Path(sys.executable).parent / "tmr"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 def banner(server: TritonServer) -> str:
     return "\n".join([
         "Triton 2.51.0 is serving the CPU model repository",
@@ -45,7 +54,7 @@ def banner(server: TritonServer) -> str:
         f"  metrics     {server.metrics_url}",
         f"  log         {server.log_path}",
         "Try it:",
-        f"  tmr embed --url {server.http_url} 'Triton serves sentence embeddings.'",
+        f"  {tmr_command()} embed --url {server.http_url} 'Triton serves sentence embeddings.'",
         f"  curl -s http://{server.http_url}/v2/models/embed/infer -d "
         "'{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[1,1],"
         "\"data\":[\"hello\"]}]}' | head -c 200",
