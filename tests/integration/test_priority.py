@@ -16,9 +16,14 @@ from client import (
 )
 from tests.integration.helpers import assert_serving
 
-LONG_TEXT = "priority queues shed low value work first under overload " * 20  # 222 tokens
-LOW, HIGH = 2, 1
-LOW_FLOOD = 400  # well over the low level's max_queue_size (128) plus two executing batches
+TEXT = "priority queues shed low value work first when the server is overloaded"
+HIGH, LOW = 1, 2
+# One request of 64 short texts fills a whole execution (max_batch_size 64), so the order
+# in which requests are dispatched is the order of executions. Short texts keep the whole
+# backlog well inside the low level's 2 s queue timeout, even on a loaded CI machine.
+FULL_BATCH = ["short text"] * 64
+BACKLOG = 12  # low requests; 3 instances take 3 at once and 9 wait in the queue
+FLOOD = 600  # single-text low requests: more than 3 executing batches of 64 + 128 queued
 
 
 async def timed(coro) -> tuple[float, object]:
@@ -29,47 +34,74 @@ async def timed(coro) -> tuple[float, object]:
     return time.monotonic(), result
 
 
-async def flood_then_high(url: str) -> tuple[list, list, object]:
+async def backlog_then_high(url: str) -> tuple[list, list]:
     async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
         await client.max_batch_size()
-        lows = [asyncio.ensure_future(timed(client.embed([LONG_TEXT], priority=LOW)))
-                for _ in range(LOW_FLOOD)]
-        await asyncio.sleep(0.5)  # the low queue is now full and executing
-        highs = [asyncio.ensure_future(timed(client.embed([LONG_TEXT], priority=HIGH)))
-                 for _ in range(8)]
-        expired = asyncio.ensure_future(timed(
-            client.embed([LONG_TEXT], priority=HIGH, timeout_ms=1)))
-        return await asyncio.gather(*lows), await asyncio.gather(*highs), (await expired)[1]
+        lows = [asyncio.ensure_future(timed(client.embed(FULL_BATCH, priority=LOW)))
+                for _ in range(BACKLOG)]
+        await asyncio.sleep(0.05)
+        highs = [asyncio.ensure_future(timed(client.embed(FULL_BATCH, priority=HIGH)))
+                 for _ in range(2)]
+        return await asyncio.gather(*lows), await asyncio.gather(*highs)
+
+
+async def queue_is_full(lows: list[asyncio.Future], limit_s: float = 30.0) -> None:
+    """Return once some low request was refused with QueueFullError."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if any(f.done() and isinstance(f.result()[1], QueueFullError) for f in lows):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{FLOOD} low-priority requests never filled the queue")
+
+
+async def flood_with_expiring_highs(url: str) -> tuple[list, list]:
+    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+        await client.max_batch_size()
+        lows = [asyncio.ensure_future(timed(client.embed([TEXT], priority=LOW)))
+                for _ in range(FLOOD)]
+        await queue_is_full(lows)  # every instance busy: the next requests must wait
+        # A 1 ms queue timeout expires unless an instance frees up within that 1 ms, which
+        # can happen; several tries spread over the flood make at least one expiry certain.
+        expiring = []
+        for _ in range(5):
+            expiring.append(asyncio.ensure_future(
+                timed(client.embed(FULL_BATCH, priority=HIGH, timeout_ms=1))))
+            await asyncio.sleep(0.05)
+        return await asyncio.gather(*lows), [r for _, r in await asyncio.gather(*expiring)]
+
+
+def test_high_priority_requests_finish_ahead_of_queued_low_ones(triton) -> None:
+    lows, highs = asyncio.run(backlog_then_high(triton.grpc_url))
+    assert all(not isinstance(r, Exception) for _, r in highs), [r for _, r in highs]
+    last_high = max(t for t, _ in highs)
+    # A low request that ends after the last high one (served, or expired when an instance
+    # freed up) was queued before the highs arrived and was overtaken by them.
+    overtaken = [t for t, r in lows if t > last_high and not isinstance(r, QueueFullError)]
+    assert len(overtaken) >= 4, "high-priority requests waited behind the low-priority backlog"
+    assert all(not isinstance(r, Exception) for t, r in lows if t > last_high)
+    assert_serving(triton.http_url)
 
 
 @pytest.fixture(scope="module")
-def overload(triton) -> tuple[list, list, object]:
-    result = asyncio.run(flood_then_high(triton.grpc_url))
+def flood(triton) -> tuple[list, list]:
+    result = asyncio.run(flood_with_expiring_highs(triton.grpc_url))
     assert_serving(triton.http_url)
     return result
 
 
-def test_high_priority_requests_finish_ahead_of_queued_low_ones(overload) -> None:
-    lows, highs, _ = overload
-    assert all(not isinstance(r, Exception) for _, r in highs), [r for _, r in highs]
-    last_high = max(t for t, _ in highs)
-    # A low request that ends after the last high one (served, or expired when an instance
-    # freed up) was still queued when the highs arrived: the highs overtook it. Queue-full
-    # rejections end at once and prove nothing either way.
-    overtaken = [t for t, r in lows if t > last_high and not isinstance(r, QueueFullError)]
-    assert len(overtaken) >= 8, "high-priority requests waited behind the low-priority backlog"
-
-
-def test_full_low_priority_queue_rejects_with_queue_full_error(overload) -> None:
-    lows, _, _ = overload
+def test_full_low_priority_queue_rejects_with_queue_full_error(flood) -> None:
+    lows, _ = flood
     errors = [r for _, r in lows if isinstance(r, Exception)]
     full = [e for e in errors if isinstance(e, QueueFullError)]
-    assert full, "a flood of 400 low-priority requests never filled the queue"
+    assert full, f"a flood of {FLOOD} low-priority requests never filled the queue"
     assert all("Exceeds maximum queue size" in e.message for e in full)
     assert all(isinstance(e, QueueFullError | DeadlineExceededError) for e in errors), errors
 
 
-def test_client_timeout_expires_in_queue_as_deadline_exceeded(overload) -> None:
-    _, _, expired = overload
-    assert isinstance(expired, DeadlineExceededError), expired
-    assert "Request timeout expired" in expired.message
+def test_client_timeout_expires_in_queue_as_deadline_exceeded(flood) -> None:
+    _, expiring = flood
+    failed = [r for r in expiring if isinstance(r, Exception)]
+    assert failed, "no request with a 1 ms queue timeout expired while the queue was full"
+    assert all(isinstance(e, DeadlineExceededError) for e in failed), failed
+    assert all("Request timeout expired" in e.message for e in failed)
