@@ -16,7 +16,6 @@ from client.core import (
     assemble,
     build_request,
     chunks,
-    max_batch_size,
     new_request_id,
     text_tensor,
 )
@@ -61,8 +60,7 @@ class AsyncEmbedClient(ClientBase):
 
     async def max_batch_size(self) -> int:
         if self._max_batch is None:
-            config = await self._call(self._client.get_model_config, self.model)
-            self._max_batch = max_batch_size(config)
+            self._remember(await self._call(self._client.get_model_config, self.model))
         return self._max_batch
 
     async def embed(self, texts: list[str], *, priority: int | None = None,
@@ -85,7 +83,7 @@ class AsyncEmbedClient(ClientBase):
 
     async def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
                      deadline: float | None) -> Any:
-        inputs, outputs = build_request(self._module, batch)
+        inputs, outputs = build_request(self._module, batch, self._outputs)
         attempt = 0
         while True:
             attempt += 1

@@ -73,6 +73,8 @@ class CallOptions:
         kwargs: dict[str, Any] = {"request_id": request_id}
         if self.priority is not None:
             kwargs["priority"] = self.priority
+            # A Python model cannot see Triton's priority: the router reads this copy.
+            kwargs["parameters"] = {contracts.PRIORITY_PARAMETER: self.priority}
         if self.timeout_ms is not None:
             kwargs["timeout"] = int(self.timeout_ms * 1000)  # Triton wants microseconds
         if self.model_version is not None:
@@ -80,7 +82,8 @@ class CallOptions:
         return kwargs
 
 
-def build_request(module: ModuleType, batch: np.ndarray) -> tuple[list[Any], list[Any]]:
+def build_request(module: ModuleType, batch: np.ndarray,
+                  outputs: Sequence[str]) -> tuple[list[Any], list[Any]]:
     """InferInput and InferRequestedOutput lists for one chunk."""
     text = module.InferInput(contracts.TEXT_INPUT, list(batch.shape), "BYTES")
     out_kwargs: dict[str, Any] = {}
@@ -89,7 +92,7 @@ def build_request(module: ModuleType, batch: np.ndarray) -> tuple[list[Any], lis
         out_kwargs["binary_data"] = True
     else:
         text.set_data_from_numpy(batch)
-    return [text], [module.InferRequestedOutput(contracts.EMBEDDING_OUTPUT, **out_kwargs)]
+    return [text], [module.InferRequestedOutput(name, **out_kwargs) for name in outputs]
 
 
 def new_request_id() -> str:
@@ -101,19 +104,22 @@ class EmbedResult:
     """Embeddings plus what served them: one entry per chunk sent."""
 
     embeddings: np.ndarray
+    served_by: list[str] = field(default_factory=list)  # one per row, when the model says
     model_name: str = ""
     model_versions: list[str] = field(default_factory=list)
     request_ids: list[str] = field(default_factory=list)
 
 
-def result_parts(result: Any) -> tuple[np.ndarray, str, str]:
-    """Embeddings, model name and version from an InferResult of either protocol."""
+def result_parts(result: Any) -> tuple[np.ndarray, str, str, list[str]]:
+    """Embeddings, model name, version and per-row SERVED_BY from an InferResult."""
     response = result.get_response()
     if isinstance(response, dict):
         name, version = response.get("model_name", ""), response.get("model_version", "")
     else:
         name, version = response.model_name, response.model_version
-    return result.as_numpy(contracts.EMBEDDING_OUTPUT), name, version
+    served = result.as_numpy(contracts.SERVED_BY_OUTPUT)
+    served_by = [] if served is None else [v.decode() for v in served.reshape(-1)]
+    return result.as_numpy(contracts.EMBEDDING_OUTPUT), name, version, served_by
 
 
 def max_batch_size(config: Any) -> int:
@@ -125,11 +131,21 @@ def max_batch_size(config: Any) -> int:
     return int(inner.max_batch_size) or 1
 
 
+def wanted_outputs(config: Any) -> list[str]:
+    """EMBEDDING, plus SERVED_BY when the model has it."""
+    if isinstance(config, dict):
+        names = [o["name"] for o in config.get("config", config).get("output", [])]
+    else:
+        names = [o.name for o in getattr(config, "config", config).output]
+    return [n for n in (contracts.EMBEDDING_OUTPUT, contracts.SERVED_BY_OUTPUT) if n in names]
+
+
 def assemble(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
     """One EmbedResult from the InferResults of the chunks, in order."""
     parts = [result_parts(a) for a in answers]
     return EmbedResult(
         embeddings=np.concatenate([p[0] for p in parts]),
+        served_by=[row for p in parts for row in p[3]],
         model_name=parts[0][1],
         model_versions=[p[2] for p in parts],
         request_ids=request_ids,
@@ -148,6 +164,12 @@ class ClientBase:
         self._module = protocol_module(protocol, aio=aio)
         self._rng = random.Random(seed)
         self._max_batch: int | None = None
+        self._outputs: list[str] = [contracts.EMBEDDING_OUTPUT]
+
+    def _remember(self, config: Any) -> None:
+        """Keep what the model config says about batching and outputs."""
+        self._max_batch = max_batch_size(config)
+        self._outputs = wanted_outputs(config)
 
     def _retry_delay(self, attempt: int, err: TritonClientError,
                      deadline: float | None) -> float | None:

@@ -15,7 +15,6 @@ from client.core import (
     assemble,
     build_request,
     chunks,
-    max_batch_size,
     new_request_id,
     text_tensor,
 )
@@ -75,7 +74,7 @@ class EmbedClient(ClientBase):
 
     def max_batch_size(self) -> int:
         if self._max_batch is None:
-            self._max_batch = max_batch_size(self.model_config())
+            self._remember(self.model_config())
         return self._max_batch
 
     def embed(self, texts: list[str], *, priority: int | None = None,
@@ -99,7 +98,7 @@ class EmbedClient(ClientBase):
 
     def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
                deadline: float | None) -> Any:
-        inputs, outputs = build_request(self._module, batch)
+        inputs, outputs = build_request(self._module, batch, self._outputs)
         attempt = 0
         while True:
             attempt += 1

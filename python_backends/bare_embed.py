@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from python_backends import contracts
 from python_backends.embed import EmbedModel
 from python_backends.errors import ModelError
 from python_backends.params import parameter, positive_int
@@ -24,5 +25,6 @@ class BareEmbedModel(EmbedModel):
             raise ModelError("embed_bare needs the parameter onnx_path")
         self.session = onnx_session(path, threads)
 
-    def infer_encoder(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        return run_session(self.session, [self.target_output], feeds)[self.target_output]
+    def call_encoder(self, name: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        output = contracts.ENCODER_OUTPUTS[name]
+        return run_session(self.session, [output], feeds)[output]

@@ -43,3 +43,21 @@ def bls_infer(model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[st
         err.code = child_error_code(message)
         raise err
     return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
+
+
+_REASONS = (
+    ("Exceeds maximum queue size", "queue_full"),
+    ("Request timeout expired", "timeout"),
+    ("is not healthy", "stub_unhealthy"),
+    ("out of memory", "out_of_memory"),
+    ("OutOfMemory", "out_of_memory"),
+    ("is not found", "not_found"),
+    ("unknown model", "not_found"),
+    ("is not ready", "not_ready"),
+    ("has been unloaded", "not_ready"),
+)
+
+
+def failure_reason(message: str) -> str:
+    """A short label for a child failure, for metrics: queue_full, timeout, not_found..."""
+    return next((label for marker, label in _REASONS if marker in message), "error")

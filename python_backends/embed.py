@@ -1,12 +1,18 @@
-"""`embed`: TEXT in, sentence EMBEDDING out.
+"""`embed`: TEXT in, sentence EMBEDDING and SERVED_BY out; the degradation router.
 
-Validates and tokenizes every request of a dynamic batch, pads the valid ones to the
-batch's longest text, and sends them to the encoder model as ONE BLS call. A request
-with bad input gets its own INVALID_ARG; the rest of the batch is still served.
+Validates and tokenizes every request of a dynamic batch, then serves the valid ones at
+the current degradation level (python_backends/degradation.py): one BLS call to the
+primary encoder per batch when all is well; smaller calls, the CPU INT8 fallback, shed
+low priority, cache-only or UNAVAILABLE as pressure rises. A primary that is gone
+(unloaded, dead stub) fails over to the fallback within the same batch. Every row says
+what served it in SERVED_BY: "<model>:<version>:<precision>:L<level>".
 """
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,45 +20,181 @@ import numpy as np
 from python_backends import contracts
 from python_backends.base import error_response, ok_response
 from python_backends.batching import split_outputs
-from python_backends.bls import bls_infer
-from python_backends.errors import ModelError
+from python_backends.bls import bls_infer, failure_reason
+from python_backends.degradation import (
+    DegradationPolicy,
+    EmbeddingCache,
+    Level,
+    PolicySettings,
+    Transition,
+    ladder,
+)
+from python_backends.errors import ChildModelError, ModelError, UnavailableError
+from python_backends.metrics import CounterFamily, Gauge
 from python_backends.params import one_of, parameter
-from python_backends.text_model import TextModel, TokenRows
+from python_backends.text_model import TextModel, TextRequest
 from python_backends.tokenization import pad_batch
+
+PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def rss_mb() -> float:
+    """Resident memory of this stub process (CPU memory pressure signal)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE_MB
+
+
+def latest_version(model_dir: Path) -> str:
+    """The highest integer version folder of a model, as Triton's `latest` policy picks."""
+    versions = [int(p.name) for p in model_dir.iterdir() if p.name.isdigit()]
+    return str(max(versions)) if versions else "?"
 
 
 class EmbedModel(TextModel):
-    """Tokenizer + one BLS call to the encoder named by `target_model`."""
+    """Tokenizer + degradation ladder over the primary and fallback encoders."""
 
     def setup(self, args: dict[str, str]) -> None:
         super().setup(args)
-        self.target = parameter(self.config, "target_model", "minilm_onnx",
-                                one_of(*contracts.ENCODER_MODELS))
-        self.target_version = parameter(self.config, "target_version", -1, int)
-        self.target_output = contracts.ENCODER_OUTPUTS[self.target]
-        self.log.info(f"serving through {self.target} (version {self.target_version}), "
-                      f"limits {self.limits}")
+        choice = one_of(*contracts.ENCODER_MODELS)
+        self.encoders = {
+            "primary": parameter(self.config, "primary_model", "minilm_onnx", choice),
+            "fallback": parameter(self.config, "fallback_model", "minilm_int8", choice),
+        }
+        self.settings = PolicySettings.from_config(self.config)
+        self.levels = ladder(self.settings.small_batch_rows)
+        self.policy = DegradationPolicy(self.settings, since=time.monotonic())
+        self.cache = EmbeddingCache(parameter(self.config, "cache_entries", 4096, int))
+        self._versions: dict[str, tuple[float, str]] = {}
+        base = {"model": self.name}
+        instance = args.get("model_instance_name", "0")
+        self.level_gauge = Gauge("tmr_degradation_level", "Current degradation level of embed",
+                                 {**base, "instance": instance})
+        self.level_gauge.set(self.policy.level)
+        self.transitions = CounterFamily("tmr_degradation_transitions_total",
+                                         "Degradation level changes", base)
+        self.fallbacks = CounterFamily("tmr_degradation_fallbacks_total",
+                                       "Encoder failures that sent a batch elsewhere, by reason",
+                                       base)
+        self.rejections = CounterFamily("tmr_rejections_total",
+                                        "Requests refused by the router, by priority and reason",
+                                        base)
+        self.log.info(f"encoders {self.encoders}, policy {self.settings}")
+
+    # -- the ladder -------------------------------------------------------------------
+    def current_level(self) -> Level:
+        self.policy.observe_memory(rss_mb())
+        self._record(self.policy.decide(time.monotonic()))
+        return self.levels[self.policy.level]
+
+    def _record(self, transition: Transition | None) -> None:
+        if transition is None:
+            return
+        self.transitions.inc(**{"from": str(transition.old), "to": str(transition.new)})
+        self.level_gauge.set(transition.new)
+        self.log.warning(f"degradation level {transition.old} -> {transition.new}: "
+                         f"{transition.reason}")
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
-        responses, rows = self.tokenize_requests(requests)
-        if rows:
-            for i, outcome in zip(rows, self._embed(list(rows.values()))):
-                responses[i] = outcome
+        level = self.current_level()
+        responses, valid = self.tokenize_requests(requests)
+        if level.shed_low:
+            valid = self._shed_low(level, valid, responses)
+        if level.cache_only:
+            self._answer_from_cache(level, valid, responses)
+        elif valid:
+            self._encode(level, valid, responses)
         return responses
 
-    def infer_encoder(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """The encoder's embeddings for one padded batch: one BLS call."""
-        out = bls_infer(self.target, feeds, [self.target_output], self.target_version)
-        return out[self.target_output]
+    def _refuse(self, level: Level, request: TextRequest, reason: str) -> Any:
+        self.rejections.inc(priority=str(request.priority), reason=reason)
+        return error_response(UnavailableError(
+            f"embed is degraded to level {level.number} ({level.name}): {reason}"))
 
-    def _embed(self, per_request: list[TokenRows]) -> list[Any]:
-        input_ids, mask = pad_batch([row for rows in per_request for row in rows],
-                                    self.encoder.pad_id)
-        feeds = dict(zip(contracts.ENCODER_INPUTS, (input_ids, mask)))
+    def _shed_low(self, level: Level, valid: dict[int, TextRequest],
+                  responses: list[Any]) -> dict[int, TextRequest]:
+        kept = {}
+        for i, request in valid.items():
+            if request.priority == contracts.HIGH_PRIORITY:
+                kept[i] = request
+            else:
+                responses[i] = self._refuse(level, request, "shedding low priority")
+        return kept
+
+    def _answer_from_cache(self, level: Level, valid: dict[int, TextRequest],
+                           responses: list[Any]) -> None:
+        for i, request in valid.items():
+            hits = [self.cache.get(t) for t in request.texts]
+            if level.number >= 5 or any(h is None for h in hits):
+                reason = "out of service" if level.number >= 5 else "text not in cache"
+                responses[i] = self._refuse(level, request, reason)
+                continue
+            responses[i] = ok_response({
+                contracts.EMBEDDING_OUTPUT: np.stack([h[0] for h in hits]),
+                contracts.SERVED_BY_OUTPUT: served_by_array([f"{h[1]}:cached" for h in hits]),
+            })
+
+    # -- encoding ---------------------------------------------------------------------
+    def _encode(self, level: Level, valid: dict[int, TextRequest],
+                responses: list[Any]) -> None:
+        rows = [row for request in valid.values() for row in request.rows]
         try:
-            embeddings = self.infer_encoder(feeds)
+            embeddings, served = self._run_level(level, rows)
         except ModelError as err:
-            return [error_response(err)] * len(per_request)
-        parts = split_outputs({contracts.EMBEDDING_OUTPUT: embeddings},
-                              [len(rows) for rows in per_request])
-        return [ok_response(p) for p in parts]
+            for i in valid:
+                responses[i] = error_response(err)
+            return
+        sizes = [len(request.rows) for request in valid.values()]
+        parts = split_outputs({contracts.EMBEDDING_OUTPUT: embeddings}, sizes)
+        for (i, request), part in zip(valid.items(), parts):
+            for text, vector in zip(request.texts, part[contracts.EMBEDDING_OUTPUT]):
+                self.cache.put(text, vector, served)
+            part[contracts.SERVED_BY_OUTPUT] = served_by_array([served] * len(request.texts))
+            responses[i] = ok_response(part)
+
+    def _run_level(self, level: Level, rows: list[list[int]]) -> tuple[np.ndarray, str]:
+        """Embeddings from the level's encoder; a vanished primary fails over at once."""
+        name = self.encoders[level.encoder or "fallback"]
+        try:
+            return self._call(name, rows, level.max_rows), self._served_by(name, level)
+        except ChildModelError as err:
+            self.fallbacks.inc(reason=failure_reason(err.child_message))
+            self.policy.observe_failure()
+            if err.code != "UNAVAILABLE" or name == self.encoders["fallback"]:
+                raise
+            self._record(self.policy.fail_over(f"primary {name} failed: {err.child_message}",
+                                               time.monotonic()))
+            fallback = self.encoders["fallback"]
+            return self._call(fallback, rows, None), self._served_by(fallback, self.levels[2])
+
+    def _call(self, name: str, rows: list[list[int]], max_rows: int | None) -> np.ndarray:
+        """The batch through `name`, in calls of at most `max_rows` rows; the whole batch's
+        encoder time feeds the latency signal (small calls must not hide an overload)."""
+        step = max_rows or len(rows)
+        began = time.monotonic()
+        parts = []
+        for start in range(0, len(rows), step):
+            ids, mask = pad_batch(rows[start:start + step], self.encoder.pad_id)
+            parts.append(self.call_encoder(name, dict(zip(contracts.ENCODER_INPUTS, (ids, mask)))))
+        self.policy.observe_latency((time.monotonic() - began) * 1000)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def call_encoder(self, name: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """One encoder call: BLS (the bare benchmark fixture overrides it)."""
+        output = contracts.ENCODER_OUTPUTS[name]
+        return bls_infer(name, feeds, [output])[output]
+
+    def _served_by(self, name: str, level: Level) -> str:
+        return f"{name}:{self._version(name)}:{contracts.PRECISION[name]}:L{level.number}"
+
+    def _version(self, name: str) -> str:
+        """The encoder's served version (latest on disk), re-read at most once a second."""
+        now = time.monotonic()
+        cached = self._versions.get(name)
+        if cached is None or now - cached[0] > 1.0:
+            cached = (now, latest_version(self.model_dir.parent / name))
+            self._versions[name] = cached
+        return cached[1]
+
+
+def served_by_array(values: list[str]) -> np.ndarray:
+    return np.array([v.encode() for v in values], dtype=np.object_).reshape(-1, 1)

@@ -1,20 +1,20 @@
 """Custom Prometheus metrics from inside the Python backend (`pb_utils.MetricFamily`).
 
-Outside Triton the counters are plain in-process numbers, so the same code runs in
-unit tests and tooling.
+Outside Triton the metrics are plain in-process numbers, so the same code runs in unit
+tests and tooling. Families are shared by name within a stub process; counters with the
+same labels add up across instances in Triton's registry.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from python_backends.pb import pb_utils
 
 
-class Counter:
-    """One labelled counter; a MetricFamily counter inside Triton."""
-
-    _families: ClassVar[dict[str, object]] = {}
+class _Metric:
+    kind = "COUNTER"
+    _families: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, name: str, description: str, labels: dict[str, str]) -> None:
         self.value = 0.0
@@ -23,12 +23,43 @@ class Counter:
             family = self._families.get(name)
             if family is None:
                 family = pb_utils.MetricFamily(
-                    name=name, description=description, kind=pb_utils.MetricFamily.COUNTER
-                )
+                    name=name, description=description,
+                    kind=getattr(pb_utils.MetricFamily, self.kind))
                 self._families[name] = family
             self._metric = family.Metric(labels=labels)
+
+
+class Counter(_Metric):
+    """One labelled counter; a MetricFamily counter inside Triton."""
 
     def inc(self, amount: float = 1.0) -> None:
         self.value += amount
         if self._metric is not None:
             self._metric.increment(amount)
+
+
+class Gauge(_Metric):
+    """One labelled gauge."""
+
+    kind = "GAUGE"
+
+    def set(self, value: float) -> None:
+        self.value = value
+        if self._metric is not None:
+            self._metric.set(value)
+
+
+class CounterFamily:
+    """Counters of one name whose extra labels (reason, priority...) vary at runtime."""
+
+    def __init__(self, name: str, description: str, base: dict[str, str]) -> None:
+        self.name, self.description, self.base = name, description, base
+        self._counters: dict[tuple, Counter] = {}
+
+    def inc(self, amount: float = 1.0, **labels: str) -> None:
+        key = tuple(sorted(labels.items()))
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = Counter(self.name, self.description, {**self.base, **labels})
+            self._counters[key] = counter
+        counter.inc(amount)

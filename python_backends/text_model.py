@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,25 @@ from python_backends.tokenization import (
 TokenRows = list[list[int]]
 
 
+@dataclass
+class TextRequest:
+    """The valid texts of one request, their token ids, and its priority class."""
+
+    texts: list[str]
+    rows: TokenRows
+    priority: int
+
+
+def request_priority(parameters_json: str) -> int:
+    """The SDK mirrors Triton's priority into the request parameter `tmr_priority`
+    (the Python backend cannot see Triton's own). Absent: the low default level."""
+    try:
+        value = json.loads(parameters_json or "{}").get(contracts.PRIORITY_PARAMETER)
+        return int(value) if value else contracts.DEFAULT_PRIORITY
+    except (ValueError, TypeError, AttributeError):
+        return contracts.DEFAULT_PRIORITY
+
+
 class TextModel(BaseModel):
     """A model whose requests carry TEXT; `tokenize_requests` does the per-request checks."""
 
@@ -28,18 +49,21 @@ class TextModel(BaseModel):
         tokenizer = parameter(self.config, "tokenizer_path", default_tokenizer_path(), Path)
         self.encoder = TextEncoder(tokenizer, self.limits)
 
-    def tokenize_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, TokenRows]]:
-        """Responses with each invalid request's error filled in, and the valid requests' rows."""
+    def tokenize_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, TextRequest]]:
+        """Responses with each invalid request's error filled in, and the valid requests."""
         responses: list[Any] = [None] * len(requests)
-        rows: dict[int, TokenRows] = {}
+        valid: dict[int, TextRequest] = {}
         for i, request in enumerate(requests):
             try:
-                rows[i] = self._tokenize(input_array(request, contracts.TEXT_INPUT))
+                texts = decode_texts(input_array(request, contracts.TEXT_INPUT), self.limits,
+                                     contracts.TEXT_INPUT)
+                valid[i] = TextRequest(texts, self._tokenize(texts),
+                                       request_priority(request.parameters()))
             except InvalidInputError as err:
                 responses[i] = error_response(err)
-        return responses, rows
+        return responses, valid
 
-    def _tokenize(self, raw: Any) -> TokenRows:
-        name = contracts.TEXT_INPUT
-        ids = self.encoder.token_ids(decode_texts(raw, self.limits, name))
-        return [apply_token_limit(r, self.limits, j, name) for j, r in enumerate(ids)]
+    def _tokenize(self, texts: list[str]) -> TokenRows:
+        ids = self.encoder.token_ids(texts)
+        return [apply_token_limit(r, self.limits, j, contracts.TEXT_INPUT)
+                for j, r in enumerate(ids)]

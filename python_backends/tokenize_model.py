@@ -19,10 +19,11 @@ class TokenizeModel(TextModel):
     """Validates and tokenizes a dynamic batch; no model call."""
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
-        responses, rows = self.tokenize_requests(requests)
-        if rows:
-            flat = [row for per in rows.values() for row in per]
+        responses, valid = self.tokenize_requests(requests)
+        if valid:
+            flat = [row for req in valid.values() for row in req.rows]
             feeds = dict(zip(contracts.ENCODER_INPUTS, pad_batch(flat, self.encoder.pad_id)))
-            for i, part in zip(rows, split_outputs(feeds, [len(r) for r in rows.values()])):
+            sizes = [len(req.rows) for req in valid.values()]
+            for i, part in zip(valid, split_outputs(feeds, sizes)):
                 responses[i] = ok_response(part)
         return responses

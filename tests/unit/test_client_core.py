@@ -43,10 +43,14 @@ def test_chunks_cover_every_row_in_slices_of_at_most_size():
     assert list(chunks(0, 4)) == []
 
 
+def test_call_options_mirror_priority_into_the_request_parameter_the_router_reads():
+    assert CallOptions(priority=2).infer_kwargs("r")["parameters"] == {"tmr_priority": 2}
+
+
 def test_call_options_infer_kwargs_converts_timeout_to_microseconds_and_version_to_str():
     kwargs = CallOptions(priority=1, timeout_ms=250, model_version=2).infer_kwargs("r1")
     assert kwargs == {"request_id": "r1", "priority": 1, "timeout": 250_000,
-                      "model_version": "2"}
+                      "model_version": "2", "parameters": {"tmr_priority": 1}}
     assert isinstance(kwargs["timeout"], int)
 
 

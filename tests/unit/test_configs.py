@@ -45,11 +45,28 @@ def test_embed_io_matches_contracts():
     assert [(t.name, t.data_type, list(t.dims)) for t in embed.input] == \
         [(contracts.TEXT_INPUT, mc.TYPE_STRING, [1])]
     assert [(t.name, t.data_type, list(t.dims)) for t in embed.output] == \
-        [(contracts.EMBEDDING_OUTPUT, mc.TYPE_FP32, [contracts.EMBEDDING_DIM])]
+        [(contracts.EMBEDDING_OUTPUT, mc.TYPE_FP32, [contracts.EMBEDDING_DIM]),
+         (contracts.SERVED_BY_OUTPUT, mc.TYPE_STRING, [1])]
 
 
-def test_embed_target_model_is_a_known_encoder():
-    assert config("embed").parameters["target_model"].string_value in contracts.ENCODER_MODELS
+def test_embed_primary_and_fallback_are_known_encoders_and_differ():
+    params = config("embed").parameters
+    primary = params["primary_model"].string_value
+    fallback = params["fallback_model"].string_value
+    assert {primary, fallback} <= set(contracts.ENCODER_MODELS) and primary != fallback
+    assert contracts.PRECISION[fallback] == "int8"  # the cheaper model of the ladder
+
+
+def test_embed_degradation_settings_parse_with_the_policy_reader():
+    from google.protobuf.json_format import MessageToDict
+
+    from python_backends.degradation import PolicySettings
+
+    settings = PolicySettings.from_config(MessageToDict(config("embed"),
+                                                        preserving_proto_field_name=True))
+    assert settings.forced_level is None  # signals decide unless an operator forces a level
+    assert settings.down_ratio < settings.up_ratio
+    assert settings.min_dwell_s > 0
 
 
 @pytest.mark.parametrize("name", contracts.ENCODER_MODELS)
