@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shutil
 import statistics
 import tempfile
 import time
@@ -26,6 +24,7 @@ from perf import perf_analyzer
 from python_backends.tensor_model import onnx_session
 from python_backends.tokenization import TextEncoder, TextLimits, default_tokenizer_path
 from server.launcher import TritonServer, free_port
+from server.repository import copy_repository, edit_config, set_parameter
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
 
 FIXTURES = PROJECT_ROOT / "perf" / "fixtures"
@@ -93,30 +92,11 @@ def inprocess_curve(onnx_path: Path, threads: int = 2, seconds: float = 1.5) -> 
 
 
 def build_repository(root: Path, edits: list[tuple[str, str, str]]) -> Path:
-    """model_repository + fixtures in `root`, version folders linked, configs copied and edited."""
-    repo = root / "repository"
-    for source in (*DEFAULT_REPOSITORY.iterdir(), *FIXTURES.iterdir()):
-        if not source.is_dir():
-            continue
-        target = repo / source.name
-        target.mkdir(parents=True)
-        for item in source.iterdir():
-            if item.name.isdigit():
-                (target / item.name).symlink_to(item)  # artifacts are large: link them
-            elif item.is_dir():
-                shutil.copytree(item, target / item.name)
-            else:
-                shutil.copy(item, target / item.name)
-    bare = repo / "embed_bare" / "config.pbtxt"
-    bare.write_text(bare.read_text().replace(
-        'key: "onnx_path" value: { string_value: "" }',
-        f'key: "onnx_path" value: {{ string_value: "{latest_onnx(DEFAULT_REPOSITORY)}" }}'))
-    for model, old, new in edits:
-        config = repo / model / "config.pbtxt"
-        text, count = re.subn(old, new, config.read_text(), flags=re.DOTALL)
-        if count != 1:
-            raise ValueError(f"variant edit matched {count} times in {model}: {old!r}")
-        config.write_text(text)
+    """model_repository + fixtures in `root`, with the variant's config edits applied."""
+    repo = copy_repository([DEFAULT_REPOSITORY, FIXTURES], root / "repository")
+    set_parameter(repo, "embed_bare", "onnx_path", str(latest_onnx(DEFAULT_REPOSITORY)))
+    for model, pattern, replacement in edits:
+        edit_config(repo, model, pattern, replacement)
     return repo
 
 

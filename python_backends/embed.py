@@ -22,6 +22,7 @@ from python_backends.base import error_response, ok_response
 from python_backends.batching import split_outputs
 from python_backends.bls import bls_infer, failure_reason
 from python_backends.degradation import (
+    TOP_LEVEL,
     DegradationPolicy,
     EmbeddingCache,
     Level,
@@ -97,6 +98,10 @@ class EmbedModel(TextModel):
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         level = self.current_level()
         responses, valid = self.tokenize_requests(requests)
+        if level.number == TOP_LEVEL:
+            for i, request in valid.items():
+                responses[i] = self._refuse(level, request, "out of service")
+            return responses
         if level.shed_low:
             valid = self._shed_low(level, valid, responses)
         if level.cache_only:
@@ -124,9 +129,8 @@ class EmbedModel(TextModel):
                            responses: list[Any]) -> None:
         for i, request in valid.items():
             hits = [self.cache.get(t) for t in request.texts]
-            if level.number >= 5 or any(h is None for h in hits):
-                reason = "out of service" if level.number >= 5 else "text not in cache"
-                responses[i] = self._refuse(level, request, reason)
+            if any(h is None for h in hits):
+                responses[i] = self._refuse(level, request, "text not in cache")
                 continue
             responses[i] = ok_response({
                 contracts.EMBEDDING_OUTPUT: np.stack([h[0] for h in hits]),

@@ -39,6 +39,27 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return embed_command(args)
 
 
+def cmd_degrade(args: argparse.Namespace) -> int:
+    from client.admin import AUTO, force_level_explicit, force_level_poll, wait_for_level
+
+    level = AUTO if args.level == "auto" else int(args.level)
+    if args.poll:
+        force_level_poll(args.repository, level)
+    else:
+        force_level_explicit(args.url, level)
+    print(f"embed now reports: {wait_for_level(args.url, level, args.timeout_s)}")
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from client.admin import deep_health
+
+    checks = deep_health(args.url, args.models)
+    for c in checks:
+        print(f"{'OK  ' if c.ok else 'FAIL'} {c.model:<20} {c.ms:>8.1f} ms  {c.detail}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tmr", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -63,6 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--timeout-ms", type=int, default=None)
     embed.add_argument("--model", default="embed")
     embed.set_defaults(func=cmd_embed)
+
+    degrade = sub.add_parser("degrade", help="force embed's degradation level (or `auto`)")
+    degrade.add_argument("--level", required=True, choices=["auto", "0", "1", "2", "3", "4", "5"])
+    degrade.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
+    degrade.add_argument("--poll", action="store_true",
+                         help="poll mode: edit config.pbtxt instead of calling the load API")
+    degrade.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    degrade.add_argument("--timeout-s", type=float, default=30.0)
+    degrade.set_defaults(func=cmd_degrade)
+
+    health = sub.add_parser("health", help="deep health: a real inference through every model")
+    health.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
+    health.add_argument("--models", nargs="+",
+                        default=["embed", "minilm_onnx", "minilm_int8", "minilm_torchscript"])
+    health.set_defaults(func=cmd_health)
     return parser
 
 

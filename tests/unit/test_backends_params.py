@@ -119,3 +119,20 @@ def test_environment_info_reports_interpreter_numpy_and_search_path():
 def test_environment_info_is_json_serialisable_and_shows_numpy_below_2():
     info = json.loads(json.dumps(environment_info()))
     assert int(info["numpy_version"].split(".")[0]) < 2
+
+
+def test_failure_reason_labels_child_errors_for_metrics() -> None:
+    from python_backends.bls import failure_reason
+
+    assert failure_reason("Request for unknown model: 'minilm_onnx' is not found") == "not_found"
+    assert failure_reason("Exceeds maximum queue size") == "queue_full"
+    assert failure_reason("Stub process 'minilm_onnx_0_0' is not healthy.") == "stub_unhealthy"
+    assert failure_reason("something else") == "error"
+
+
+def test_request_priority_reads_the_sdk_parameter_and_defaults_to_low() -> None:
+    from python_backends.text_model import request_priority
+
+    assert request_priority('{"tmr_priority": 1}') == 1
+    assert request_priority("{}") == 2
+    assert request_priority("not json") == 2

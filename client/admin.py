@@ -1,0 +1,108 @@
+"""Operator commands: `tmr degrade` (force a degradation level) and `tmr health` (deep check)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from client.errors import TritonClientError, UnavailableError, from_exception
+from client.retry import NO_RETRY
+from client.sync import EmbedClient
+from python_backends import contracts
+from server.repository import set_parameter
+
+AUTO = -1
+
+
+def force_level_explicit(url: str, level: int, model: str = contracts.EMBED_MODEL) -> None:
+    """Reload `model` through the load API with `forced_level` overridden (explicit mode).
+
+    The override lives in the server only: `--level auto` sends it back as -1. The
+    on-disk config.pbtxt stays the source of truth for the next start.
+    """
+    client = httpclient.InferenceServerClient(url)
+    try:
+        config = client.get_model_config(model)
+        config.setdefault("parameters", {})["forced_level"] = {"string_value": str(level)}
+        client.load_model(model, config=json.dumps(config))
+    except Exception as exc:  # tritonclient raises several types
+        raise from_exception(exc) from exc
+    finally:
+        client.close()
+
+
+def force_level_poll(repository: Path, level: int, model: str = contracts.EMBED_MODEL) -> None:
+    """Edit config.pbtxt in place (poll mode): Triton reloads it on its next scan."""
+    set_parameter(repository, model, "forced_level", str(level))
+
+
+def observed_level(url: str) -> str:
+    """What a real high-priority request reports now: SERVED_BY, or the refusal."""
+    with EmbedClient(url, retry=NO_RETRY) as client:
+        try:
+            result = client.embed_with_info([f"level probe {time.time()}"], priority=1)
+        except UnavailableError as err:
+            return err.message
+    return result.served_by[0]
+
+
+def wait_for_level(url: str, level: int, timeout_s: float = 30.0) -> str:
+    """Poll with real requests until they report `level` (AUTO: until L0 serves)."""
+    want = 0 if level == AUTO else level
+    deadline = time.monotonic() + timeout_s
+    seen = ""
+    while time.monotonic() < deadline:
+        try:
+            seen = observed_level(url)
+        except TritonClientError as err:
+            seen = str(err)
+        if seen.endswith(f":L{want}") or f"degraded to level {want} " in seen:
+            return seen
+        time.sleep(0.5)
+    raise TimeoutError(f"embed did not reach level {want} in {timeout_s:.0f} s; last: {seen}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One model's deep-health result."""
+
+    model: str
+    ok: bool
+    ms: float
+    detail: str
+
+
+def probe_model(client: httpclient.InferenceServerClient, model: str) -> Check:
+    """One real inference against `model` (readiness alone is not trusted)."""
+    from python_backends.health import probe
+
+    feeds, outputs = probe(model)
+    inputs = []
+    for name, array in feeds.items():
+        tensor = httpclient.InferInput(name, list(array.shape),
+                                       "BYTES" if array.dtype == np.object_ else "INT64")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    began = time.monotonic()
+    try:
+        result = client.infer(model, inputs,
+                              outputs=[httpclient.InferRequestedOutput(o) for o in outputs])
+        vector = result.as_numpy(outputs[0])
+        detail = f"norm {float(np.linalg.norm(vector[0])):.4f}"
+        ok = abs(float(np.linalg.norm(vector[0])) - 1.0) < 1e-3
+    except Exception as exc:  # tritonclient raises several types
+        ok, detail = False, str(from_exception(exc))
+    return Check(model, ok, round((time.monotonic() - began) * 1000, 1), detail)
+
+
+def deep_health(url: str, models: list[str]) -> list[Check]:
+    client = httpclient.InferenceServerClient(url)
+    try:
+        return [probe_model(client, m) for m in models]
+    finally:
+        client.close()

@@ -1,0 +1,153 @@
+"""The degradation router on its own server: forced levels, shedding, fail-over, deep health."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+import tritonclient.http as httpclient
+
+from client import NO_RETRY, AsyncEmbedClient, EmbedClient, UnavailableError
+from client.admin import AUTO, deep_health, force_level_explicit, wait_for_level
+from server.launcher import TritonServer
+from server.repository import copy_repository
+from server.settings import PROJECT_ROOT
+from tests.conftest import REPOSITORY, start_server
+from tests.integration.helpers import http_post, metric_value
+
+TEXTS = ["the router degrades on purpose", "and recovers on purpose"]
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    """A server of its own (state changes here must not leak into other tests)."""
+    root = tmp_path_factory.mktemp("degradation")
+    repo = copy_repository([REPOSITORY], root / "repository")
+    server = start_server(repo, root / "tritonserver.log")
+    yield server
+    assert server.stop() == 0
+
+
+def tmr(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_every_row_reports_the_primary_encoder_at_level_0(router) -> None:
+    with EmbedClient(router.grpc_url, protocol="grpc") as client:
+        result = client.embed_with_info(TEXTS, priority=1)
+    assert result.served_by == ["minilm_onnx:1:fp32:L0"] * 2
+
+
+def test_operator_forces_the_int8_level_and_auto_restores_fp32(router) -> None:
+    with EmbedClient(router.http_url) as client:
+        fp32 = client.embed(TEXTS)
+    forced = tmr("degrade", "--level", "2", "--url", router.http_url)
+    assert forced.returncode == 0, forced.stderr
+    assert "embed now reports: minilm_int8:1:int8:L2" in forced.stdout
+    with EmbedClient(router.http_url) as client:
+        result = client.embed_with_info(TEXTS)
+    assert result.served_by == ["minilm_int8:1:int8:L2"] * 2
+    cosine = (result.embeddings * fp32).sum(1)
+    assert cosine.min() >= 0.95  # the export's INT8 fidelity floor
+    restored = tmr("degrade", "--level", "auto", "--url", router.http_url)
+    assert restored.returncode == 0, restored.stderr
+    assert "embed now reports: minilm_onnx:1:fp32:L0" in restored.stdout
+
+
+def test_shed_low_level_refuses_low_priority_and_serves_high(router) -> None:
+    before = metric_value(router.metrics_url, "tmr_rejections_total", priority="2",
+                          reason="shedding low priority")
+    force_level_explicit(router.http_url, 3)
+    wait_for_level(router.http_url, 3)
+    with EmbedClient(router.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
+        with pytest.raises(UnavailableError,
+                           match=r"degraded to level 3 \(shed_low\): shedding low priority"):
+            client.embed(TEXTS)  # no priority: Triton's default, the low level
+        assert client.embed_with_info(TEXTS, priority=1).served_by[0].endswith(":L3")
+    after = metric_value(router.metrics_url, "tmr_rejections_total", priority="2",
+                         reason="shedding low priority")
+    assert after - before >= 1
+    force_level_explicit(router.http_url, AUTO)
+    wait_for_level(router.http_url, AUTO)
+
+
+def test_top_level_answers_503_to_everyone_until_the_operator_lifts_it(router) -> None:
+    force_level_explicit(router.http_url, 5)
+    wait_for_level(router.http_url, 5)
+    body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                                   "data": ["anything"]}]}).encode()
+    status, answer = http_post(router.http_url, "/v2/models/embed/infer", body)
+    assert status == 503
+    assert "degraded to level 5 (unavailable): out of service" in json.loads(answer)["error"]
+    force_level_explicit(router.http_url, AUTO)
+    assert wait_for_level(router.http_url, AUTO) == "minilm_onnx:1:fp32:L0"
+
+
+def test_deep_health_probes_every_model_with_a_real_inference(router) -> None:
+    checks = deep_health(router.http_url, ["embed", "minilm_onnx", "minilm_int8",
+                                           "minilm_torchscript"])
+    assert all(c.ok for c in checks), checks
+    body = json.dumps({"inputs": [{"name": "QUERY", "datatype": "BYTES", "shape": [1],
+                                   "data": ["go"]}]}).encode()
+    status, answer = http_post(router.http_url, "/v2/models/health/infer", body)
+    assert status == 200, answer
+    report = json.loads(json.loads(answer)["outputs"][0]["data"][0])
+    assert report["healthy"] is True and set(report["models"]) >= {"embed", "minilm_onnx"}
+    out = tmr("health", "--url", router.http_url)
+    assert out.returncode == 0 and out.stdout.count("OK  ") == 4, out.stdout
+
+
+async def steady_high_priority_load(url: str, seconds: float) -> tuple[list, list]:
+    """Four workers sending high-priority requests back to back; (served_by, errors)."""
+    served, errors = [], []
+    deadline = time.monotonic() + seconds
+
+    async def worker(client: AsyncEmbedClient, n: int) -> None:
+        i = 0
+        while time.monotonic() < deadline:
+            i += 1
+            try:
+                result = await client.embed_with_info([f"worker {n} request {i}"], priority=1)
+                served.extend(result.served_by)
+            except Exception as err:  # every failure counts, whatever its type
+                errors.append(err)
+
+    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+        await asyncio.gather(*(worker(client, n) for n in range(4)))
+    return served, errors
+
+
+def repository_call(url: str, action: str, model: str) -> None:
+    """load_model / unload_model with a client of its own (gevent clients stay per thread)."""
+    admin = httpclient.InferenceServerClient(url)
+    try:
+        getattr(admin, action)(model)
+    finally:
+        admin.close()
+
+
+def test_unloading_the_primary_under_load_falls_back_without_failed_requests(router) -> None:
+    async def scenario() -> tuple[list, list]:
+        load = asyncio.ensure_future(steady_high_priority_load(router.grpc_url, 6.0))
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(repository_call, router.http_url, "unload_model", "minilm_onnx")
+        return await load
+
+    try:
+        served, errors = asyncio.run(scenario())
+    finally:
+        repository_call(router.http_url, "load_model", "minilm_onnx")
+        force_level_explicit(router.http_url, AUTO)  # reload embed: a fresh ladder at L0
+    assert errors == []
+    assert any(s.startswith("minilm_onnx:") for s in served)
+    assert any(s.startswith("minilm_int8:") for s in served), "never fell back"
+    assert metric_value(router.metrics_url, "tmr_degradation_fallbacks_total") >= 1
+    assert metric_value(router.metrics_url, "tmr_degradation_transitions_total",
+                        **{"from": "0", "to": "2"}) >= 1
+    assert wait_for_level(router.http_url, AUTO) == "minilm_onnx:1:fp32:L0"
