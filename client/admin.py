@@ -51,19 +51,23 @@ def observed_level(url: str) -> str:
     return result.served_by[0]
 
 
-def wait_for_level(url: str, level: int, timeout_s: float = 30.0) -> str:
-    """Poll with real requests until they report `level` (AUTO: until L0 serves)."""
+def wait_for_level(url: str, level: int, timeout_s: float = 30.0,
+                   consecutive: int = 1) -> str:
+    """Poll with real requests until `consecutive` answers in a row report `level`
+    (AUTO: level 0). Each embed instance keeps its own ladder, hence `consecutive`."""
     want = 0 if level == AUTO else level
     deadline = time.monotonic() + timeout_s
-    seen = ""
+    seen, streak = "", 0
     while time.monotonic() < deadline:
         try:
             seen = observed_level(url)
         except TritonClientError as err:
             seen = str(err)
-        if seen.endswith(f":L{want}") or f"degraded to level {want} " in seen:
+        at_level = seen.endswith(f":L{want}") or f"degraded to level {want} " in seen
+        streak = streak + 1 if at_level else 0
+        if streak >= consecutive:
             return seen
-        time.sleep(0.5)
+        time.sleep(0.5 if streak == 0 else 0.1)
     raise TimeoutError(f"embed did not reach level {want} in {timeout_s:.0f} s; last: {seen}")
 
 

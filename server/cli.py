@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_options(serve)
     serve.add_argument("--no-check", action="store_true",
                        help="skip the example embed call after start")
+    serve.add_argument("--no-watchdog", action="store_true",
+                       help="do not reload models whose stub died or whose queue stalled")
     serve.set_defaults(func=cmd_serve)
 
     export = sub.add_parser("export", help="export models into new version folders")

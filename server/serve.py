@@ -11,8 +11,11 @@ from types import FrameType
 
 from server.launcher import ServerStartError, TritonServer
 from server.settings import Ports, ServerOptions
+from server.watchdog import Watchdog
 
 ENCODERS = ("minilm_onnx", "minilm_torchscript", "minilm_int8")
+WATCHED_MODELS = ["embed", *ENCODERS]
+WATCHDOG_PORT_OFFSET = 100  # metrics 8002 -> watchdog 8102
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
@@ -71,6 +74,19 @@ def example_call(server: TritonServer) -> str:
     return f"embed answered: dim={vector.shape[0]} norm={norm:.4f} first={vector[:4].round(4)}"
 
 
+def start_watchdog(server: TritonServer, args: argparse.Namespace) -> Watchdog | None:
+    """The watchdog reloads through the load API, so it runs in explicit mode only."""
+    if args.no_watchdog or server.opts.control_mode != "explicit":
+        return None
+    port = server.opts.ports.metrics + WATCHDOG_PORT_OFFSET
+    watchdog = Watchdog(f"localhost:{server.opts.ports.http}", server.metrics_url,
+                        WATCHED_MODELS, interval_s=5.0, metrics_port=port)
+    watchdog.start()
+    print(f"  watchdog    http://localhost:{port}/metrics  (reloads dead or stalled models)",
+          flush=True)
+    return watchdog
+
+
 def serve(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     missing = missing_exports(opts.repository)
@@ -97,8 +113,11 @@ def serve(args: argparse.Namespace) -> int:
     print(banner(server), flush=True)
     if not args.no_check:
         print(example_call(server), flush=True)
+    watchdog = start_watchdog(server, args)
     while not stopping and server.process is not None and server.process.poll() is None:
         time.sleep(0.2)
+    if watchdog is not None:
+        watchdog.stop()
     print("stopping tritonserver (waiting for in-flight requests)...", flush=True)
     code = server.stop()
     print(f"tritonserver exited with code {code}", flush=True)

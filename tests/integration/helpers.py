@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from client import NO_RETRY, AsyncEmbedClient
 
 
 @dataclass(frozen=True)
@@ -62,3 +66,23 @@ def assert_serving(http_url: str) -> None:
     status, answer = http_post(http_url, "/v2/models/embed/infer", body)
     assert status == 200, answer
     assert json.loads(answer)["outputs"][0]["shape"] == [1, 384]
+
+
+async def steady_high_priority_load(url: str, seconds: float) -> tuple[list, list]:
+    """Four workers sending high-priority requests back to back; (served_by, errors)."""
+    served, errors = [], []
+    deadline = time.monotonic() + seconds
+
+    async def worker(client: AsyncEmbedClient, n: int) -> None:
+        i = 0
+        while time.monotonic() < deadline:
+            i += 1
+            try:
+                result = await client.embed_with_info([f"worker {n} request {i}"], priority=1)
+                served.extend(result.served_by)
+            except Exception as err:  # every failure counts, whatever its type
+                errors.append(err)
+
+    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+        await asyncio.gather(*(worker(client, n) for n in range(4)))
+    return served, errors

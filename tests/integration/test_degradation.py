@@ -6,19 +6,18 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
 import tritonclient.http as httpclient
 
-from client import NO_RETRY, AsyncEmbedClient, EmbedClient, UnavailableError
+from client import NO_RETRY, EmbedClient, UnavailableError
 from client.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from server.launcher import TritonServer
 from server.repository import copy_repository
 from server.settings import PROJECT_ROOT
 from tests.conftest import REPOSITORY, start_server
-from tests.integration.helpers import http_post, metric_value
+from tests.integration.helpers import http_post, metric_value, steady_high_priority_load
 
 TEXTS = ["the router degrades on purpose", "and recovers on purpose"]
 
@@ -103,26 +102,6 @@ def test_deep_health_probes_every_model_with_a_real_inference(router) -> None:
     assert out.returncode == 0 and out.stdout.count("OK  ") == 4, out.stdout
 
 
-async def steady_high_priority_load(url: str, seconds: float) -> tuple[list, list]:
-    """Four workers sending high-priority requests back to back; (served_by, errors)."""
-    served, errors = [], []
-    deadline = time.monotonic() + seconds
-
-    async def worker(client: AsyncEmbedClient, n: int) -> None:
-        i = 0
-        while time.monotonic() < deadline:
-            i += 1
-            try:
-                result = await client.embed_with_info([f"worker {n} request {i}"], priority=1)
-                served.extend(result.served_by)
-            except Exception as err:  # every failure counts, whatever its type
-                errors.append(err)
-
-    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
-        await asyncio.gather(*(worker(client, n) for n in range(4)))
-    return served, errors
-
-
 def repository_call(url: str, action: str, model: str) -> None:
     """load_model / unload_model with a client of its own (gevent clients stay per thread)."""
     admin = httpclient.InferenceServerClient(url)
@@ -151,3 +130,4 @@ def test_unloading_the_primary_under_load_falls_back_without_failed_requests(rou
     assert metric_value(router.metrics_url, "tmr_degradation_transitions_total",
                         **{"from": "0", "to": "2"}) >= 1
     assert wait_for_level(router.http_url, AUTO) == "minilm_onnx:1:fp32:L0"
+

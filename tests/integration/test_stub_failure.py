@@ -1,0 +1,88 @@
+"""A Python stub killed under load: the router fails over, the watchdog reloads the model.
+
+Runs on a server of its own with a short exit timeout: on Triton 2.51 a model instance
+whose stub was killed never finishes unloading, so that server can only exit when
+--exit-timeout-secs runs out, with code 1 (documented in the README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from client import UnavailableError
+from client.admin import AUTO, deep_health, wait_for_level
+from server.launcher import TritonServer
+from server.repository import copy_repository
+from server.watchdog import Watchdog
+from tests.conftest import REPOSITORY, start_server
+from tests.integration.helpers import steady_high_priority_load
+
+EXIT_TIMEOUT_S = 5
+
+
+@pytest.fixture(scope="module")
+def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    root = tmp_path_factory.mktemp("stub_failure")
+    repo = copy_repository([REPOSITORY], root / "repository")
+    server = start_server(repo, root / "tritonserver.log", exit_timeout_s=EXIT_TIMEOUT_S)
+    yield server
+    began = time.monotonic()
+    assert server.stop() in (0, 1)
+    assert time.monotonic() - began < EXIT_TIMEOUT_S + 10
+
+
+def stub_pids(server: TritonServer, model: str) -> list[int]:
+    """PIDs of the Python stubs serving `model` (children of this server)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if (ppid == server.process.pid and args[0].endswith(b"triton_python_backend_stub")
+                and f"/{model}/".encode() in args[1]):
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_killed_primary_stub_fails_over_and_the_watchdog_restores_it(fragile) -> None:
+    watchdog = Watchdog(fragile.http_url, fragile.metrics_url, ["minilm_onnx"], interval_s=1.0)
+    watchdog.start()
+    killed_at: list[float] = []
+
+    async def scenario() -> tuple[list, list]:
+        load = asyncio.ensure_future(steady_high_priority_load(fragile.grpc_url, 10.0))
+        await asyncio.sleep(2.0)
+        pids = stub_pids(fragile, "minilm_onnx")
+        assert pids, "no minilm_onnx stub found"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        killed_at.append(time.monotonic())
+        return await load
+
+    try:
+        served, errors = asyncio.run(scenario())
+        reloads = [e for e in watchdog.events if e[1] == "minilm_onnx"]
+    finally:
+        watchdog.stop()
+        watchdog.join(10)
+    # During the failure: the fallback serves, or the client gets a clear 503.
+    assert all(isinstance(e, UnavailableError) for e in errors), errors
+    assert any(s.startswith("minilm_int8:") for s in served), "never fell back"
+    assert reloads and reloads[0][2].startswith("dead Python stub"), watchdog.events
+    recovery_s = reloads[0][0] - killed_at[0]
+    print(f"\nstub killed -> watchdog reload after {recovery_s:.1f} s; "
+          f"{len(served)} served, {len(errors)} failed during the run")
+    assert deep_health(fragile.http_url, ["minilm_onnx"])[0].ok
+    # Full service returns on its own: every instance's ladder steps back down to L0.
+    assert wait_for_level(fragile.http_url, AUTO, timeout_s=60, consecutive=6).endswith(":L0")
