@@ -19,6 +19,7 @@ UNAVAILABLE_MARKERS = (
     "unknown model",
     "is not healthy",
     "has been unloaded",
+    "Server not ready",  # the server is shutting down
 )
 
 
