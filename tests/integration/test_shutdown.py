@@ -12,8 +12,8 @@ import numpy as np
 from client import NO_RETRY, AsyncEmbedClient, TritonClientError
 from tests.conftest import REPOSITORY, start_server
 
-HANG_S = 30.0
-STOPPING_ERRORS = {"UnavailableError", "ModelNotFoundError", "ServerUnreachableError"}  # a request that takes longer than this counts as hung
+HANG_S = 30.0  # a request that takes longer than this counts as hung
+STOPPING_ERRORS = {"UnavailableError", "ModelNotFoundError", "ServerUnreachableError"}
 
 
 async def load_through_sigterm(server, seconds: float) -> list[object]:
@@ -56,7 +56,7 @@ def test_sigterm_under_load_drains_and_refuses_cleanly(tmp_path) -> None:
     assert len(served) > 20
     kinds = Counter(type(e).__name__ for e in errors)
     samples = {type(e).__name__: e.message for e in errors}
-    print(f"\nSIGTERM under load: {len(served)} served, errors by type {dict(kinds)}: {samples}")
+    print(f"\nSIGTERM under load: {len(served)} served, errors {dict(kinds)}: {samples}")
     # The documented stopping errors (README "When things go wrong"): in-flight work is
     # refused as the server stops, then models are unloaded, then the port closes.
     assert set(kinds) <= STOPPING_ERRORS, errors[:5]
