@@ -7,6 +7,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,7 +42,8 @@ def metric_value(metrics_url: str, name: str, **labels: str) -> float:
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+            named = sample.name in (name, f"{name}_total")  # the parser adds _total to counters
+            if named and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
 
@@ -57,12 +59,18 @@ def http_post(http_url: str, path: str, body: bytes,
         return err.code, err.read()
 
 
+def fresh(*texts: str) -> list[str]:
+    """Texts made unique, so Triton's response cache cannot answer them."""
+    tag = uuid.uuid4().hex[:8]
+    return [f"{t} [{tag}]" for t in texts]
+
+
 def assert_serving(http_url: str) -> None:
     """The server is ready AND a real embed call succeeds (readiness alone can lie)."""
     with urllib.request.urlopen(f"http://{http_url}/v2/health/ready", timeout=10) as r:
         assert r.status == 200
     body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
-                                   "data": ["the server is still healthy"]}]}).encode()
+                                   "data": fresh("the server is still healthy")}]}).encode()
     status, answer = http_post(http_url, "/v2/models/embed/infer", body)
     assert status == 200, answer
     assert json.loads(answer)["outputs"][0]["shape"] == [1, 384]

@@ -17,9 +17,14 @@ from server.launcher import TritonServer
 from server.repository import copy_repository
 from server.settings import PROJECT_ROOT
 from tests.conftest import REPOSITORY, start_server
-from tests.integration.helpers import http_post, metric_value, steady_high_priority_load
+from tests.integration.helpers import (
+    fresh,
+    http_post,
+    metric_value,
+    steady_high_priority_load,
+)
 
-TEXTS = ["the router degrades on purpose", "and recovers on purpose"]
+TEXTS = ("the router degrades on purpose", "and recovers on purpose")
 
 
 @pytest.fixture(scope="module")
@@ -39,18 +44,19 @@ def tmr(*args: str) -> subprocess.CompletedProcess:
 
 def test_every_row_reports_the_primary_encoder_at_level_0(router) -> None:
     with EmbedClient(router.grpc_url, protocol="grpc") as client:
-        result = client.embed_with_info(TEXTS, priority=1)
+        result = client.embed_with_info(fresh(*TEXTS), priority=1)
     assert result.served_by == ["minilm_onnx:1:fp32:L0"] * 2
 
 
 def test_operator_forces_the_int8_level_and_auto_restores_fp32(router) -> None:
+    texts = fresh(*TEXTS)
     with EmbedClient(router.http_url) as client:
-        fp32 = client.embed(TEXTS)
+        fp32 = client.embed(texts)
     forced = tmr("degrade", "--level", "2", "--url", router.http_url)
     assert forced.returncode == 0, forced.stderr
     assert "embed now reports: minilm_int8:1:int8:L2" in forced.stdout
     with EmbedClient(router.http_url) as client:
-        result = client.embed_with_info(TEXTS)
+        result = client.embed_with_info(texts)
     assert result.served_by == ["minilm_int8:1:int8:L2"] * 2
     cosine = (result.embeddings * fp32).sum(1)
     assert cosine.min() >= 0.95  # the export's INT8 fidelity floor
@@ -67,8 +73,8 @@ def test_shed_low_level_refuses_low_priority_and_serves_high(router) -> None:
     with EmbedClient(router.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
         with pytest.raises(UnavailableError,
                            match=r"degraded to level 3 \(shed_low\): shedding low priority"):
-            client.embed(TEXTS)  # no priority: Triton's default, the low level
-        assert client.embed_with_info(TEXTS, priority=1).served_by[0].endswith(":L3")
+            client.embed(fresh(*TEXTS))  # no priority: Triton's default, the low level
+        assert client.embed_with_info(fresh(*TEXTS), priority=1).served_by[0].endswith(":L3")
     after = metric_value(router.metrics_url, "tmr_rejections_total", priority="2",
                          reason="shedding low priority")
     assert after - before >= 1
@@ -80,7 +86,7 @@ def test_top_level_answers_503_to_everyone_until_the_operator_lifts_it(router) -
     force_level_explicit(router.http_url, 5)
     wait_for_level(router.http_url, 5)
     body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
-                                   "data": ["anything"]}]}).encode()
+                                   "data": fresh("anything")}]}).encode()
     status, answer = http_post(router.http_url, "/v2/models/embed/infer", body)
     assert status == 503
     assert "degraded to level 5 (unavailable): out of service" in json.loads(answer)["error"]

@@ -115,3 +115,4 @@ def test_stub_imports_the_project_venv_numpy_below_2(triton) -> None:
     assert int(info["numpy_version"].split(".")[0]) < 2, info
     assert info["numpy_path"].startswith(sys.prefix), info  # this venv, not the global one
     assert info["python"] == sys.version.split()[0]  # the venv's own interpreter
+

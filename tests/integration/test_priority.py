@@ -21,7 +21,14 @@ HIGH, LOW = 1, 2
 # One request of 64 short texts fills a whole execution (max_batch_size 64), so the order
 # in which requests are dispatched is the order of executions. Short texts keep the whole
 # backlog well inside the low level's 2 s queue timeout, even on a loaded CI machine.
-FULL_BATCH = ["short text"] * 64
+# Every request's texts are unique, so Triton's response cache cannot answer any of them.
+
+
+def full_batch(tag: str) -> list[str]:
+    return [f"short text {tag}"] * 64
+
+
+
 BACKLOG = 12  # low requests; 3 instances take 3 at once and 9 wait in the queue
 FLOOD = 600  # single-text low requests: more than 3 executing batches of 64 + 128 queued
 
@@ -37,11 +44,12 @@ async def timed(coro) -> tuple[float, object]:
 async def backlog_then_high(url: str) -> tuple[list, list]:
     async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
         await client.max_batch_size()
-        lows = [asyncio.ensure_future(timed(client.embed(FULL_BATCH, priority=LOW)))
-                for _ in range(BACKLOG)]
+        lows = [asyncio.ensure_future(timed(client.embed(full_batch(f"low {i}"), priority=LOW)))
+                for i in range(BACKLOG)]
         await asyncio.sleep(0.05)
-        highs = [asyncio.ensure_future(timed(client.embed(FULL_BATCH, priority=HIGH)))
-                 for _ in range(2)]
+        highs = [asyncio.ensure_future(timed(client.embed(full_batch(f"high {i}"),
+                                                          priority=HIGH)))
+                 for i in range(2)]
         return await asyncio.gather(*lows), await asyncio.gather(*highs)
 
 
@@ -58,15 +66,15 @@ async def queue_is_full(lows: list[asyncio.Future], limit_s: float = 30.0) -> No
 async def flood_with_expiring_highs(url: str) -> tuple[list, list]:
     async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
         await client.max_batch_size()
-        lows = [asyncio.ensure_future(timed(client.embed([TEXT], priority=LOW)))
-                for _ in range(FLOOD)]
+        lows = [asyncio.ensure_future(timed(client.embed([f"{TEXT} {i}"], priority=LOW)))
+                for i in range(FLOOD)]
         await queue_is_full(lows)  # every instance busy: the next requests must wait
         # A 1 ms queue timeout expires unless an instance frees up within that 1 ms, which
         # can happen; several tries spread over the flood make at least one expiry certain.
         expiring = []
-        for _ in range(5):
+        for i in range(5):
             expiring.append(asyncio.ensure_future(
-                timed(client.embed(FULL_BATCH, priority=HIGH, timeout_ms=1))))
+                timed(client.embed(full_batch(f"expiring {i}"), priority=HIGH, timeout_ms=1))))
             await asyncio.sleep(0.05)
         return await asyncio.gather(*lows), [r for _, r in await asyncio.gather(*expiring)]
 
