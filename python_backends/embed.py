@@ -45,6 +45,18 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * PAGE_MB
 
 
+def gpu_memory_reader() -> Any:
+    """A function returning used GPU memory in MB through NVML, or None without a GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # no pynvml, no driver, no device: fall back to process RSS
+        return None
+    return lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
+
+
 def latest_version(model_dir: Path) -> str:
     """The highest integer version folder of a model, as Triton's `latest` policy picks."""
     versions = [int(p.name) for p in model_dir.iterdir() if p.name.isdigit()]
@@ -66,6 +78,8 @@ class EmbedModel(TextModel):
         self.policy = DegradationPolicy(self.settings, since=time.monotonic())
         self.cache = EmbeddingCache(parameter(self.config, "cache_entries", 4096, int))
         self._versions: dict[str, tuple[float, str]] = {}
+        # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
+        self.memory_mb = gpu_memory_reader() or rss_mb
         base = {"model": self.name}
         instance = args.get("model_instance_name", "0")
         self.level_gauge = Gauge("tmr_degradation_level", "Current degradation level of embed",
@@ -83,7 +97,7 @@ class EmbedModel(TextModel):
 
     # -- the ladder -------------------------------------------------------------------
     def current_level(self) -> Level:
-        self.policy.observe_memory(rss_mb())
+        self.policy.observe_memory(self.memory_mb())
         self._record(self.policy.decide(time.monotonic()))
         return self.levels[self.policy.level]
 
