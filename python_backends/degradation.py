@@ -1,20 +1,22 @@
 """The degradation ladder of `embed` and the policy that climbs it (pure; no Triton imports).
 
-Levels, in order (the seeds' order: smaller batches, a cheaper model on the CPU, cached
-answers, rejecting low priority, then 503):
+Levels, in the seeds' order (smaller batches, a cheaper model on the CPU, cached answers,
+rejecting low priority, then 503):
 
     0 normal          primary encoder (minilm_onnx), whole dynamic batch per call
     1 small_batches   primary encoder, at most `small_batch_rows` rows per call
     2 fallback_model  the CPU INT8 encoder (minilm_int8)
-    3 shed_low        fallback encoder; low-priority requests get UNAVAILABLE
-    4 cache_only      only texts in the router's cache are answered; the rest UNAVAILABLE
-    5 unavailable     every request gets UNAVAILABLE
+    3 cached_answers  requests whose texts are all in the router's cache are answered from
+                      it; the rest go to the fallback encoder
+    4 shed_low        as 3, and low-priority requests get UNAVAILABLE
+    5 unavailable     every request gets UNAVAILABLE (an operator's decision only)
 
-Signals: an EWMA of encoder-call latency against `latency_budget_ms`, encoder failures
-(by reason), and process memory against `memory_limit_mb`. Hysteresis: a level is held
-for at least `min_dwell_s`; it rises when a signal is over its "up" threshold and falls
-one step at a time only when every signal is under its "down" threshold. An operator can
-force a level (`forced_level`), which overrides the signals.
+Signals: an EWMA of the batch's encoder time against `latency_budget_ms`, encoder
+failures (by reason), and memory (GPU through NVML, else process RSS) against
+`memory_limit_mb`. Hysteresis: a level is held for at least `min_dwell_s`; it rises one
+step when a signal is over its "up" threshold and falls one step only when every signal
+is under its "down" threshold. The signals stop at level 4, so high priority is always
+served by something. An operator can force any level (`forced_level`).
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ class Level:
     name: str
     encoder: str | None  # "primary", "fallback" or None (no model call)
     max_rows: int | None = None
+    use_cache: bool = False
     shed_low: bool = False
-    cache_only: bool = False
 
 
 def ladder(small_batch_rows: int) -> tuple[Level, ...]:
@@ -46,9 +48,9 @@ def ladder(small_batch_rows: int) -> tuple[Level, ...]:
         Level(0, "normal", "primary"),
         Level(1, "small_batches", "primary", max_rows=small_batch_rows),
         Level(2, "fallback_model", "fallback"),
-        Level(3, "shed_low", "fallback", shed_low=True),
-        Level(4, "cache_only", None, shed_low=True, cache_only=True),
-        Level(5, "unavailable", None, shed_low=True, cache_only=True),
+        Level(3, "cached_answers", "fallback", use_cache=True),
+        Level(4, "shed_low", "fallback", use_cache=True, shed_low=True),
+        Level(5, "unavailable", None, use_cache=True, shed_low=True),
     )
 
 

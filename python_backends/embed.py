@@ -31,7 +31,7 @@ from python_backends.degradation import (
     ladder,
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
-from python_backends.metrics import CounterFamily, Gauge
+from python_backends.metrics import Counter, CounterFamily, Gauge
 from python_backends.params import one_of, parameter
 from python_backends.text_model import TextModel, TextRequest
 from python_backends.tokenization import pad_batch
@@ -90,6 +90,8 @@ class EmbedModel(TextModel):
         self.fallbacks = CounterFamily("tmr_degradation_fallbacks_total",
                                        "Encoder failures that sent a batch elsewhere, by reason",
                                        base)
+        self.cache_hits = Counter("tmr_router_cache_hits_total",
+                                  "Texts answered from the router's cache", base)
         self.rejections = CounterFamily("tmr_rejections_total",
                                         "Requests refused by the router, by priority and reason",
                                         base)
@@ -118,9 +120,9 @@ class EmbedModel(TextModel):
             return responses
         if level.shed_low:
             valid = self._shed_low(level, valid, responses)
-        if level.cache_only:
-            self._answer_from_cache(level, valid, responses)
-        elif valid:
+        if level.use_cache:
+            valid = self._answer_from_cache(valid, responses)
+        if valid:
             self._encode(level, valid, responses)
         return responses
 
@@ -139,17 +141,21 @@ class EmbedModel(TextModel):
                 responses[i] = self._refuse(level, request, "shedding low priority")
         return kept
 
-    def _answer_from_cache(self, level: Level, valid: dict[int, TextRequest],
-                           responses: list[Any]) -> None:
+    def _answer_from_cache(self, valid: dict[int, TextRequest],
+                           responses: list[Any]) -> dict[int, TextRequest]:
+        """Answer the requests whose texts are all cached; return the others."""
+        misses = {}
         for i, request in valid.items():
             hits = [self.cache.get(t) for t in request.texts]
             if any(h is None for h in hits):
-                responses[i] = self._refuse(level, request, "text not in cache")
+                misses[i] = request
                 continue
+            self.cache_hits.inc(len(hits))
             responses[i] = ok_response({
                 contracts.EMBEDDING_OUTPUT: np.stack([h[0] for h in hits]),
                 contracts.SERVED_BY_OUTPUT: served_by_array([f"{h[1]}:cached" for h in hits]),
             })
+        return misses
 
     # -- encoding ---------------------------------------------------------------------
     def _encode(self, level: Level, valid: dict[int, TextRequest],

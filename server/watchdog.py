@@ -15,12 +15,12 @@ import json
 import logging
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
 import tritonclient.http as httpclient
 from prometheus_client import CollectorRegistry, Counter, start_http_server
-from prometheus_client.parser import text_string_to_metric_families
+
+from client.prometheus import samples
 
 log = logging.getLogger("tmr.watchdog")
 DEAD_STUB = "is not healthy"
@@ -71,17 +71,14 @@ class StallDetector:
 
 def triton_counters(metrics_url: str) -> dict[str, tuple[float, float]]:
     """Per model: (pending requests, executions) from Triton's /metrics."""
-    with urllib.request.urlopen(metrics_url, timeout=5) as r:
-        text = r.read().decode()
     pending: dict[str, float] = {}
     executions: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            model = s.labels.get("model")
-            if s.name == "nv_inference_pending_request_count":
-                pending[model] = pending.get(model, 0) + s.value
-            elif s.name == "nv_inference_exec_count_total" or s.name == "nv_inference_exec_count":
-                executions[model] = executions.get(model, 0) + s.value
+    for s in samples(metrics_url):
+        model = s.labels.get("model")
+        if s.name == "nv_inference_pending_request_count":
+            pending[model] = pending.get(model, 0) + s.value
+        elif s.name in ("nv_inference_exec_count", "nv_inference_exec_count_total"):
+            executions[model] = executions.get(model, 0) + s.value
     return {m: (pending.get(m, 0.0), executions.get(m, 0.0)) for m in executions}
 
 

@@ -10,9 +10,10 @@ import urllib.request
 import uuid
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from client import NO_RETRY, AsyncEmbedClient
+from client.prometheus import metric_value
+
+__all__ = ["metric_value"]
 
 
 @dataclass(frozen=True)
@@ -33,19 +34,6 @@ def model_counts(http_url: str, model: str) -> ModelCounts:
         execution_count=sum(int(s["execution_count"]) for s in stats),
         success_count=sum(int(s["inference_stats"]["success"]["count"]) for s in stats),
     )
-
-
-def metric_value(metrics_url: str, name: str, **labels: str) -> float:
-    """Sum of the samples of `name` whose labels include `labels`, from /metrics."""
-    with urllib.request.urlopen(metrics_url, timeout=10) as r:
-        text = r.read().decode()
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            named = sample.name in (name, f"{name}_total")  # the parser adds _total to counters
-            if named and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
 
 
 def http_post(http_url: str, path: str, body: bytes,

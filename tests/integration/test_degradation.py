@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
@@ -68,13 +69,13 @@ def test_operator_forces_the_int8_level_and_auto_restores_fp32(router) -> None:
 def test_shed_low_level_refuses_low_priority_and_serves_high(router) -> None:
     before = metric_value(router.metrics_url, "tmr_rejections_total", priority="2",
                           reason="shedding low priority")
-    force_level_explicit(router.http_url, 3)
-    wait_for_level(router.http_url, 3)
+    force_level_explicit(router.http_url, 4)
+    wait_for_level(router.http_url, 4)
     with EmbedClient(router.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
         with pytest.raises(UnavailableError,
-                           match=r"degraded to level 3 \(shed_low\): shedding low priority"):
+                           match=r"degraded to level 4 \(shed_low\): shedding low priority"):
             client.embed(fresh(*TEXTS))  # no priority: Triton's default, the low level
-        assert client.embed_with_info(fresh(*TEXTS), priority=1).served_by[0].endswith(":L3")
+        assert client.embed_with_info(fresh(*TEXTS), priority=1).served_by[0].endswith(":L4")
     after = metric_value(router.metrics_url, "tmr_rejections_total", priority="2",
                          reason="shedding low priority")
     assert after - before >= 1
@@ -137,3 +138,20 @@ def test_unloading_the_primary_under_load_falls_back_without_failed_requests(rou
                         **{"from": "0", "to": "2"}) >= 1
     assert wait_for_level(router.http_url, AUTO) == "minilm_onnx:1:fp32:L0"
 
+
+
+def test_cached_answers_level_serves_repeated_texts_from_the_router_cache(router) -> None:
+    texts = fresh("asked again and again")
+    force_level_explicit(router.http_url, 3)  # a reload: every instance starts empty
+    wait_for_level(router.http_url, 3)
+    before = metric_value(router.metrics_url, "tmr_router_cache_hits_total")
+    with EmbedClient(router.http_url) as client:
+        # Each of the 3 embed instances has its own cache: 7 asks repeat on at least one.
+        answers = [client.embed_with_info(texts) for _ in range(7)]
+    served = [a.served_by[0] for a in answers]
+    assert served[0] == "minilm_int8:1:int8:L3"
+    assert any(s == "minilm_int8:1:int8:L3:cached" for s in served), served
+    assert metric_value(router.metrics_url, "tmr_router_cache_hits_total") - before >= 1
+    assert all(np.array_equal(a.embeddings, answers[0].embeddings) for a in answers)
+    force_level_explicit(router.http_url, AUTO)
+    wait_for_level(router.http_url, AUTO)

@@ -23,7 +23,7 @@ def test_overload_burst_serves_high_priority_and_sheds_low_with_typed_errors(tri
     assert high.success_ratio >= 0.99, high
     assert set(low.errors) <= SHED_ERRORS, low.errors  # no 5xx but the documented 503s
     assert low.success_ratio < 1.0, "10x capacity shed nothing"
-    # The router's own refusals (shed_low / cache_only) are counted in its metric.
+    # The router's own refusals (shed_low) are counted in its metric.
     router_refusals = Counter(o.error for o in outcomes if o.error == "UnavailableError")
     counted = metric_value(triton.metrics_url, "tmr_rejections_total") - refused_before
     assert counted == router_refusals["UnavailableError"]

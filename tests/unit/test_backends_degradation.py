@@ -19,8 +19,9 @@ SETTINGS = PolicySettings(latency_budget_ms=100, min_dwell_s=5, failures_to_degr
 
 def test_ladder_follows_the_seeds_order() -> None:
     names = [level.name for level in ladder(8)]
-    assert names == ["normal", "small_batches", "fallback_model", "shed_low", "cache_only",
+    assert names == ["normal", "small_batches", "fallback_model", "cached_answers", "shed_low",
                      "unavailable"]
+    assert ladder(8)[3].use_cache and not ladder(8)[3].shed_low and ladder(8)[4].shed_low
     assert ladder(8)[1].max_rows == 8 and ladder(8)[2].encoder == "fallback"
     assert len(names) == TOP_LEVEL + 1
 

@@ -1,0 +1,159 @@
+"""Overload scenarios for `embed`: normal, 2x and 10x capacity, 20% high / 80% low priority.
+
+Starts its own server on free ports, measures capacity (closed loop, 16 in flight), then
+offers each multiple of it open-loop while sampling the router's degradation level.
+Per priority it reports offered rate, goodput, p50/p99 and rejections by reason, and it
+draws the level and the latency over time (PNG). perf_analyzer cannot do this: it has no
+priority flag and aborts on the first rejection.
+
+    .venv/bin/python -m perf.overload [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from client import NO_RETRY, AsyncEmbedClient
+from perf.load import open_loop, summarize
+from server.launcher import TritonServer, free_port
+from server.repository import copy_repository
+from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
+from tests.integration.helpers import metric_value
+
+RESULTS = PROJECT_ROOT / "perf" / "results"
+SCENARIOS = {"normal": 0.7, "2x": 2.0, "10x": 10.0}
+
+
+async def capacity_rps(url: str, seconds: float = 5.0, in_flight: int = 16) -> float:
+    """Served requests per second with `in_flight` high-priority requests outstanding."""
+    done = 0
+    deadline = time.monotonic() + seconds
+
+    async def worker(client: AsyncEmbedClient, n: int) -> None:
+        nonlocal done
+        i = 0
+        while time.monotonic() < deadline:
+            i += 1
+            await client.embed([f"capacity {n} {i}: how much can this server take"], priority=1)
+            done += 1
+
+    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+        await asyncio.gather(*(worker(client, n) for n in range(in_flight)))
+    return done / seconds
+
+
+class LevelSampler(threading.Thread):
+    """Samples the highest degradation level of any embed instance every 0.25 s."""
+
+    def __init__(self, metrics_url: str) -> None:
+        super().__init__(daemon=True)
+        self.metrics_url, self.samples = metrics_url, []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        while not self.stop_event.wait(0.25):
+            with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
+                text = r.read().decode()
+            levels = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+                      if s.name == "tmr_degradation_level"]
+            self.samples.append((time.monotonic(), max(levels, default=0.0)))
+
+
+def run_scenario(server: TritonServer, rate: float, seconds: float) -> dict:
+    sampler = LevelSampler(server.metrics_url)
+    refused = metric_value(server.metrics_url, "tmr_rejections_total")
+    sampler.start()
+    began = time.monotonic()
+    outcomes = asyncio.run(open_loop(server.grpc_url, rate, seconds, seed=int(rate)))
+    sampler.stop_event.set()
+    sampler.join()
+    return {
+        "rate": rate, "began": began, "outcomes": outcomes, "levels": sampler.samples,
+        "summary": summarize(outcomes, seconds),
+        "router_refusals": metric_value(server.metrics_url, "tmr_rejections_total") - refused,
+    }
+
+
+def plot(results: dict[str, dict], path: Path) -> None:
+    fig, axes = plt.subplots(len(results), 1, figsize=(9, 3.2 * len(results)), sharex=True)
+    for ax, (name, res) in zip(axes, results.items()):
+        began = res["began"]
+        for priority, color in ((1, "tab:blue"), (2, "tab:orange")):
+            ok = [(o.sent - began, o.latency_ms) for o in res["outcomes"]
+                  if o.priority == priority and o.error is None]
+            if ok:
+                ax.scatter(*zip(*ok), s=2, color=color, label=f"priority {priority} latency")
+        ax.set_ylabel("latency ms")
+        ax.set_title(f"{name}: {res['rate']:.0f} req/s offered")
+        twin = ax.twinx()
+        if res["levels"]:
+            twin.step([t - began for t, _ in res["levels"]], [v for _, v in res["levels"]],
+                      color="tab:red", where="post", label="degradation level")
+        twin.set_ylim(-0.2, 5.2)
+        twin.set_ylabel("level")
+        ax.legend(loc="upper left", fontsize=7)
+    axes[-1].set_xlabel("seconds since the scenario began")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def markdown(capacity: float, results: dict[str, dict]) -> str:
+    lines = [f"Capacity (closed loop, 16 in flight): **{capacity:.0f} req/s**", "",
+             "| scenario | priority | offered/s | goodput/s | served | p50 ms | p99 ms | "
+             "rejections | max level |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for name, res in results.items():
+        top = max((v for _, v in res["levels"]), default=0)
+        for row in res["summary"]:
+            errors = ", ".join(f"{k} {v}" for k, v in sorted(row.errors.items())) or "-"
+            lines.append(f"| {name} | {row.priority} | {row.offered_rps:.0f} | "
+                         f"{row.goodput_rps:.0f} | {row.success_ratio:.1%} | {row.p50_ms:.0f} | "
+                         f"{row.p99_ms:.0f} | {errors} | {top:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    out = RESULTS / f"overload-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = copy_repository([DEFAULT_REPOSITORY], Path(tmp) / "repository")
+        ports = Ports(free_port(), free_port(), free_port())
+        with TritonServer(ServerOptions(repository=repo, ports=ports),
+                          log_path=out / "tritonserver.log") as server:
+            capacity = asyncio.run(capacity_rps(server.grpc_url))
+            results = {name: run_scenario(server, mult * capacity, args.seconds)
+                       for name, mult in SCENARIOS.items()}
+    report = markdown(capacity, results)
+    plot(results, out / "overload.png")
+    (out / "overload.md").write_text(report + "\n")
+    (out / "overload.json").write_text(json.dumps({
+        "capacity_rps": capacity,
+        "scenarios": {n: {"rate": r["rate"], "summary": [asdict(s) for s in r["summary"]],
+                          "levels": r["levels"], "router_refusals": r["router_refusals"]}
+                      for n, r in results.items()}}, indent=1, default=float))
+    print(report)
+    print(f"\nresults in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
