@@ -11,11 +11,13 @@ rejecting low priority, then 503):
     4 shed_low        as 3, and low-priority requests get UNAVAILABLE
     5 unavailable     every request gets UNAVAILABLE (an operator's decision only)
 
-Signals: an EWMA of the batch's encoder time against `latency_budget_ms`, encoder
-failures (by reason), and memory (GPU through NVML, else process RSS) against
-`memory_limit_mb`. Hysteresis: a level is held for at least `min_dwell_s`; it rises one
-step when a signal is over its "up" threshold and falls one step only when every signal
-is under its "down" threshold. The signals stop at level 4, so high priority is always
+Signals: an EWMA of the batch's encoder time against `latency_budget_ms`, an EWMA of how
+full the dynamic batches arrive (the queue-wait proxy: a Python model cannot see Triton's
+queue, but a batch that arrives full means requests were waiting), encoder failures (by
+reason), and memory (GPU through NVML, else process RSS) against `memory_limit_mb`.
+Hysteresis: a level is held for at least `min_dwell_s`; it rises one step when a signal
+is over its "up" threshold and falls one step only when every signal is under its "down"
+threshold. The signals stop at level 4, so high priority is always
 served by something. An operator can force any level (`forced_level`).
 """
 
@@ -69,6 +71,7 @@ class PolicySettings:
     failures_to_degrade: int = 3  # consecutive encoder failures
     memory_limit_mb: float = 4096.0
     small_batch_rows: int = 8
+    full_batch_ratio: float = 0.9  # EWMA of batch fill above this: requests are queueing
     forced_level: int | None = None
 
     @classmethod
@@ -90,6 +93,7 @@ class PolicySettings:
             memory_limit_mb=number("memory_limit_mb", cls.memory_limit_mb),
             small_batch_rows=parameter(config, "small_batch_rows", cls.small_batch_rows,
                                        positive_int),
+            full_batch_ratio=number("full_batch_ratio", cls.full_batch_ratio),
             forced_level=None if forced < 0 else forced,
         )
 
@@ -113,6 +117,7 @@ class DegradationPolicy:
     ewma_ms: float | None = None
     consecutive_failures: int = 0
     memory_mb: float = 0.0
+    fill: float = 0.0  # EWMA of rows / max_batch_size of the arriving dynamic batches
     history: list[Transition] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -123,6 +128,10 @@ class DegradationPolicy:
         alpha = self.settings.ewma_alpha
         self.ewma_ms = ms if self.ewma_ms is None else alpha * ms + (1 - alpha) * self.ewma_ms
         self.consecutive_failures = 0
+
+    def observe_batch(self, rows: int, max_rows: int) -> None:
+        alpha = self.settings.ewma_alpha
+        self.fill = alpha * min(rows / max_rows, 1.0) + (1 - alpha) * self.fill
 
     def observe_failure(self) -> None:
         self.consecutive_failures += 1
@@ -139,6 +148,8 @@ class DegradationPolicy:
             return f"memory {self.memory_mb:.0f} MB over {s.memory_limit_mb:.0f} MB"
         if self.ewma_ms is not None and self.ewma_ms > s.latency_budget_ms * s.up_ratio:
             return f"latency EWMA {self.ewma_ms:.0f} ms over budget {s.latency_budget_ms:.0f} ms"
+        if self.fill > s.full_batch_ratio:
+            return f"batches arrive {self.fill:.0%} full: requests are queueing"
         return None
 
     def relaxed(self) -> bool:
@@ -146,6 +157,7 @@ class DegradationPolicy:
         s = self.settings
         return (self.consecutive_failures == 0
                 and self.memory_mb < 0.9 * s.memory_limit_mb
+                and self.fill < s.full_batch_ratio * s.down_ratio
                 and (self.ewma_ms is None or self.ewma_ms < s.latency_budget_ms * s.down_ratio))
 
     def decide(self, now: float) -> Transition | None:

@@ -77,6 +77,7 @@ class EmbedModel(TextModel):
         self.levels = ladder(self.settings.small_batch_rows)
         self.policy = DegradationPolicy(self.settings, since=time.monotonic())
         self.cache = EmbeddingCache(parameter(self.config, "cache_entries", 4096, int))
+        self.max_batch = max(int(self.config.get("max_batch_size", 1)), 1)
         self._versions: dict[str, tuple[float, str]] = {}
         # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
         self.memory_mb = gpu_memory_reader() or rss_mb
@@ -114,6 +115,7 @@ class EmbedModel(TextModel):
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         level = self.current_level()
         responses, valid = self.tokenize_requests(requests)
+        self.policy.observe_batch(sum(len(r.rows) for r in valid.values()), self.max_batch)
         if level.number == TOP_LEVEL:
             for i, request in valid.items():
                 responses[i] = self._refuse(level, request, "out of service")

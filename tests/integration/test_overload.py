@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter
 
 from perf.load import open_loop, summarize
-from tests.integration.helpers import assert_serving, metric_value
+from tests.integration.helpers import assert_serving, metric_value, reset_router
 
 CAPACITY_RPS = 220  # embed, single texts, c16, this machine (docs/serving.md)
 BURST_S = 2.0  # bounded: the high queue (512) must absorb 20% of 10x for the burst
@@ -15,8 +15,12 @@ SHED_ERRORS = {"QueueFullError", "DeadlineExceededError", "UnavailableError"}
 
 def test_overload_burst_serves_high_priority_and_sheds_low_with_typed_errors(triton) -> None:
     refused_before = metric_value(triton.metrics_url, "tmr_rejections_total")
-    outcomes = asyncio.run(open_loop(triton.grpc_url, 10 * CAPACITY_RPS, BURST_S, seed=7))
-    assert_serving(triton.http_url)
+    try:
+        outcomes = asyncio.run(open_loop(triton.grpc_url, 10 * CAPACITY_RPS, BURST_S, seed=7))
+        assert_serving(triton.http_url)
+    finally:
+        counted = metric_value(triton.metrics_url, "tmr_rejections_total") - refused_before
+        reset_router(triton.http_url)
     summary = {row.priority: row for row in summarize(outcomes, BURST_S)}
     print(f"\noverload burst: {[row.__dict__ for row in summary.values()]}")
     high, low = summary[1], summary[2]
@@ -25,5 +29,4 @@ def test_overload_burst_serves_high_priority_and_sheds_low_with_typed_errors(tri
     assert low.success_ratio < 1.0, "10x capacity shed nothing"
     # The router's own refusals (shed_low) are counted in its metric.
     router_refusals = Counter(o.error for o in outcomes if o.error == "UnavailableError")
-    counted = metric_value(triton.metrics_url, "tmr_rejections_total") - refused_before
     assert counted == router_refusals["UnavailableError"]

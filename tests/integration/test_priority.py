@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,7 +15,7 @@ from client import (
     QueueFullError,
     TritonClientError,
 )
-from tests.integration.helpers import assert_serving
+from tests.integration.helpers import assert_serving, reset_router
 
 TEXT = "priority queues shed low value work first when the server is overloaded"
 HIGH, LOW = 1, 2
@@ -92,10 +93,11 @@ def test_high_priority_requests_finish_ahead_of_queued_low_ones(triton) -> None:
 
 
 @pytest.fixture(scope="module")
-def flood(triton) -> tuple[list, list]:
+def flood(triton) -> Iterator[tuple[list, list]]:
     result = asyncio.run(flood_with_expiring_highs(triton.grpc_url))
     assert_serving(triton.http_url)
-    return result
+    yield result
+    reset_router(triton.http_url)
 
 
 def test_full_low_priority_queue_rejects_with_queue_full_error(flood) -> None:

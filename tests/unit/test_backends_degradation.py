@@ -105,3 +105,16 @@ def test_zero_capacity_cache_stores_nothing() -> None:
     cache = EmbeddingCache(capacity=0)
     cache.put("a", np.zeros(3), "x")
     assert cache.get("a") is None
+
+
+def test_batches_arriving_full_are_queue_pressure_and_relax_only_when_mostly_empty() -> None:
+    policy = DegradationPolicy(SETTINGS, since=0.0)
+    for _ in range(10):
+        policy.observe_batch(64, 64)
+    assert "batches arrive" in policy.decide(now=5).reason and policy.level == 1
+    for _ in range(3):
+        policy.observe_batch(20, 64)  # ~0.4 full: under up, not yet under down (0.45)
+    assert policy.decide(now=20) is None and policy.level == 1
+    for _ in range(20):
+        policy.observe_batch(1, 64)
+    assert policy.decide(now=30).new == 0
