@@ -7,7 +7,7 @@
     ├── UnavailableError           the server cannot take the request now (HTTP 503)  [retriable]
     │   └── QueueFullError         "Exceeds maximum queue size" for this priority     [retriable]
     ├── DeadlineExceededError      queue timeout ("Request timeout expired") or client deadline
-    ├── ServerUnreachableError     connection refused, reset or DNS failure           [retriable]
+    ├── ServerUnreachableError     connection refused, reset, or the call cancelled   [retriable]
     └── ServerError                anything else, including HTTP 500
 """
 
@@ -84,7 +84,8 @@ _BY_STATUS: dict[str, type[TritonClientError]] = {
     "StatusCode.UNAVAILABLE": UnavailableError,
     "StatusCode.DEADLINE_EXCEEDED": DeadlineExceededError,
     "499": DeadlineExceededError,
-    "StatusCode.CANCELLED": DeadlineExceededError,
+    # The server closed the call under us (it is stopping, or the connection dropped).
+    "StatusCode.CANCELLED": ServerUnreachableError,
 }
 
 

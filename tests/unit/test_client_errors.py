@@ -116,3 +116,10 @@ def test_from_exception_turns_any_other_exception_into_server_error_naming_its_t
 def test_from_exception_returns_a_typed_error_unchanged():
     err = ModelNotFoundError("gone", "404")
     assert from_exception(err) is err
+
+
+def test_a_grpc_call_cancelled_by_a_stopping_server_is_unreachable_and_retriable() -> None:
+    from client.errors import ServerUnreachableError, classify
+
+    cls = classify("StatusCode.CANCELLED", "CANCELLED")
+    assert cls is ServerUnreachableError and cls.retriable
