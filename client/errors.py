@@ -70,6 +70,7 @@ _BY_MESSAGE: tuple[tuple[str, type[TritonClientError]], ...] = (
     ("unknown model", ModelNotFoundError),
     ("is not found", ModelNotFoundError),
     ("is not ready", ModelNotReadyError),
+    ("is not at ready state", ModelNotReadyError),  # a version being removed or loading
     ("failed to connect", ServerUnreachableError),
     ("Connection refused", ServerUnreachableError),
     ("Socket closed", ServerUnreachableError),

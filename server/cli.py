@@ -60,6 +60,32 @@ def cmd_health(args: argparse.Namespace) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def cmd_versions(args: argparse.Namespace) -> int:
+    from server.release_cli import versions_command
+
+    return versions_command(args)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from server.release_cli import gate_command
+
+    return gate_command(args)
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    from server.release_cli import release_command
+
+    return release_command(args)
+
+
+def add_release_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    parser.add_argument("--mode", choices=["explicit", "poll"], default="explicit",
+                        help="the server's model control mode")
+    parser.add_argument("--timeout-s", type=float, default=90.0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tmr", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +127,31 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--models", nargs="+",
                         default=["embed", "minilm_onnx", "minilm_int8", "minilm_torchscript"])
     health.set_defaults(func=cmd_health)
+
+    versions = sub.add_parser("versions", help="versions on disk, selected, and READY")
+    versions.add_argument("model", nargs="?")
+    versions.add_argument("--url", default="localhost:8000")
+    versions.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    versions.set_defaults(func=cmd_versions)
+
+    gate = sub.add_parser("gate", help="release gate: fidelity and speed of a candidate")
+    gate.add_argument("model")
+    gate.add_argument("version", type=int)
+    gate.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    gate.set_defaults(func=cmd_gate)
+
+    promote = sub.add_parser("promote", help="serve VERSION of MODEL (gated)")
+    promote.add_argument("model")
+    promote.add_argument("version", type=int)
+    promote.add_argument("--no-gate", action="store_true")
+    add_release_options(promote)
+    promote.set_defaults(func=cmd_release, action="promote")
+
+    rollback = sub.add_parser("rollback", help="return MODEL to its previous (or --to) version")
+    rollback.add_argument("model")
+    rollback.add_argument("--to", type=int, default=None)
+    add_release_options(rollback)
+    rollback.set_defaults(func=cmd_release, action="rollback", no_gate=True)
     return parser
 
 

@@ -1,0 +1,152 @@
+"""`tmr promote` / `tmr rollback`: edit version_policy on disk, apply it, wait until it serves.
+
+The repository edit is the source of truth. In explicit mode the change is applied with
+the load API and the on-disk config (a plain load of an unchanged model is a no-op on
+2.51); in poll mode Triton picks the edit up on its next scan. Either way the command
+waits until the repository index shows the target READY and a request pinned to it is
+answered. A target that fails to load never takes traffic: the previous config is put
+back and re-applied, and the command fails with Triton's reason.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
+from google.protobuf.json_format import MessageToDict
+
+from export.versions import artifact_intact
+from server import versions as v
+
+
+class ReleaseError(RuntimeError):
+    """A promotion or rollback that did not happen; the old version still serves."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a release applies: a model folder, a server, and its control mode."""
+
+    model_dir: Path
+    url: str
+    mode: str = "explicit"  # or "poll"
+    timeout_s: float = 90.0
+
+    @property
+    def model(self) -> str:
+        return self.model_dir.name
+
+
+def check_candidate(model_dir: Path, version: int) -> None:
+    """Refuse a missing or corrupt version before anything changes."""
+    version_dir = model_dir / str(version)
+    if version not in v.versions_on_disk(model_dir):
+        raise v.VersionError(f"{model_dir.name} has no version {version} on disk "
+                             f"(have {v.versions_on_disk(model_dir)})")
+    provenance = v.read_provenance(version_dir)
+    if not provenance:
+        raise v.VersionError(f"{version_dir} has no provenance.json")
+    if not artifact_intact(version_dir, provenance):
+        raise v.VersionError(f"{version_dir}: artifact missing or its sha256 differs from "
+                             "provenance.json (corrupt)")
+
+
+def index_states(url: str, model: str) -> dict[int, tuple[str, str]]:
+    """version -> (state, reason) from the repository index."""
+    client = httpclient.InferenceServerClient(url)
+    try:
+        entries = client.get_model_repository_index()
+    finally:
+        client.close()
+    return {int(e["version"]): (e.get("state", ""), e.get("reason", ""))
+            for e in entries if e.get("name") == model and e.get("version")}
+
+
+def serves(url: str, model: str, version: int) -> bool:
+    """A request pinned to `version` is answered."""
+    from python_backends.health import probe
+
+    feeds, _ = probe(model)
+    client = httpclient.InferenceServerClient(url)
+    try:
+        inputs = []
+        for name, array in feeds.items():
+            tensor = httpclient.InferInput(name, list(array.shape),
+                                           "BYTES" if array.dtype == np.object_ else "INT64")
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        client.infer(model, inputs, model_version=str(version))
+        return True
+    except Exception:  # any failure means "not serving yet"
+        return False
+    finally:
+        client.close()
+
+
+def apply_explicit(target: Target) -> None:
+    config = v.parse_config((target.model_dir / "config.pbtxt").read_text())
+    client = httpclient.InferenceServerClient(target.url)
+    try:
+        client.load_model(target.model, config=json.dumps(
+            MessageToDict(config, preserving_proto_field_name=True)))
+    except Exception as err:  # tritonclient raises its own exception types
+        raise ReleaseError(f"Triton refused to load {target.model}: {err}") from err
+    finally:
+        client.close()
+
+
+def wait_serving(target: Target, version: int) -> float:
+    """Seconds until the index shows `version` READY (and no other) and it answers."""
+    began = time.monotonic()
+    while time.monotonic() - began < target.timeout_s:
+        states = index_states(target.url, target.model)
+        state, reason = states.get(version, ("", ""))
+        if state == "UNAVAILABLE" and reason:
+            raise ReleaseError(f"{target.model} version {version} failed to load: {reason}")
+        others = [n for n, (s, _) in states.items() if s == "READY" and n != version]
+        if state == "READY" and not others and serves(target.url, target.model, version):
+            return time.monotonic() - began
+        time.sleep(0.25)
+    raise ReleaseError(f"{target.model} version {version} not serving after "
+                       f"{target.timeout_s:.0f} s; index: {index_states(target.url, target.model)}")
+
+
+def switch(target: Target, version: int, action: str) -> float:
+    """Edit, apply, wait; on failure restore the old config and re-apply it."""
+    on_disk = v.versions_on_disk(target.model_dir)
+    current = v.selected_versions(v.parse_config(
+        (target.model_dir / "config.pbtxt").read_text()), on_disk)
+    if not v.read_history(target.model_dir) and current:
+        v.append_history(target.model_dir, current[-1], "initial")
+    previous = v.set_version(target.model_dir, version)
+    try:
+        if target.mode == "explicit":
+            apply_explicit(target)
+        seconds = wait_serving(target, version)
+    except ReleaseError:
+        v.restore(previous)
+        if target.mode == "explicit":
+            apply_explicit(target)
+        if current:
+            wait_serving(target, current[-1])
+        raise
+    v.append_history(target.model_dir, version, action)
+    return seconds
+
+
+def current_version(model_dir: Path) -> int:
+    on_disk = v.versions_on_disk(model_dir)
+    selected = v.selected_versions(v.parse_config((model_dir / "config.pbtxt").read_text()),
+                                   on_disk)
+    if not selected:
+        raise v.VersionError(f"{model_dir.name}: its version_policy selects nothing on disk")
+    return selected[-1]
+
+
+def rollback_target(model_dir: Path, to: int | None) -> int:
+    return to if to is not None else v.previous_version(v.read_history(model_dir),
+                                                        current_version(model_dir))

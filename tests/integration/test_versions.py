@@ -1,0 +1,252 @@
+"""Releasing model versions under continuous load: rollback, promote, refusals, the gate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http as httpclient
+
+from export.versions import sha256_file
+from server import versions as v
+from server.launcher import TritonServer
+from server.repository import copy_repository
+from server.settings import PROJECT_ROOT
+from tests.conftest import REPOSITORY, start_server
+
+MODEL = "minilm_onnx"
+IDS = np.array([[101, 2023, 2003, 1037, 3231, 102]], dtype=np.int64)
+
+
+def add_version(model_dir: Path, version: int, artifact: Path | bytes) -> Path:
+    """A new version folder with its own provenance (a copy or a given artifact)."""
+    target = model_dir / str(version)
+    target.mkdir()
+    if isinstance(artifact, bytes):
+        (target / "model.onnx").write_bytes(artifact)
+    else:
+        shutil.copy(artifact, target / "model.onnx")
+    provenance = v.read_provenance(model_dir / "1")
+    provenance["version"] = version
+    provenance["artifact"] = {**provenance["artifact"],
+                              "sha256": sha256_file(target / "model.onnx")}
+    (target / "provenance.json").write_text(json.dumps(provenance))
+    return target
+
+
+def release_repository(root: Path) -> Path:
+    """Only minilm_onnx, with version 2 = a copy of version 1 (latest policy serves 2)."""
+    repo = copy_repository([REPOSITORY], root / "repository")
+    for model in repo.iterdir():
+        if model.name != MODEL:
+            shutil.rmtree(model)
+    add_version(repo / MODEL, 2, (repo / MODEL / "1" / "model.onnx").resolve())
+    return repo
+
+
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonServer, Path]]:
+    root = tmp_path_factory.mktemp("release_explicit")
+    repo = release_repository(root)
+    server = start_server(repo, root / "tritonserver.log")
+    yield server, repo
+    assert server.stop() == 0
+
+
+def tmr(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def release(server: TritonServer, repo: Path, mode: str, *args: str) -> str:
+    out = tmr(*args, "--url", server.http_url, "--repository", str(repo), "--mode", mode)
+    assert out.returncode == 0, out.stderr + out.stdout
+    return out.stdout
+
+
+async def unversioned_load(server: TritonServer, stop: asyncio.Event) -> list:
+    """gRPC and HTTP clients sending unversioned requests back to back: (t, version|error)."""
+    seen: list = []
+
+    async def grpc_worker() -> None:
+        client = grpcaio.InferenceServerClient(server.grpc_url)
+        inputs = []
+        for name, array in (("input_ids", IDS), ("attention_mask", np.ones_like(IDS))):
+            tensor = grpcaio.InferInput(name, list(array.shape), "INT64")
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        while not stop.is_set():
+            try:
+                result = await client.infer(MODEL, inputs)
+                seen.append((time.monotonic(), result.get_response().model_version))
+            except Exception as err:  # every failure counts
+                seen.append((time.monotonic(), err))
+        await client.close()
+
+    def http_worker() -> None:
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = []
+        for name, array in (("input_ids", IDS), ("attention_mask", np.ones_like(IDS))):
+            tensor = httpclient.InferInput(name, list(array.shape), "INT64")
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        while not stop.is_set():
+            try:
+                seen.append((time.monotonic(),
+                             client.infer(MODEL, inputs).get_response()["model_version"]))
+            except Exception as err:  # every failure counts
+                seen.append((time.monotonic(), err))
+        client.close()
+
+    await asyncio.gather(grpc_worker(), grpc_worker(), asyncio.to_thread(http_worker))
+    return seen
+
+
+def roll_under_load(server: TritonServer, repo: Path, mode: str) -> tuple[list, list]:
+    """2 -> 1 -> 2 while clients send requests; returns (seen, switch marks)."""
+    marks: list = []
+
+    async def scenario() -> list:
+        stop = asyncio.Event()
+        load = asyncio.ensure_future(unversioned_load(server, stop))
+        await asyncio.sleep(1.0)
+        for args, want in ((("rollback", MODEL, "--to", "1"), "1"),
+                           (("promote", MODEL, "2", "--no-gate"), "2")):
+            began = time.monotonic()
+            out = await asyncio.to_thread(release, server, repo, mode, *args)
+            marks.append((began, time.monotonic(), want, out))
+            await asyncio.sleep(1.0)
+        stop.set()
+        return await load
+
+    return asyncio.run(scenario()), marks
+
+
+def assert_clean_roll(seen: list, marks: list) -> None:
+    failures = [s for s in seen if not isinstance(s[1], str)]
+    assert failures == [], failures[:3]
+    for _, ended, want, _ in marks:
+        after = [ver for t, ver in seen if t > ended + 0.5]
+        before_next = [ver for t, ver in seen if ended < t]
+        assert before_next and after[:1] == [want] if after else True
+    served = {ver for _, ver in seen}
+    assert served == {"1", "2"}, served
+
+
+def test_explicit_mode_rolls_2_1_2_under_load_with_zero_failed_requests(explicit) -> None:
+    server, repo = explicit
+    seen, marks = roll_under_load(server, repo, "explicit")
+    assert_clean_roll(seen, marks)
+    switch_s = [ended - began for began, ended, _, _ in marks]
+    print(f"\nexplicit: {len(seen)} requests, 0 failed, switches took {switch_s}")
+    assert "minilm_onnx v1 is serving (rollback, explicit mode" in marks[0][3]
+
+
+def test_request_pinned_to_a_removed_version_gets_not_ready_503(explicit) -> None:
+    server, repo = explicit
+    release(server, repo, "explicit", "rollback", MODEL, "--to", "1")
+    client = httpclient.InferenceServerClient(server.http_url)
+    inputs = [httpclient.InferInput("input_ids", [1, 6], "INT64"),
+              httpclient.InferInput("attention_mask", [1, 6], "INT64")]
+    inputs[0].set_data_from_numpy(IDS)
+    inputs[1].set_data_from_numpy(np.ones_like(IDS))
+    try:
+        with pytest.raises(Exception,
+                           match=r"'minilm_onnx' version 2 is not at ready state") as info:
+            client.infer(MODEL, inputs, model_version="2")
+    finally:
+        client.close()  # an open keep-alive connection holds Triton's shutdown
+    assert info.value.status() == "503"
+    release(server, repo, "explicit", "promote", MODEL, "2", "--no-gate")
+
+
+def test_rollback_twice_returns_to_the_original_version(explicit) -> None:
+    server, repo = explicit
+    start = v.selected_versions(v.parse_config((repo / MODEL / "config.pbtxt").read_text()),
+                                v.versions_on_disk(repo / MODEL))
+    first = release(server, repo, "explicit", "rollback", MODEL)
+    second = release(server, repo, "explicit", "rollback", MODEL)
+    assert f"v{start[-1]} is serving" in second and "is serving" in first
+    history = [e.version for e in v.read_history(repo / MODEL)]
+    assert history[-1] == start[-1] and history[-2] != start[-1]
+
+
+def test_missing_or_corrupt_version_is_refused_before_anything_changes(explicit) -> None:
+    server, repo = explicit
+    before = (repo / MODEL / "config.pbtxt").read_text()
+    missing = tmr("promote", MODEL, "9", "--no-gate", "--url", server.http_url,
+                  "--repository", str(repo))
+    assert missing.returncode == 1 and "has no version 9 on disk" in missing.stderr
+    tampered = add_version(repo / MODEL, 4, (repo / MODEL / "1" / "model.onnx").resolve())
+    with (tampered / "model.onnx").open("ab") as f:
+        f.write(b"tampered")
+    corrupt = tmr("promote", MODEL, "4", "--no-gate", "--url", server.http_url,
+                  "--repository", str(repo))
+    assert corrupt.returncode == 1 and "sha256 differs from provenance.json" in corrupt.stderr
+    assert (repo / MODEL / "config.pbtxt").read_text() == before
+    shutil.rmtree(tampered)
+
+
+def test_candidate_that_fails_to_load_never_takes_traffic(explicit) -> None:
+    server, repo = explicit
+    before = (repo / MODEL / "config.pbtxt").read_text()
+    current = v.selected_versions(v.parse_config(before), v.versions_on_disk(repo / MODEL))[-1]
+    broken = add_version(repo / MODEL, 5, b"not an onnx graph at all")
+    out = tmr("promote", MODEL, "5", "--no-gate", "--url", server.http_url,
+              "--repository", str(repo))
+    assert out.returncode == 1
+    assert "failed to load" in out.stderr or "Triton refused" in out.stderr, out.stderr
+    assert (repo / MODEL / "config.pbtxt").read_text() == before
+    from server.release import serves
+
+    assert serves(server.http_url, MODEL, current)
+    shutil.rmtree(broken)
+
+
+def noisy_copy(source: Path, scale: float) -> bytes:
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(source))
+    rng = np.random.default_rng(0)
+    for init in model.graph.initializer:
+        array = numpy_helper.to_array(init)
+        if array.dtype == np.float32 and array.size > 1000:
+            noisy = array + rng.normal(0, scale * float(array.std()), array.shape)
+            init.CopyFrom(numpy_helper.from_array(noisy.astype(np.float32), init.name))
+    return model.SerializeToString()
+
+
+def test_gate_refuses_a_degraded_candidate_and_passes_a_faithful_one(explicit) -> None:
+    server, repo = explicit
+    source = (repo / MODEL / "1" / "model.onnx").resolve()
+    add_version(repo / MODEL, 6, noisy_copy(source, 0.1))
+    refused = tmr("promote", MODEL, "6", "--url", server.http_url, "--repository", str(repo))
+    assert refused.returncode == 1, refused.stdout
+    assert "refused by the gate" in refused.stderr and "fidelity vs reference" in refused.stdout
+    assert json.loads((repo / MODEL / "6" / "gate.json").read_text())["passed"] is False
+    add_version(repo / MODEL, 7, source)  # the same weights again
+    passed = tmr("gate", MODEL, "7", "--repository", str(repo))
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert json.loads((repo / MODEL / "7" / "gate.json").read_text())["passed"] is True
+
+
+def test_poll_mode_rolls_2_1_2_under_load_with_zero_failed_requests(tmp_path) -> None:
+    repo = release_repository(tmp_path)
+    server = start_server(repo, tmp_path / "tritonserver.log", control_mode="poll")
+    try:
+        seen, marks = roll_under_load(server, repo, "poll")
+    finally:
+        assert server.stop() == 0
+    assert_clean_roll(seen, marks)
+    print(f"\npoll: {len(seen)} requests, 0 failed, switches took "
+          f"{[round(e - b, 1) for b, e, _, _ in marks]}")
