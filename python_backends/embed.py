@@ -11,6 +11,7 @@ what served it in SERVED_BY: "<model>:<version>:<precision>:L<level>".
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -57,10 +58,18 @@ def gpu_memory_reader() -> Any:
     return lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
 
 
-def latest_version(model_dir: Path) -> str:
-    """The highest integer version folder of a model, as Triton's `latest` policy picks."""
-    versions = [int(p.name) for p in model_dir.iterdir() if p.name.isdigit()]
-    return str(max(versions)) if versions else "?"
+_SPECIFIC = re.compile(r"specific\s*:?\s*\{\s*versions\s*:\s*\[?\s*([\d,\s]+)\]?")
+
+
+def served_version(model_dir: Path) -> str:
+    """The version a model serves: its `specific` version_policy (what `tmr promote` and
+    `tmr rollback` write), else the highest version folder, as `latest` picks."""
+    on_disk = [int(p.name) for p in model_dir.iterdir() if p.name.isdigit()]
+    config = model_dir / "config.pbtxt"
+    match = _SPECIFIC.search(config.read_text()) if config.exists() else None
+    if match:
+        on_disk = [int(n) for n in re.findall(r"\d+", match.group(1)) if int(n) in on_disk]
+    return str(max(on_disk)) if on_disk else "?"
 
 
 class EmbedModel(TextModel):
@@ -213,11 +222,11 @@ class EmbedModel(TextModel):
         return f"{name}:{self._version(name)}:{contracts.PRECISION[name]}:L{level.number}"
 
     def _version(self, name: str) -> str:
-        """The encoder's served version (latest on disk), re-read at most once a second."""
+        """The encoder's served version, re-read from its folder at most once a second."""
         now = time.monotonic()
         cached = self._versions.get(name)
         if cached is None or now - cached[0] > 1.0:
-            cached = (now, latest_version(self.model_dir.parent / name))
+            cached = (now, served_version(self.model_dir.parent / name))
             self._versions[name] = cached
         return cached[1]
 

@@ -250,3 +250,15 @@ def test_poll_mode_rolls_2_1_2_under_load_with_zero_failed_requests(tmp_path) ->
     assert_clean_roll(seen, marks)
     print(f"\npoll: {len(seen)} requests, 0 failed, switches took "
           f"{[round(e - b, 1) for b, e, _, _ in marks]}")
+
+
+def test_tmr_versions_shows_disk_policy_provenance_and_server_state(explicit) -> None:
+    server, repo = explicit
+    out = tmr("versions", MODEL, "--url", server.http_url, "--repository", str(repo))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    selected = v.selected_versions(v.parse_config((repo / MODEL / "config.pbtxt").read_text()),
+                                   v.versions_on_disk(repo / MODEL))
+    assert lines[0] == f"minilm_onnx: selected {selected}"  # no DRIFT: the server agrees
+    row = next(line for line in lines if line.strip().startswith(f"v{selected[-1]} "))
+    assert "*" in row and "READY" in row and "parity max|diff|" in row

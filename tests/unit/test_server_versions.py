@@ -1,0 +1,68 @@
+"""Version policy edits, selection and history: pure file logic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from python_backends.embed import served_version
+from server import versions as v
+from server.settings import DEFAULT_REPOSITORY
+
+CONFIG = (DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt").read_text()
+
+
+def model_dir(tmp_path: Path, versions: list[int], text: str = CONFIG) -> Path:
+    for n in versions:
+        (tmp_path / str(n)).mkdir()
+    (tmp_path / "config.pbtxt").write_text(text)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "gpu.pbtxt").write_text(text)
+    return tmp_path
+
+
+def test_latest_policy_selects_the_highest_version_on_disk() -> None:
+    assert v.selected_versions(v.parse_config(CONFIG), [1, 2, 5]) == [5]
+
+
+def test_with_specific_version_rewrites_the_one_policy_line_and_parses() -> None:
+    edited = v.with_specific_version(CONFIG, 2)
+    assert "version_policy: { specific: { versions: [ 2 ] } }" in edited
+    assert list(v.parse_config(edited).version_policy.specific.versions) == [2]
+    assert edited.replace(v.policy_line(2), "") == CONFIG.replace(
+        "version_policy: { latest: { num_versions: 1 } }", "")  # nothing else changed
+    assert v.selected_versions(v.parse_config(edited), [1, 2, 3]) == [2]
+
+
+def test_set_version_edits_every_profile_and_restore_undoes_it(tmp_path: Path) -> None:
+    folder = model_dir(tmp_path, [1, 2])
+    previous = v.set_version(folder, 1)
+    assert all("specific: { versions: [ 1 ] }" in p.read_text() for p in v.config_files(folder))
+    v.restore(previous)
+    assert (folder / "config.pbtxt").read_text() == CONFIG
+
+
+def test_a_config_triton_would_not_parse_is_never_written() -> None:
+    from google.protobuf.text_format import ParseError
+
+    with pytest.raises(ParseError, match=r'has no field named "not_a_field"'):
+        v.with_specific_version(CONFIG + "\nnot_a_field: 1\n", 2)
+
+
+def test_rollback_without_a_target_goes_to_the_previously_promoted_version(tmp_path) -> None:
+    for version, action in ((2, "initial"), (1, "rollback"), (2, "promote")):
+        v.append_history(tmp_path, version, action)
+    history = v.read_history(tmp_path)
+    assert v.previous_version(history, 2) == 1
+    v.append_history(tmp_path, 1, "rollback")
+    assert v.previous_version(v.read_history(tmp_path), 1) == 2  # twice: back to the start
+    with pytest.raises(v.VersionError, match="no earlier version"):
+        v.previous_version([v.HistoryEntry(3, "initial", "t")], 3)
+
+
+def test_router_reports_the_version_the_policy_selects(tmp_path: Path) -> None:
+    folder = model_dir(tmp_path, [1, 2])
+    assert served_version(folder) == "2"
+    v.set_version(folder, 1)
+    assert served_version(folder) == "1"
