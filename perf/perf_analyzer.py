@@ -18,10 +18,12 @@ class PerfRow:
     concurrency: int
     throughput: float  # inferences per second
     p50_ms: float
+    p90_ms: float
     p95_ms: float
     p99_ms: float
     queue_ms: float
     compute_ms: float
+    overhead_ms: float  # client send/receive and network + server send/receive
 
 
 def parse_csv(text: str) -> list[PerfRow]:
@@ -33,10 +35,13 @@ def parse_csv(text: str) -> list[PerfRow]:
 
         compute = sum(ms(k) for k in ("Server Compute Input", "Server Compute Infer",
                                       "Server Compute Output"))
+        overhead = sum(ms(k) for k in ("Client Send", "Network+Server Send/Recv",
+                                        "Client Recv"))
         rows.append(PerfRow(
             concurrency=int(rec["Concurrency"]), throughput=float(rec["Inferences/Second"]),
-            p50_ms=ms("p50 latency"), p95_ms=ms("p95 latency"), p99_ms=ms("p99 latency"),
-            queue_ms=ms("Server Queue"), compute_ms=compute,
+            p50_ms=ms("p50 latency"), p90_ms=ms("p90 latency"), p95_ms=ms("p95 latency"),
+            p99_ms=ms("p99 latency"), queue_ms=ms("Server Queue"), compute_ms=compute,
+            overhead_ms=overhead,
         ))
     return rows
 
@@ -55,14 +60,15 @@ def environment() -> dict[str, str]:
 
 
 def run(model: str, url: str, concurrency: int, input_data: Path, csv_path: Path,
-        protocol: str = "grpc", interval_ms: int = 3000) -> PerfRow:
+        protocol: str = "grpc", interval_ms: int = 3000,
+        extra: tuple[str, ...] = ()) -> PerfRow:
     """One measured concurrency level; raises CalledProcessError with perf_analyzer's output."""
     cmd = [
         str(binary()), "-m", model, "-u", url, "-i", protocol,
         f"--concurrency-range={concurrency}:{concurrency}",
         f"--input-data={input_data}", "--measurement-mode=time_windows",
         f"--measurement-interval={interval_ms}", "--stability-percentage=20",
-        "--max-trials=6", "-f", str(csv_path),
+        "--max-trials=6", "-f", str(csv_path), *extra,
     ]
     proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:

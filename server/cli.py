@@ -152,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.add_argument("--to", type=int, default=None)
     add_release_options(rollback)
     rollback.set_defaults(func=cmd_release, action="rollback", no_gate=True)
+
+    from perf.sweep import add_parser as add_perf_parser
+
+    add_perf_parser(sub)
     return parser
 
 

@@ -18,6 +18,8 @@ def test_parse_csv_reads_throughput_and_latencies_in_milliseconds() -> None:
     assert (row.p50_ms, row.p95_ms, row.p99_ms) == pytest.approx((11.671, 15.758, 18.967))
     assert row.queue_ms == pytest.approx(1.119)
     assert row.compute_ms == pytest.approx((33 + 10244 + 185) / 1000)
+    assert row.p90_ms == pytest.approx(14.783)
+    assert row.overhead_ms == pytest.approx((9 + 482 + 4) / 1000)
 
 
 def test_parse_csv_of_a_header_only_file_is_empty() -> None:

@@ -1,0 +1,127 @@
+"""`tmr perf plan MODEL`: measure the model in-process, derive batching settings, show the diff.
+
+    tmr perf plan minilm_onnx [--memory-budget-mb 2048] [--latency-budget-ms 60]
+                              [--arrival-rps 200] [--write] [--check]
+
+The model runs in onnxruntime (or TorchScript) with the thread count of its config, at
+32 tokens per row and batch 1..64; latency is the median, memory the rise of the
+process's peak RSS (device memory on a GPU is not measured here). `--check` starts a
+server with the proposal on a copy of the repository and sweeps it with perf_analyzer at
+concurrency = the preferred batch, printing predicted and measured side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from perf.planning import BatchPoint, Plan, plan
+from server import versions as v
+from server.settings import DEFAULT_REPOSITORY
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
+TOKENS = 32
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(model_dir: Path, seconds: float = 1.0) -> list[BatchPoint]:
+    from server.gate import artifact_of, runner
+
+    config = v.parse_config((model_dir / "config.pbtxt").read_text())
+    key = next((k for k in config.parameters if k.lower() == "intra_op_thread_count"), None)
+    threads = int(config.parameters[key].string_value) if key else 1
+    selected = v.selected_versions(config, v.versions_on_disk(model_dir))
+    forward = runner(artifact_of(model_dir, selected[-1]), threads)
+    idle = peak_rss_mb()
+    points = []
+    for batch in BATCHES:
+        ids = np.full((batch, TOKENS), 2000, dtype=np.int64)
+        mask = np.ones_like(ids)
+        forward(ids, mask)
+        times = []
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline or len(times) < 3:
+            began = time.perf_counter()
+            forward(ids, mask)
+            times.append((time.perf_counter() - began) * 1000)
+        points.append(BatchPoint(batch, statistics.median(times), peak_rss_mb() - idle))
+    return points
+
+
+def proposed_config(text: str, proposal: Plan) -> str:
+    """config.pbtxt with max_batch_size and the dynamic_batching settings replaced."""
+    text = re.sub(r"max_batch_size: \d+", f"max_batch_size: {proposal.max_batch_size}", text)
+    batching = (f"dynamic_batching {{ preferred_batch_size: [ {proposal.preferred_batch_size} ]"
+                f" max_queue_delay_microseconds: {proposal.max_queue_delay_microseconds} }}")
+    text, count = re.subn(r"dynamic_batching \{[^}]*\}", batching, text)
+    if count != 1:
+        raise ValueError("expected one single-line dynamic_batching block to replace")
+    v.parse_config(text)  # only propose what Triton would parse
+    return text
+
+
+def check_with_sweep(model: str, proposal_text: str) -> float:
+    """Measured throughput of the proposal at concurrency = preferred batch."""
+    from perf import perf_analyzer
+    from server.launcher import TritonServer, free_port
+    from server.repository import copy_repository
+    from server.settings import Ports, ServerOptions
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = copy_repository([DEFAULT_REPOSITORY], Path(tmp) / "repository")
+        (repo / model / "config.pbtxt").write_text(proposal_text)
+        batch = int(re.search(r"preferred_batch_size: \[ (\d+)", proposal_text).group(1))
+        ports = Ports(free_port(), free_port(), free_port())
+        with TritonServer(ServerOptions(repository=repo, ports=ports),
+                          log_path=Path(tmp) / "triton.log") as server:
+            row = perf_analyzer.run(model, server.grpc_url, batch,
+                                    DEFAULT_REPOSITORY.parent / "perf" / "inputs" / f"{model}.json",
+                                    Path(tmp) / "check.csv")
+    return row.throughput
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    model_dir = args.repository / args.model
+    points = measure(model_dir)
+    proposal = plan(points, args.memory_budget_mb, args.latency_budget_ms, args.arrival_rps)
+    print("| batch | ms | seq/s | peak MB |\n| ---: | ---: | ---: | ---: |")
+    for p in points:
+        print(f"| {p.batch} | {p.latency_ms:.1f} | {p.throughput:.0f} | {p.peak_mb:.0f} |")
+    print(f"\n{proposal}\n")
+    config_path = model_dir / "config.pbtxt"
+    current = config_path.read_text()
+    new = proposed_config(current, proposal)
+    print("".join(difflib.unified_diff(current.splitlines(True), new.splitlines(True),
+                                       str(config_path), f"{config_path} (proposed)")))
+    if args.write:
+        v.write_atomically(config_path, new)
+        print(f"written to {config_path}")
+    if args.check:
+        measured = check_with_sweep(args.model, new)
+        print(f"predicted {proposal.predicted_throughput:.0f} seq/s at batch "
+              f"{proposal.preferred_batch_size}; measured {measured:.0f} infer/s served "
+              f"(ratio {measured / proposal.predicted_throughput:.2f})")
+    return 0
+
+
+def add_plan_parser(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("plan", help="derive max/preferred batch and queue delay")
+    p.add_argument("model")
+    p.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    p.add_argument("--memory-budget-mb", type=float, default=2048.0)
+    p.add_argument("--latency-budget-ms", type=float, default=60.0)
+    p.add_argument("--arrival-rps", type=float, default=200.0)
+    p.add_argument("--write", action="store_true", help="write the proposal to config.pbtxt")
+    p.add_argument("--check", action="store_true", help="sweep the proposal on a served copy")
+    p.set_defaults(func=cmd_plan)

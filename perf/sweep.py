@@ -1,0 +1,180 @@
+"""`tmr perf sweep|compare|check`: perf_analyzer concurrency sweeps, reports and baselines.
+
+    tmr perf sweep --model embed --concurrency 1 2 4 8 16 [--url host:port] [--protocol grpc]
+    tmr perf compare perf/results/A perf/results/B
+    tmr perf check perf/results/A [--baseline perf/baselines/embed_grpc.json]
+
+Without `--url` the sweep starts its own server on free ports. Results go to
+`perf/results/<timestamp>/` (git-ignored): sweep.json, sweep.md, the CSVs and PNG plots.
+Baselines are ratios' denominators, measured on this machine; `check` exits 1 when a
+level's throughput falls under, or its p99 rises over, the given ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+from perf import perf_analyzer
+from perf.knee import Knee, find_knee, ratios, regressions
+from perf.perf_analyzer import PerfRow
+from server.settings import PROJECT_ROOT
+
+RESULTS = PROJECT_ROOT / "perf" / "results"
+INPUTS = PROJECT_ROOT / "perf" / "inputs"
+BASELINES = PROJECT_ROOT / "perf" / "baselines"
+
+
+def input_file(model: str) -> Path:
+    """perf/inputs/<model>.json, or the embed texts for text models."""
+    path = INPUTS / f"{model}.json"
+    return path if path.exists() else INPUTS / "embed.json"
+
+
+@contextlib.contextmanager
+def server_for(url: str | None, protocol: str) -> Iterator[tuple[str, str]]:
+    """(perf url, http url) of the given server, or of one started on free ports."""
+    if url:
+        yield url, url
+        return
+    from server.launcher import TritonServer, free_port
+    from server.settings import Ports, ServerOptions
+
+    ports = Ports(free_port(), free_port(), free_port())
+    log = Path(tempfile.mkdtemp()) / "tritonserver.log"
+    with TritonServer(ServerOptions(ports=ports), log_path=log) as server:
+        yield (server.grpc_url if protocol == "grpc" else server.http_url), server.http_url
+
+
+def run_sweep(model: str, levels: list[int], url: str, protocol: str, out: Path,
+              interval_ms: int) -> list[PerfRow]:
+    from rich.progress import Progress
+
+    rows = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"{model} over {protocol}", total=len(levels))
+        for level in levels:
+            rows.append(perf_analyzer.run(model, url, level, input_file(model),
+                                          out / f"{model}-c{level}.csv", protocol, interval_ms,
+                                          ("--verbose-csv",)))
+            progress.advance(task)
+    return rows
+
+
+def plot(rows: list[PerfRow], knee: Knee, out: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = [r.concurrency for r in rows]
+    fig, (a, b, d) = plt.subplots(1, 3, figsize=(14, 4))
+    a.plot(c, [r.throughput for r in rows], marker="o")
+    a.axvline(knee.concurrency, color="grey", linestyle="--", label="knee")
+    a.set(xlabel="concurrency", ylabel="infer/s", title=f"{title}: throughput", xscale="log")
+    a.legend()
+    b.plot(c, [r.p50_ms for r in rows], marker="o", label="p50")
+    b.plot(c, [r.p99_ms for r in rows], marker="o", label="p99")
+    b.set(xlabel="concurrency", ylabel="ms", title="latency", xscale="log")
+    b.legend()
+    parts = {"queue": [r.queue_ms for r in rows], "compute": [r.compute_ms for r in rows],
+             "overhead": [r.overhead_ms for r in rows]}
+    bottom = [0.0] * len(rows)
+    for name, values in parts.items():
+        d.bar([str(x) for x in c], values, bottom=bottom, label=name)
+        bottom = [x + y for x, y in zip(bottom, values)]
+    d.set(xlabel="concurrency", ylabel="ms (average)", title="latency breakdown")
+    d.legend()
+    fig.tight_layout()
+    fig.savefig(out / "sweep.png", dpi=100)
+
+
+def markdown(model: str, protocol: str, rows: list[PerfRow], knee: Knee) -> str:
+    lines = [f"# {model} over {protocol}", "",
+             "| c | infer/s | p50 ms | p90 ms | p95 ms | p99 ms | queue ms | compute ms | "
+             "overhead ms |", "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r.concurrency} | {r.throughput:.0f} | {r.p50_ms:.1f} | {r.p90_ms:.1f} | "
+              f"{r.p95_ms:.1f} | {r.p99_ms:.1f} | {r.queue_ms:.1f} | {r.compute_ms:.1f} | "
+              f"{r.overhead_ms:.1f} |" for r in rows]
+    lines += ["", f"Recommended concurrency: **{knee.concurrency}** ({knee.throughput:.0f} "
+              f"infer/s, p99 {knee.p99_ms:.0f} ms): {knee.reason}.", "", "![sweep](sweep.png)"]
+    return "\n".join(lines)
+
+
+def load_rows(path: Path) -> tuple[dict, list[PerfRow]]:
+    data = json.loads((path / "sweep.json" if path.is_dir() else path).read_text())
+    return data, [PerfRow(**r) for r in data["rows"]]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    out = RESULTS / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    with server_for(args.url, args.protocol) as (url, _):
+        rows = run_sweep(args.model, args.concurrency, url, args.protocol, out, args.interval_ms)
+    knee = find_knee(rows, args.p99_budget_ms)
+    (out / "sweep.json").write_text(json.dumps({
+        "model": args.model, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
+        "rows": [asdict(r) for r in rows], "knee": asdict(knee)}, indent=1) + "\n")
+    (out / "sweep.md").write_text(markdown(args.model, args.protocol, rows, knee) + "\n")
+    plot(rows, knee, out, args.model)
+    print(markdown(args.model, args.protocol, rows, knee))
+    print(f"\nresults in {out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    _, a = load_rows(args.a)
+    _, b = load_rows(args.b)
+    print("| c | throughput B/A | p99 B/A |\n| ---: | ---: | ---: |")
+    for r in ratios(a, b):
+        print(f"| {r.concurrency} | {r.throughput:.2f} | {r.p99:.2f} |")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    meta, rows = load_rows(args.result)
+    baseline_path = args.baseline or BASELINES / f"{meta['model']}_{meta['protocol']}.json"
+    _, base = load_rows(baseline_path)
+    found = ratios(base, rows)
+    if not found:
+        print(f"error: no concurrency level in common with {baseline_path}", file=sys.stderr)
+        return 2
+    problems = regressions(found, args.min_throughput_ratio, args.max_p99_ratio)
+    for r in found:
+        print(f"c{r.concurrency}: throughput {r.throughput:.2f}x, p99 {r.p99:.2f}x")
+    for p in problems:
+        print(f"REGRESSION {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    perf = sub.add_parser("perf", help="perf_analyzer sweeps, comparisons, baseline checks")
+    verbs = perf.add_subparsers(dest="verb", required=True)
+    sweep = verbs.add_parser("sweep", help="sweep concurrency for a model")
+    sweep.add_argument("--model", default="embed")
+    sweep.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
+    sweep.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    sweep.add_argument("--url", default=None, help="a running server (default: start one)")
+    sweep.add_argument("--p99-budget-ms", type=float, default=60.0)
+    sweep.add_argument("--interval-ms", type=int, default=3000)
+    sweep.set_defaults(func=cmd_sweep)
+    compare = verbs.add_parser("compare", help="B against A, level by level")
+    compare.add_argument("a", type=Path)
+    compare.add_argument("b", type=Path)
+    compare.set_defaults(func=cmd_compare)
+    check = verbs.add_parser("check", help="a result against its checked-in baseline")
+    check.add_argument("result", type=Path)
+    check.add_argument("--baseline", type=Path, default=None)
+    check.add_argument("--min-throughput-ratio", type=float, default=0.8)
+    check.add_argument("--max-p99-ratio", type=float, default=1.5)
+    check.set_defaults(func=cmd_check)
+    from perf.plan_cli import add_plan_parser
+
+    add_plan_parser(verbs)
