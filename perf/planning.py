@@ -69,7 +69,9 @@ class Plan:
 def plan(points: Sequence[BatchPoint], memory_budget_mb: float, latency_budget_ms: float,
          arrival_rps: float, headroom: float = 0.2) -> Plan:
     sample = per_sample_mb(points)
-    max_batch = max_batch_from_memory(memory_budget_mb, sample, headroom)
+    # Never propose a batch larger than was measured: beyond it the curve is a guess.
+    max_batch = min(max_batch_from_memory(memory_budget_mb, sample, headroom),
+                    max(p.batch for p in points))
     fitting = [p for p in points if p.batch <= max_batch and p.latency_ms <= latency_budget_ms]
     preferred = preferred_batch(fitting or [min(points, key=lambda p: p.batch)])
     point = next(p for p in points if p.batch == preferred)

@@ -41,7 +41,9 @@ def test_per_sample_memory_is_the_conservative_slope_of_the_curve() -> None:
 
 def test_plan_respects_memory_and_latency_budgets() -> None:
     proposal = plan(CURVE, memory_budget_mb=500, latency_budget_ms=150, arrival_rps=400)
-    assert proposal.max_batch_size == 78  # 500 x 0.8 / 5.08
+    assert proposal.max_batch_size == 64  # 500 x 0.8 / 5.08 = 78, capped at the largest measured
+    small = plan(CURVE, memory_budget_mb=100, latency_budget_ms=150, arrival_rps=400)
+    assert small.max_batch_size == 15  # 100 x 0.8 / 5.08
     assert proposal.preferred_batch_size == 32  # the knee among batches under 150 ms
     assert proposal.max_queue_delay_microseconds == 50_000  # 150 - 100 ms, < 80 ms to fill
     tight = plan(CURVE, memory_budget_mb=500, latency_budget_ms=50, arrival_rps=400)
