@@ -10,7 +10,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv export serve test unit lint clean
+.PHONY: help setup apt venv export serve test unit lint bench clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ test: setup ## run the whole suite against a real tritonserver
 
 unit: venv ## only the unit tests (no server)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: setup ## the benchmark (about 5 min): writes docs/benchmarks.md
+	$(PY) -m perf.bench
 
 lint: venv ## ruff
 	$(VENV)/bin/ruff check .
