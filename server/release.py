@@ -105,7 +105,8 @@ def wait_serving(target: Target, version: int) -> float:
     while time.monotonic() - began < target.timeout_s:
         states = index_states(target.url, target.model)
         state, reason = states.get(version, ("", ""))
-        if state == "UNAVAILABLE" and reason:
+        # "unloaded" is the state of a version not (yet) loaded, e.g. before a poll scan.
+        if state == "UNAVAILABLE" and reason and reason != "unloaded":
             raise ReleaseError(f"{target.model} version {version} failed to load: {reason}")
         others = [n for n, (s, _) in states.items() if s == "READY" and n != version]
         if state == "READY" and not others and serves(target.url, target.model, version):
@@ -120,22 +121,27 @@ def switch(target: Target, version: int, action: str) -> float:
     on_disk = v.versions_on_disk(target.model_dir)
     current = v.selected_versions(v.parse_config(
         (target.model_dir / "config.pbtxt").read_text()), on_disk)
+    history = target.model_dir / v.HISTORY
+    # The history and the configs change together: in poll mode every write in the model
+    # folder is a reload, so one burst of writes gives one reload, not two racing ones.
+    previous = {history: history.read_text()} if history.exists() else {}
     if not v.read_history(target.model_dir) and current:
         v.append_history(target.model_dir, current[-1], "initial")
-    previous = v.set_version(target.model_dir, version)
+    v.append_history(target.model_dir, version, action)
+    previous.update(v.set_version(target.model_dir, version))
     try:
         if target.mode == "explicit":
             apply_explicit(target)
-        seconds = wait_serving(target, version)
+        return wait_serving(target, version)
     except ReleaseError:
         v.restore(previous)
+        if not previous.get(history):
+            history.unlink(missing_ok=True)
         if target.mode == "explicit":
             apply_explicit(target)
         if current:
             wait_serving(target, current[-1])
         raise
-    v.append_history(target.model_dir, version, action)
-    return seconds
 
 
 def current_version(model_dir: Path) -> int:

@@ -86,7 +86,8 @@ def set_version(model_dir: Path, version: int) -> dict[Path, str]:
 
 def restore(previous: dict[Path, str]) -> None:
     for path, text in previous.items():
-        write_atomically(path, text)
+        if text:
+            write_atomically(path, text)
 
 
 @dataclass(frozen=True)
