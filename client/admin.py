@@ -81,8 +81,8 @@ class Check:
     detail: str
 
 
-def probe_model(client: httpclient.InferenceServerClient, model: str) -> Check:
-    """One real inference against `model` (readiness alone is not trusted)."""
+def probe_request(model: str) -> tuple[list, list[str]]:
+    """HTTP InferInputs of the health probe for `model`, and the outputs to ask for."""
     from python_backends.health import probe
 
     feeds, outputs = probe(model)
@@ -92,9 +92,16 @@ def probe_model(client: httpclient.InferenceServerClient, model: str) -> Check:
                                        "BYTES" if array.dtype == np.object_ else "INT64")
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
+    return inputs, outputs
+
+
+def probe_model(client: httpclient.InferenceServerClient, model: str,
+                version: str = "") -> Check:
+    """One real inference against `model` (readiness alone is not trusted)."""
+    inputs, outputs = probe_request(model)
     began = time.monotonic()
     try:
-        result = client.infer(model, inputs,
+        result = client.infer(model, inputs, model_version=version,
                               outputs=[httpclient.InferRequestedOutput(o) for o in outputs])
         vector = result.as_numpy(outputs[0])
         detail = f"norm {float(np.linalg.norm(vector[0])):.4f}"

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import tritonclient.http as httpclient
 from google.protobuf.json_format import MessageToDict
 
@@ -67,22 +66,12 @@ def index_states(url: str, model: str) -> dict[int, tuple[str, str]]:
 
 
 def serves(url: str, model: str, version: int) -> bool:
-    """A request pinned to `version` is answered."""
-    from python_backends.health import probe
+    """A request pinned to `version` is answered with a sane embedding."""
+    from client.admin import probe_model
 
-    feeds, _ = probe(model)
     client = httpclient.InferenceServerClient(url)
     try:
-        inputs = []
-        for name, array in feeds.items():
-            tensor = httpclient.InferInput(name, list(array.shape),
-                                           "BYTES" if array.dtype == np.object_ else "INT64")
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        client.infer(model, inputs, model_version=str(version))
-        return True
-    except Exception:  # any failure means "not serving yet"
-        return False
+        return probe_model(client, model, str(version)).ok
     finally:
         client.close()
 
