@@ -61,13 +61,13 @@ def environment() -> dict[str, str]:
 
 def run(model: str, url: str, concurrency: int, input_data: Path, csv_path: Path,
         protocol: str = "grpc", interval_ms: int = 3000,
-        extra: tuple[str, ...] = ()) -> PerfRow:
+        extra: tuple[str, ...] = (), stability_pct: int = 20) -> PerfRow:
     """One measured concurrency level; raises CalledProcessError with perf_analyzer's output."""
     cmd = [
         str(binary()), "-m", model, "-u", url, "-i", protocol,
         f"--concurrency-range={concurrency}:{concurrency}",
         f"--input-data={input_data}", "--measurement-mode=time_windows",
-        f"--measurement-interval={interval_ms}", "--stability-percentage=20",
+        f"--measurement-interval={interval_ms}", f"--stability-percentage={stability_pct}",
         "--max-trials=6", "-f", str(csv_path), *extra,
     ]
     proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=300)

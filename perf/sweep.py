@@ -54,7 +54,7 @@ def server_for(url: str | None, protocol: str) -> Iterator[tuple[str, str]]:
 
 
 def run_sweep(model: str, levels: list[int], url: str, protocol: str, out: Path,
-              interval_ms: int) -> list[PerfRow]:
+              interval_ms: int, stability_pct: int = 20) -> list[PerfRow]:
     from rich.progress import Progress
 
     rows = []
@@ -63,7 +63,7 @@ def run_sweep(model: str, levels: list[int], url: str, protocol: str, out: Path,
         for level in levels:
             rows.append(perf_analyzer.run(model, url, level, input_file(model),
                                           out / f"{model}-c{level}.csv", protocol, interval_ms,
-                                          ("--verbose-csv",)))
+                                          ("--verbose-csv",), stability_pct))
             progress.advance(task)
     return rows
 
@@ -117,7 +117,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = RESULTS / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
     with server_for(args.url, args.protocol) as (url, _):
-        rows = run_sweep(args.model, args.concurrency, url, args.protocol, out, args.interval_ms)
+        rows = run_sweep(args.model, args.concurrency, url, args.protocol, out,
+                         args.interval_ms, args.stability_percentage)
     knee = find_knee(rows, args.p99_budget_ms)
     (out / "sweep.json").write_text(json.dumps({
         "model": args.model, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
@@ -164,6 +165,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--url", default=None, help="a running server (default: start one)")
     sweep.add_argument("--p99-budget-ms", type=float, default=60.0)
     sweep.add_argument("--interval-ms", type=int, default=3000)
+    sweep.add_argument("--stability-percentage", type=int, default=20,
+                       help="perf_analyzer gives up (exit 2) when windows differ more")
     sweep.set_defaults(func=cmd_sweep)
     compare = verbs.add_parser("compare", help="B against A, level by level")
     compare.add_argument("a", type=Path)
