@@ -5,7 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TMR := $(VENV)/bin/tmr
 STAMP := $(VENV)/.installed
-APT_PACKAGES := libb64-0d  # perf_analyzer from the tritonclient wheel links libb64.so.0d
+# libb64-0d: perf_analyzer from the tritonclient wheel links libb64.so.0d.
+# nginx + its njs module: the front door; prometheus (with promtool): metrics and alert rules.
+APT_PACKAGES := libb64-0d nginx libnginx-mod-http-js prometheus
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
@@ -22,7 +24,7 @@ apt: ## Debian packages the tools need (skipped when present)
 	if [ -n "$$missing" ]; then \
 		echo "apt: installing $$missing"; \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 venv: $(STAMP) ## the project venv with every pin from pyproject.toml
