@@ -12,10 +12,10 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv export serve test unit lint bench clean
+.PHONY: help setup apt venv export serve serve-full test unit lint bench clean
 
 help: ## list the verbs
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 setup: apt venv export ## install apt packages, the venv and the model exports (idempotent)
 
@@ -39,6 +39,9 @@ export: venv ## export MiniLM to ONNX, TorchScript and INT8 (does nothing when u
 
 serve: setup ## start the CPU Triton server with the whole repository (SERVE_ARGS=... to add flags)
 	$(TMR) serve $(SERVE_ARGS)
+
+serve-full: setup ## serve behind the nginx front door, plus Prometheus and its alert rules
+	$(TMR) serve --front-door --prometheus $(SERVE_ARGS)
 
 test: setup ## run the whole suite against a real tritonserver
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -8,11 +8,14 @@
 from client.aio import AsyncEmbedClient
 from client.core import EmbedResult
 from client.errors import (
+    AccessDeniedError,
     DeadlineExceededError,
     InvalidInputError,
     ModelNotFoundError,
     ModelNotReadyError,
     QueueFullError,
+    RateLimitedError,
+    RequestTooLargeError,
     ServerError,
     ServerUnreachableError,
     TritonClientError,
@@ -23,6 +26,7 @@ from client.sync import EmbedClient
 
 __all__ = [
     "NO_RETRY",
+    "AccessDeniedError",
     "AsyncEmbedClient",
     "DeadlineExceededError",
     "EmbedClient",
@@ -31,6 +35,8 @@ __all__ = [
     "ModelNotFoundError",
     "ModelNotReadyError",
     "QueueFullError",
+    "RateLimitedError",
+    "RequestTooLargeError",
     "RetryPolicy",
     "ServerError",
     "ServerUnreachableError",

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import tritonclient.http as httpclient
 
+from client.auth import key_headers
 from client.errors import TritonClientError, UnavailableError, from_exception
 from client.retry import NO_RETRY
 from client.sync import EmbedClient
@@ -19,17 +20,21 @@ from server.repository import set_parameter
 AUTO = -1
 
 
-def force_level_explicit(url: str, level: int, model: str = contracts.EMBED_MODEL) -> None:
+def force_level_explicit(url: str, level: int, model: str = contracts.EMBED_MODEL,
+                         admin_key: str | None = None) -> None:
     """Reload `model` through the load API with `forced_level` overridden (explicit mode).
 
     The override lives in the server only: `--level auto` sends it back as -1. The
-    on-disk config.pbtxt stays the source of truth for the next start.
+    on-disk config.pbtxt stays the source of truth for the next start. Both calls are
+    restricted APIs: they carry the admin key (client.auth).
     """
     client = httpclient.InferenceServerClient(url)
     try:
-        config = client.get_model_config(model)
+        config = client.get_model_config(model, headers=key_headers(admin=True,
+                                                                    admin_key=admin_key))
         config.setdefault("parameters", {})["forced_level"] = {"string_value": str(level)}
-        client.load_model(model, config=json.dumps(config))
+        client.load_model(model, config=json.dumps(config),
+                          headers=key_headers(admin=True, admin_key=admin_key))
     except Exception as exc:  # tritonclient raises several types
         raise from_exception(exc) from exc
     finally:
@@ -101,7 +106,7 @@ def probe_model(client: httpclient.InferenceServerClient, model: str,
     inputs, outputs = probe_request(model)
     began = time.monotonic()
     try:
-        result = client.infer(model, inputs, model_version=version,
+        result = client.infer(model, inputs, model_version=version, headers=key_headers(),
                               outputs=[httpclient.InferRequestedOutput(o) for o in outputs])
         vector = result.as_numpy(outputs[0])
         detail = f"norm {float(np.linalg.norm(vector[0])):.4f}"

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from client.core import (
+    Access,
     CallOptions,
     ClientBase,
     EmbedResult,
@@ -19,18 +20,25 @@ from client.core import (
     new_request_id,
     text_tensor,
 )
-from client.errors import ServerUnreachableError, TritonClientError, from_exception
+from client.errors import (
+    AccessDeniedError,
+    ServerUnreachableError,
+    TritonClientError,
+    from_exception,
+)
 from client.retry import RetryPolicy
 from python_backends import contracts
 
 
 class AsyncEmbedClient(ClientBase):
-    """The asyncio twin of `EmbedClient`; use `async with`."""
+    """The asyncio twin of `EmbedClient` (same keys and fallback); use `async with`."""
 
     def __init__(self, url: str | None = None, protocol: Protocol = "http",
                  model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
-                 seed: int | None = None) -> None:
-        super().__init__(url, protocol, model, retry, seed, aio=True)
+                 seed: int | None = None, *, api_key: str | None = None,
+                 admin_key: str | None = None, max_batch_size: int | None = None) -> None:
+        super().__init__(url, protocol, model, retry, seed, aio=True,
+                         access=Access(api_key, admin_key, max_batch_size))
         self._client = self._module.InferenceServerClient(self.url)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -42,8 +50,10 @@ class AsyncEmbedClient(ClientBase):
     async def is_ready(self, model: str | None = None) -> bool:
         try:
             if model is None:
-                return bool(await self._call(self._client.is_server_ready))
-            return bool(await self._call(self._client.is_model_ready, model))
+                return bool(await self._call(self._client.is_server_ready,
+                                             headers=self._headers()))
+            return bool(await self._call(self._client.is_model_ready, model,
+                                         headers=self._headers()))
         except TritonClientError:
             return False
 
@@ -56,11 +66,24 @@ class AsyncEmbedClient(ClientBase):
         raise ServerUnreachableError(f"server at {self.url} not ready after {timeout_s:.0f} s")
 
     async def metadata(self, model: str | None = None) -> Any:
-        return await self._call(self._client.get_model_metadata, model or self.model)
+        return await self._call(self._client.get_model_metadata, model or self.model,
+                                headers=self._headers())
+
+    async def model_config(self, model: str | None = None) -> Any:
+        """The model config: a restricted API, sent with the admin key."""
+        return await self._call(self._client.get_model_config, model or self.model,
+                                headers=self._headers(admin=True))
 
     async def max_batch_size(self) -> int:
+        """Rows per request: the config's max_batch_size, or the metadata fallback."""
         if self._max_batch is None:
-            self._remember(await self._call(self._client.get_model_config, self.model))
+            if self._fixed_max_batch is None:
+                try:
+                    self._remember(await self.model_config())
+                    return self._max_batch
+                except AccessDeniedError:
+                    pass  # no admin key: fall back to the open metadata
+            self._remember_metadata(await self.metadata())
         return self._max_batch
 
     async def embed(self, texts: list[str], *, priority: int | None = None,
@@ -89,6 +112,7 @@ class AsyncEmbedClient(ClientBase):
             attempt += 1
             try:
                 return await self._call(self._client.infer, self.model, inputs, outputs=outputs,
+                                        headers=self._headers(),
                                         **opts.infer_kwargs(request_id))
             except TritonClientError as err:
                 delay = self._retry_delay(attempt, err, deadline)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from client.auth import key_headers, resolve_admin_key, resolve_api_key
 from client.errors import InvalidInputError, TritonClientError
 from client.retry import RetryPolicy, next_delay
 from python_backends import contracts
@@ -132,12 +133,15 @@ def max_batch_size(config: Any) -> int:
 
 
 def wanted_outputs(config: Any) -> list[str]:
-    """EMBEDDING, plus SERVED_BY when the model has it."""
+    """EMBEDDING, plus SERVED_BY when the model has it (from its config or its metadata)."""
     if isinstance(config, dict):
-        names = [o["name"] for o in config.get("config", config).get("output", [])]
+        inner = config.get("config", config)
+        outputs = [o["name"] for o in inner.get("output", inner.get("outputs", []))]
     else:
-        names = [o.name for o in getattr(config, "config", config).output]
-    return [n for n in (contracts.EMBEDDING_OUTPUT, contracts.SERVED_BY_OUTPUT) if n in names]
+        inner = getattr(config, "config", config)
+        field = "output" if hasattr(inner, "output") else "outputs"  # config or metadata
+        outputs = [o.name for o in getattr(inner, field)]
+    return [n for n in (contracts.EMBEDDING_OUTPUT, contracts.SERVED_BY_OUTPUT) if n in outputs]
 
 
 def assemble(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
@@ -152,24 +156,55 @@ def assemble(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
     )
 
 
+@dataclass(frozen=True)
+class Access:
+    """Keys and what to do without the admin key (see client.auth).
+
+    The model config (max_batch_size, outputs) is a restricted API. With `max_batch_size`
+    given, or when the config is refused, the client reads the open metadata for the
+    outputs and sends chunks of `max_batch_size` rows (1 when not given).
+    """
+
+    api_key: str | None = None
+    admin_key: str | None = None
+    max_batch_size: int | None = None
+
+
 class ClientBase:
     """State and decisions shared by the sync and asyncio clients (no I/O here)."""
 
     def __init__(self, url: str | None, protocol: Protocol, model: str,
-                 retry: RetryPolicy | None, seed: int | None, aio: bool) -> None:
+                 retry: RetryPolicy | None, seed: int | None, aio: bool,
+                 access: Access | None = None) -> None:
+        access = access or Access()
+        if access.max_batch_size is not None and access.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {access.max_batch_size}")
         self.protocol = protocol
         self.url = url or default_url(protocol)
         self.model = model
         self.retry = retry or RetryPolicy()
         self._module = protocol_module(protocol, aio=aio)
         self._rng = random.Random(seed)
+        self._api_key = resolve_api_key(access.api_key)
+        self._admin_key = resolve_admin_key(access.admin_key)
+        self._fixed_max_batch = access.max_batch_size
         self._max_batch: int | None = None
         self._outputs: list[str] = [contracts.EMBEDDING_OUTPUT]
+
+    def _headers(self, admin: bool = False) -> dict[str, str]:
+        """A fresh header dict for one call (tritonclient's HTTP client adds to it)."""
+        return key_headers(self.protocol, api_key=self._api_key, admin=admin,
+                           admin_key=self._admin_key)
 
     def _remember(self, config: Any) -> None:
         """Keep what the model config says about batching and outputs."""
         self._max_batch = max_batch_size(config)
         self._outputs = wanted_outputs(config)
+
+    def _remember_metadata(self, metadata: Any) -> None:
+        """Without the config: outputs from the metadata, chunks of the given size (or 1)."""
+        self._max_batch = self._fixed_max_batch or 1
+        self._outputs = wanted_outputs(metadata)
 
     def _retry_delay(self, attempt: int, err: TritonClientError,
                      deadline: float | None) -> float | None:

@@ -2,10 +2,15 @@
 
     TritonClientError              base class; `.status` and `.message` keep Triton's own
     ├── InvalidInputError          the request was refused as malformed (HTTP 400, INVALID_ARGUMENT)
+    │   └── RequestTooLargeError   over the front door's body limit (HTTP 413, RESOURCE_EXHAUSTED)
+    ├── AccessDeniedError          no or a wrong API key (HTTP 401, UNAUTHENTICATED), or a
+    │                              restricted admin API without the admin key (HTTP 403,
+    │                              UNAVAILABLE "This protocol is restricted")
     ├── ModelNotFoundError         unknown model or version (HTTP 404/400, NOT_FOUND)
     ├── ModelNotReadyError         known but not ready, e.g. loading or unloaded   [retriable]
     ├── UnavailableError           the server cannot take the request now (HTTP 503)  [retriable]
-    │   └── QueueFullError         "Exceeds maximum queue size" for this priority     [retriable]
+    │   ├── QueueFullError         "Exceeds maximum queue size" for this priority     [retriable]
+    │   └── RateLimitedError       the front door's per-key rate (HTTP 429)            [retriable]
     ├── DeadlineExceededError      queue timeout ("Request timeout expired") or client deadline
     ├── ServerUnreachableError     connection refused, reset, or the call cancelled   [retriable]
     └── ServerError                anything else, including HTTP 500
@@ -29,6 +34,14 @@ class InvalidInputError(TritonClientError):
     """The server refused the input: wrong dtype or shape, bad text, batch too large."""
 
 
+class RequestTooLargeError(InvalidInputError):
+    """The front door refused a body over its size limit."""
+
+
+class AccessDeniedError(TritonClientError):
+    """A missing or unknown API key, or a restricted API called without the admin key."""
+
+
 class ModelNotFoundError(TritonClientError):
     """The model or the requested version does not exist on the server."""
 
@@ -49,6 +62,10 @@ class QueueFullError(UnavailableError):
     """The model's queue for this priority level is full."""
 
 
+class RateLimitedError(UnavailableError):
+    """The front door's rate limit for this API key; retry after a while."""
+
+
 class DeadlineExceededError(TritonClientError):
     """The request timed out in the server's queue or passed the caller's deadline."""
 
@@ -64,6 +81,10 @@ class ServerError(TritonClientError):
 
 
 _BY_MESSAGE: tuple[tuple[str, type[TritonClientError]], ...] = (
+    # Triton's restricted APIs answer gRPC UNAVAILABLE, which must not be retried.
+    ("is restricted, expecting header", AccessDeniedError),
+    ("rate limit exceeded", RateLimitedError),
+    ("over the front door limit", RequestTooLargeError),
     ("Exceeds maximum queue size", QueueFullError),
     ("Request timeout expired", DeadlineExceededError),
     ("Deadline Exceeded", DeadlineExceededError),
@@ -79,6 +100,12 @@ _BY_MESSAGE: tuple[tuple[str, type[TritonClientError]], ...] = (
 _BY_STATUS: dict[str, type[TritonClientError]] = {
     "400": InvalidInputError,
     "StatusCode.INVALID_ARGUMENT": InvalidInputError,
+    "401": AccessDeniedError,
+    "403": AccessDeniedError,
+    "StatusCode.UNAUTHENTICATED": AccessDeniedError,
+    "StatusCode.PERMISSION_DENIED": AccessDeniedError,
+    "413": RequestTooLargeError,
+    "429": RateLimitedError,
     "404": ModelNotFoundError,
     "StatusCode.NOT_FOUND": ModelNotFoundError,
     "503": UnavailableError,

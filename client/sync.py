@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from client.core import (
+    Access,
     CallOptions,
     ClientBase,
     EmbedResult,
@@ -18,18 +19,31 @@ from client.core import (
     new_request_id,
     text_tensor,
 )
-from client.errors import ServerUnreachableError, TritonClientError, from_exception
+from client.errors import (
+    AccessDeniedError,
+    ServerUnreachableError,
+    TritonClientError,
+    from_exception,
+)
 from client.retry import RetryPolicy
 from python_backends import contracts
 
 
 class EmbedClient(ClientBase):
-    """`embed(texts) -> (n, 384)` plus health, readiness and metadata calls."""
+    """`embed(texts) -> (n, 384)` plus health, readiness and metadata calls.
+
+    `api_key` goes to the front door, `admin_key` to the model config (see client.auth);
+    `max_batch_size` spares the config call, which a client without the admin key cannot
+    make (see client.core.Access).
+    """
 
     def __init__(self, url: str | None = None, protocol: Protocol = "http",
                  model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
-                 network_timeout_s: float = 60.0, seed: int | None = None) -> None:
-        super().__init__(url, protocol, model, retry, seed, aio=False)
+                 network_timeout_s: float = 60.0, seed: int | None = None, *,
+                 api_key: str | None = None, admin_key: str | None = None,
+                 max_batch_size: int | None = None) -> None:
+        super().__init__(url, protocol, model, retry, seed, aio=False,
+                         access=Access(api_key, admin_key, max_batch_size))
         if protocol == "http":
             self._client = self._module.InferenceServerClient(
                 self.url, network_timeout=network_timeout_s, connection_timeout=network_timeout_s)
@@ -44,15 +58,15 @@ class EmbedClient(ClientBase):
 
     def is_live(self) -> bool:
         try:
-            return bool(self._call(self._client.is_server_live))
+            return bool(self._call(self._client.is_server_live, headers=self._headers()))
         except TritonClientError:
             return False
 
     def is_ready(self, model: str | None = None) -> bool:
         try:
             if model is None:
-                return bool(self._call(self._client.is_server_ready))
-            return bool(self._call(self._client.is_model_ready, model))
+                return bool(self._call(self._client.is_server_ready, headers=self._headers()))
+            return bool(self._call(self._client.is_model_ready, model, headers=self._headers()))
         except TritonClientError:
             return False
 
@@ -67,14 +81,24 @@ class EmbedClient(ClientBase):
         raise ServerUnreachableError(f"{target} at {self.url} not ready after {timeout_s:.0f} s")
 
     def metadata(self, model: str | None = None) -> Any:
-        return self._call(self._client.get_model_metadata, model or self.model)
+        return self._call(self._client.get_model_metadata, model or self.model,
+                          headers=self._headers())
 
     def model_config(self, model: str | None = None) -> Any:
-        return self._call(self._client.get_model_config, model or self.model)
+        """The model config: a restricted API, sent with the admin key."""
+        return self._call(self._client.get_model_config, model or self.model,
+                          headers=self._headers(admin=True))
 
     def max_batch_size(self) -> int:
+        """Rows per request: the config's max_batch_size, or the metadata fallback."""
         if self._max_batch is None:
-            self._remember(self.model_config())
+            if self._fixed_max_batch is None:
+                try:
+                    self._remember(self.model_config())
+                    return self._max_batch
+                except AccessDeniedError:
+                    pass  # no admin key: fall back to the open metadata
+            self._remember_metadata(self.metadata())
         return self._max_batch
 
     def embed(self, texts: list[str], *, priority: int | None = None,
@@ -104,7 +128,7 @@ class EmbedClient(ClientBase):
             attempt += 1
             try:
                 return self._call(self._client.infer, self.model, inputs, outputs=outputs,
-                                  **opts.infer_kwargs(request_id))
+                                  headers=self._headers(), **opts.infer_kwargs(request_id))
             except TritonClientError as err:
                 delay = self._retry_delay(attempt, err, deadline)
                 if delay is None:

@@ -10,6 +10,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from client.auth import key_headers
+
 
 @dataclass(frozen=True)
 class PerfRow:
@@ -59,6 +61,16 @@ def environment() -> dict[str, str]:
     return env
 
 
+def header_flags(protocol: str) -> list[str]:
+    """perf_analyzer reads the model config and statistics, both restricted: `-H` sends the
+    admin key (and the API key, through the front door). `-H` works for gRPC too on 2.51,
+    whatever `--help` says."""
+    flags = []
+    for name, value in key_headers(protocol, admin=True).items():
+        flags += ["-H", f"{name}:{value}"]
+    return flags
+
+
 def run(model: str, url: str, concurrency: int, input_data: Path, csv_path: Path,
         protocol: str = "grpc", interval_ms: int = 3000,
         extra: tuple[str, ...] = (), stability_pct: int = 20) -> PerfRow:
@@ -68,7 +80,7 @@ def run(model: str, url: str, concurrency: int, input_data: Path, csv_path: Path
         f"--concurrency-range={concurrency}:{concurrency}",
         f"--input-data={input_data}", "--measurement-mode=time_windows",
         f"--measurement-interval={interval_ms}", f"--stability-percentage={stability_pct}",
-        "--max-trials=6", "-f", str(csv_path), *extra,
+        "--max-trials=6", "-f", str(csv_path), *header_flags(protocol), *extra,
     ]
     proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:

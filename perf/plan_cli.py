@@ -7,7 +7,8 @@ The model runs in onnxruntime (or TorchScript) with the thread count of its conf
 32 tokens per row and batch 1..64; latency is the median, memory the rise of the
 process's peak RSS (device memory on a GPU is not measured here). `--check` starts a
 server with the proposal on a copy of the repository and sweeps it with perf_analyzer at
-concurrency = the preferred batch, printing predicted and measured side by side.
+concurrency = the preferred batch, printing predicted and measured side by side
+(throughput, p99, executed batch size).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from perf.planning import BatchPoint, Plan, plan
+from perf.perf_analyzer import PerfRow
+from perf.planning import BatchPoint, Plan, check_table, plan
 from server import versions as v
 from server.settings import DEFAULT_REPOSITORY
 
@@ -71,9 +73,11 @@ def proposed_config(text: str, proposal: Plan) -> str:
     return text
 
 
-def check_with_sweep(model: str, proposal_text: str) -> float:
-    """Measured throughput of the proposal at concurrency = preferred batch."""
+def check_with_sweep(model: str, proposal_text: str) -> tuple[PerfRow, float]:
+    """The proposal served on a copy of the repository and swept at concurrency = the
+    preferred batch: perf_analyzer's row, and the executed batch size from statistics."""
     from perf import perf_analyzer
+    from perf.serving_benchmark import counts
     from server.launcher import TritonServer, free_port
     from server.repository import copy_repository
     from server.settings import Ports, ServerOptions
@@ -85,10 +89,12 @@ def check_with_sweep(model: str, proposal_text: str) -> float:
         ports = Ports(free_port(), free_port(), free_port())
         with TritonServer(ServerOptions(repository=repo, ports=ports),
                           log_path=Path(tmp) / "triton.log") as server:
+            before = counts(server.http_url, model)
             row = perf_analyzer.run(model, server.grpc_url, batch,
                                     DEFAULT_REPOSITORY.parent / "perf" / "inputs" / f"{model}.json",
                                     Path(tmp) / "check.csv")
-    return row.throughput
+            after = counts(server.http_url, model)
+    return row, (after[0] - before[0]) / max(after[1] - before[1], 1)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -108,10 +114,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         v.write_atomically(config_path, new)
         print(f"written to {config_path}")
     if args.check:
-        measured = check_with_sweep(args.model, new)
-        print(f"predicted {proposal.predicted_throughput:.0f} seq/s at batch "
-              f"{proposal.preferred_batch_size}; measured {measured:.0f} infer/s served "
-              f"(ratio {measured / proposal.predicted_throughput:.2f})")
+        row, batch = check_with_sweep(args.model, new)
+        print(f"\nthe proposal served, perf_analyzer gRPC at concurrency "
+              f"{proposal.preferred_batch_size}:\n")
+        print(check_table(proposal, args.latency_budget_ms, row.throughput, row.p99_ms, batch))
     return 0
 
 

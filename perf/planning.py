@@ -78,3 +78,21 @@ def plan(points: Sequence[BatchPoint], memory_budget_mb: float, latency_budget_m
     return Plan(max_batch, preferred,
                 queue_delay_us(latency_budget_ms, point.latency_ms, arrival_rps, preferred),
                 sample, point.latency_ms, point.throughput)
+
+
+def check_table(proposal: Plan, latency_budget_ms: float, measured_rps: float,
+                measured_p99_ms: float, measured_batch: float) -> str:
+    """Predicted against measured, side by side (Markdown). The predicted p99 is the
+    batch's compute time plus the full queue delay: the worst a lone batch waits."""
+    predicted_p99 = proposal.predicted_latency_ms + proposal.max_queue_delay_microseconds / 1000
+    rows = [
+        ("throughput (infer/s)", proposal.predicted_throughput, measured_rps),
+        ("p99 latency (ms)", predicted_p99, measured_p99_ms),
+        ("executed batch size", float(proposal.preferred_batch_size), measured_batch),
+    ]
+    lines = ["| figure | predicted | measured | measured / predicted |",
+             "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {name} | {p:.1f} | {m:.1f} | {m / p:.2f} |" if p > 0 else
+              f"| {name} | {p:.1f} | {m:.1f} | - |" for name, p, m in rows]
+    verdict = "within" if measured_p99_ms <= latency_budget_ms else "over"
+    return "\n".join(lines) + f"\n\nmeasured p99 is {verdict} the {latency_budget_ms:g} ms budget"

@@ -20,6 +20,7 @@ import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 
+from client.auth import key_headers
 from perf import perf_analyzer
 from python_backends.tensor_model import onnx_session
 from python_backends.tokenization import TextEncoder, TextLimits, default_tokenizer_path
@@ -101,7 +102,9 @@ def build_repository(root: Path, edits: list[tuple[str, str, str]]) -> Path:
 
 
 def counts(http_url: str, model: str) -> tuple[int, int]:
-    with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as r:
+    request = urllib.request.Request(f"http://{http_url}/v2/models/{model}/stats",
+                                     headers=key_headers(admin=True))
+    with urllib.request.urlopen(request, timeout=10) as r:
         stats = json.loads(r.read())["model_stats"]
     return (sum(int(s["inference_count"]) for s in stats),
             sum(int(s["execution_count"]) for s in stats))

@@ -40,3 +40,33 @@ def split_outputs(outputs: Feeds, sizes: Sequence[int]) -> list[dict[str, np.nda
             raise ValueError(f"output {name!r} has {len(array)} rows, expected {total}")
     bounds = np.cumsum([0, *sizes])
     return [{n: a[lo:hi] for n, a in outputs.items()} for lo, hi in pairwise(bounds)]
+
+
+def length_buckets(lengths: Sequence[int], max_waste: float,
+                   max_rows: int | None = None) -> list[list[int]]:
+    """Row indices grouped so that padding each group to its longest row wastes at most
+    `max_waste` of the group's real tokens, and no group exceeds `max_rows` rows.
+
+    Rows are taken shortest first; a row joins the current group while
+    longest x rows <= (1 + max_waste) x real tokens. `max_waste` < 0 disables bucketing
+    (one group, split only by `max_rows`). Every index appears exactly once.
+    """
+    if max_waste < 0:
+        order = list(range(len(lengths)))
+    else:
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    step = max_rows or max(len(order), 1)
+    groups: list[list[int]] = []
+    tokens = 0
+    for i in order:
+        group = groups[-1] if groups else None
+        fits = (group is not None and len(group) < step
+                and (max_waste < 0 or
+                     lengths[i] * (len(group) + 1) <= (1 + max_waste) * (tokens + lengths[i])))
+        if fits:
+            group.append(i)
+            tokens += lengths[i]
+        else:
+            groups.append([i])
+            tokens = lengths[i]
+    return groups

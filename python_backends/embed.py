@@ -20,7 +20,7 @@ import numpy as np
 
 from python_backends import contracts
 from python_backends.base import error_response, ok_response
-from python_backends.batching import split_outputs
+from python_backends.batching import length_buckets, split_outputs
 from python_backends.bls import bls_infer, failure_reason
 from python_backends.degradation import (
     TOP_LEVEL,
@@ -30,14 +30,19 @@ from python_backends.degradation import (
     PolicySettings,
     Transition,
     ladder,
+    throttled,
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
 from python_backends.metrics import Counter, CounterFamily, Gauge
 from python_backends.params import one_of, parameter
+from python_backends.queues import queue_capacities
 from python_backends.text_model import TextModel, TextRequest
 from python_backends.tokenization import pad_batch
 
+MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
+OUT_OF_SERVICE = "out of service"
+SHEDDING_LOW = "shedding low priority"
 
 
 def rss_mb() -> float:
@@ -89,7 +94,10 @@ class EmbedModel(TextModel):
         self.max_batch = max(int(self.config.get("max_batch_size", 1)), 1)
         self._versions: dict[str, tuple[float, str]] = {}
         # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
-        self.memory_mb = gpu_memory_reader() or rss_mb
+        self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
+        # Rows of one batch are sent to the encoder in groups of similar length, so padding
+        # wastes at most this share of real tokens; -1 pads the whole batch as one call.
+        self.bucket_waste = parameter(self.config, "length_bucket_waste", -1.0, float)
         base = {"model": self.name}
         instance = args.get("model_instance_name", "0")
         self.level_gauge = Gauge("tmr_degradation_level", "Current degradation level of embed",
@@ -105,7 +113,24 @@ class EmbedModel(TextModel):
         self.rejections = CounterFamily("tmr_rejections_total",
                                         "Requests refused by the router, by priority and reason",
                                         base)
+        self._export_queue_capacity(base)
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
+
+    def _export_queue_capacity(self, base: dict[str, str]) -> None:
+        """`tmr_queue_capacity` per priority from this model's own queue policies, and the
+        rejection counters at zero for every priority, so rates and ratios exist at once."""
+        self.queue_capacity = []  # kept: a metric goes away with its Python object
+        for priority, size in queue_capacities(self.config).items():
+            gauge = Gauge("tmr_queue_capacity", "max_queue_size of the model's queue, per priority",
+                          {**base, "priority": priority})
+            gauge.set(size)
+            self.queue_capacity.append(gauge)
+            self.rejections.inc(0, priority=priority, reason=OUT_OF_SERVICE)
+            if priority != str(contracts.HIGH_PRIORITY):
+                self.rejections.inc(0, priority=priority, reason=SHEDDING_LOW)
+
+    def degradation_level(self) -> int | None:
+        return self.policy.level
 
     # -- the ladder -------------------------------------------------------------------
     def current_level(self) -> Level:
@@ -127,7 +152,7 @@ class EmbedModel(TextModel):
         self.policy.observe_batch(sum(len(r.rows) for r in valid.values()), self.max_batch)
         if level.number == TOP_LEVEL:
             for i, request in valid.items():
-                responses[i] = self._refuse(level, request, "out of service")
+                responses[i] = self._refuse(level, request, OUT_OF_SERVICE)
             return responses
         if level.shed_low:
             valid = self._shed_low(level, valid, responses)
@@ -149,7 +174,7 @@ class EmbedModel(TextModel):
             if request.priority == contracts.HIGH_PRIORITY:
                 kept[i] = request
             else:
-                responses[i] = self._refuse(level, request, "shedding low priority")
+                responses[i] = self._refuse(level, request, SHEDDING_LOW)
         return kept
 
     def _answer_from_cache(self, valid: dict[int, TextRequest],
@@ -202,16 +227,20 @@ class EmbedModel(TextModel):
             return self._call(fallback, rows, None), self._served_by(fallback, self.levels[2])
 
     def _call(self, name: str, rows: list[list[int]], max_rows: int | None) -> np.ndarray:
-        """The batch through `name`, in calls of at most `max_rows` rows; the whole batch's
-        encoder time feeds the latency signal (small calls must not hide an overload)."""
-        step = max_rows or len(rows)
+        """The batch through `name`, in length buckets of at most `max_rows` rows; the
+        whole batch's encoder time feeds the latency signal (small calls must not hide an
+        overload)."""
         began = time.monotonic()
-        parts = []
-        for start in range(0, len(rows), step):
-            ids, mask = pad_batch(rows[start:start + step], self.encoder.pad_id)
-            parts.append(self.call_encoder(name, dict(zip(contracts.ENCODER_INPUTS, (ids, mask)))))
+        out: np.ndarray | None = None
+        for group in length_buckets([len(r) for r in rows], self.bucket_waste, max_rows):
+            ids, mask = pad_batch([rows[i] for i in group], self.encoder.pad_id)
+            part = self.call_encoder(name, dict(zip(contracts.ENCODER_INPUTS, (ids, mask))))
+            if out is None:
+                out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
+            out[group] = part
         self.policy.observe_latency((time.monotonic() - began) * 1000)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        assert out is not None, "a batch has at least one row"
+        return out
 
     def call_encoder(self, name: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """One encoder call: BLS (the bare benchmark fixture overrides it)."""

@@ -35,3 +35,10 @@ class Log:
 
     def error(self, msg: str) -> None:
         self._emit("error", msg)
+
+    def raw(self, line: str) -> None:
+        """`line` at INFO as is, without the name prefix (a JSON log line)."""
+        if pb_utils is not None:
+            pb_utils.Logger.log_info(line)
+        else:
+            self._fallback.info(line)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from python_backends import contracts
 from python_backends.base import BaseModel, error_response, input_array
 from python_backends.errors import InvalidInputError
 from python_backends.params import parameter
+from python_backends.structured_log import BATCH_LOG_INTERVAL_S, BatchFacts, BatchLog
 from python_backends.tokenization import (
     TextEncoder,
     TextLimits,
@@ -48,6 +50,21 @@ class TextModel(BaseModel):
         self.limits = TextLimits.from_config(self.config)
         tokenizer = parameter(self.config, "tokenizer_path", default_tokenizer_path(), Path)
         self.encoder = TextEncoder(tokenizer, self.limits)
+        self.batch_log = BatchLog(self.log, self.name, self.version, parameter(
+            self.config, "batch_log_interval_s", BATCH_LOG_INTERVAL_S, float))
+        self.batch = BatchFacts()
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """`execute_requests`, then one structured log line for the batch."""
+        began = time.monotonic()
+        self.batch = BatchFacts()
+        responses = self.execute_requests(requests)
+        self.batch_log.emit(requests, responses, self.batch, began, self.degradation_level())
+        return responses
+
+    def degradation_level(self) -> int | None:
+        """The level the batch was served at (the router knows it; plain models do not)."""
+        return None
 
     def tokenize_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, TextRequest]]:
         """Responses with each invalid request's error filled in, and the valid requests."""
@@ -59,6 +76,8 @@ class TextModel(BaseModel):
                                      contracts.TEXT_INPUT)
                 valid[i] = TextRequest(texts, self._tokenize(texts),
                                        request_priority(request.parameters()))
+                self.batch.batch_size += len(texts)
+                self.batch.input_bytes += sum(len(t.encode()) for t in texts)
             except InvalidInputError as err:
                 responses[i] = error_response(err)
         return responses, valid

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from server.settings import DEFAULT_REPOSITORY, Ports
+from server.observability import PROMETHEUS_PORT
+from server.settings import DEFAULT_REPOSITORY, FrontDoorSettings, Ports
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +89,8 @@ def add_release_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tmr", description=__doc__)
+    parser.add_argument("--log-json", action="store_true",
+                        help="log JSON lines (also: TMR_LOG_JSON=1); see docs/observability.md")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="start the CPU Triton dev server in the foreground")
@@ -96,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip the example embed call after start")
     serve.add_argument("--no-watchdog", action="store_true",
                        help="do not reload models whose stub died or whose queue stalled")
+    serve.add_argument("--prometheus", action="store_true",
+                       help="also run Prometheus with the alert rules (docs/observability.md)")
+    serve.add_argument("--prometheus-port", type=int, default=PROMETHEUS_PORT)
+    serve.add_argument("--front-door", action="store_true",
+                       help="also run nginx in front: API keys, limits (docs/front_door.md)")
+    serve.add_argument("--front-door-http-port", type=int, default=FrontDoorSettings().http_port)
+    serve.add_argument("--front-door-grpc-port", type=int, default=FrontDoorSettings().grpc_port)
     serve.set_defaults(func=cmd_serve)
 
     export = sub.add_parser("export", help="export models into new version folders")
@@ -156,11 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
     from perf.sweep import add_parser as add_perf_parser
 
     add_perf_parser(sub)
+    from server.watchdog_cli import add_parser as add_watchdog_parser
+
+    add_watchdog_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from server.log_format import configure_logging, json_requested
+
     args = build_parser().parse_args(argv)
+    configure_logging(json_requested(args.log_json))
     return args.func(args)
 
 

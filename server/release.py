@@ -18,6 +18,7 @@ from pathlib import Path
 import tritonclient.http as httpclient
 from google.protobuf.json_format import MessageToDict
 
+from client.auth import key_headers
 from export.versions import artifact_intact
 from server import versions as v
 
@@ -58,7 +59,7 @@ def index_states(url: str, model: str) -> dict[int, tuple[str, str]]:
     """version -> (state, reason) from the repository index."""
     client = httpclient.InferenceServerClient(url)
     try:
-        entries = client.get_model_repository_index()
+        entries = client.get_model_repository_index(headers=key_headers(admin=True))
     finally:
         client.close()
     return {int(e["version"]): (e.get("state", ""), e.get("reason", ""))
@@ -80,7 +81,7 @@ def apply_explicit(target: Target) -> None:
     config = v.parse_config((target.model_dir / "config.pbtxt").read_text())
     client = httpclient.InferenceServerClient(target.url)
     try:
-        client.load_model(target.model, config=json.dumps(
+        client.load_model(target.model, headers=key_headers(admin=True), config=json.dumps(
             MessageToDict(config, preserving_proto_field_name=True)))
     except Exception as err:  # tritonclient raises its own exception types
         raise ReleaseError(f"Triton refused to load {target.model}: {err}") from err

@@ -19,8 +19,8 @@ def versions_command(args: argparse.Namespace) -> int:
                                        on_disk)
         try:
             states = release.index_states(args.url, model)
-        except Exception as err:  # server down: still show the disk
-            states, note = {}, f"(server unreachable: {type(err).__name__})"
+        except Exception as err:  # server down or admin key refused: still show the disk
+            states, note = {}, f"(no server state: {err})"
         else:
             note = ""
         ready = sorted(n for n, (s, _) in states.items() if s == "READY")

@@ -9,8 +9,15 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from server.launcher import ServerStartError, TritonServer
-from server.settings import Ports, ServerOptions
+from server.front_door import FrontDoor, FrontDoorError
+from server.launcher import HOME_DIR, ServerStartError, TritonServer
+from server.observability import (
+    PrometheusError,
+    PrometheusServer,
+    prometheus_values,
+    write_config_dir,
+)
+from server.settings import API_KEY_HEADER, API_KEYS_ENV, FrontDoorSettings, Ports, ServerOptions
 from server.watchdog import Watchdog
 
 ENCODERS = ("minilm_onnx", "minilm_torchscript", "minilm_int8")
@@ -87,6 +94,50 @@ def start_watchdog(server: TritonServer, args: argparse.Namespace) -> Watchdog |
     return watchdog
 
 
+def start_prometheus(server: TritonServer, args: argparse.Namespace) -> PrometheusServer | None:
+    """`--prometheus`: the real Prometheus scraping this server and its watchdog, with the
+    production rules; its data stays in .triton/prometheus/data between runs."""
+    if not getattr(args, "prometheus", False):
+        return None
+    ports = server.opts.ports
+    config_dir = write_config_dir(HOME_DIR / "prometheus", prometheus_values(
+        f"localhost:{ports.metrics}", f"localhost:{ports.metrics + WATCHDOG_PORT_OFFSET}")).parent
+    prometheus = PrometheusServer(config_dir, port=args.prometheus_port,
+                                  data_dir=config_dir / "data")
+    try:
+        prometheus.start()
+    except PrometheusError as err:
+        print(f"warning: {err}", file=sys.stderr, flush=True)
+        return None
+    print(f"  prometheus  {prometheus.url}/alerts  (rules: server/prometheus/rules.yml)",
+          flush=True)
+    return prometheus
+
+
+def start_front_door(server: TritonServer, args: argparse.Namespace) -> FrontDoor | None:
+    """`--front-door`: nginx with API keys, limits and the 400 mapping (docs/front_door.md)."""
+    if not getattr(args, "front_door", False):
+        return None
+    settings = FrontDoorSettings(http_port=args.front_door_http_port,
+                                 grpc_port=args.front_door_grpc_port)
+    ports = server.opts.ports
+    front_door = FrontDoor(f"127.0.0.1:{ports.http}", f"127.0.0.1:{ports.grpc}", settings)
+    front_door.start()
+    front_door.wait_ready()
+    name, key = next(iter(front_door.api_keys.items()))
+    print("\n".join([
+        f"  front door  http://{front_door.http_url}   gRPC {front_door.grpc_url}   "
+        f"(clients: {', '.join(front_door.api_keys)}, from {API_KEYS_ENV} or the dev default)",
+        f"              {settings.rate_per_minute // 60} requests/s per key, burst "
+        f"{settings.burst}, bodies up to {settings.max_body_bytes} bytes; "
+        f"log {front_door.error_log}",
+        f"  curl -s http://{front_door.http_url}/v2/models/embed/infer -H '{API_KEY_HEADER}: "
+        f"{key}' -d '{{\"inputs\":[{{\"name\":\"TEXT\",\"datatype\":\"BYTES\","
+        f"\"shape\":[1,1],\"data\":[\"hello\"]}}]}}' | head -c 200   # as {name}",
+    ]), flush=True)
+    return front_door
+
+
 def serve(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     missing = missing_exports(opts.repository)
@@ -111,13 +162,24 @@ def serve(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(banner(server), flush=True)
+    try:
+        front_door = start_front_door(server, args)
+    except FrontDoorError as err:
+        server.stop()
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     if not args.no_check:
         print(example_call(server), flush=True)
     watchdog = start_watchdog(server, args)
+    prometheus = start_prometheus(server, args)
     while not stopping and server.process is not None and server.process.poll() is None:
         time.sleep(0.2)
     if watchdog is not None:
         watchdog.stop()
+    if prometheus is not None:
+        prometheus.stop()
+    if front_door is not None:
+        print(f"stopping the front door: nginx exited with code {front_door.close()}", flush=True)
     print("stopping tritonserver (waiting for in-flight requests)...", flush=True)
     code = server.stop()
     print(f"tritonserver exited with code {code}", flush=True)

@@ -7,6 +7,8 @@ launcher (`server.launcher`) and `docker-compose.yml` both use exactly these fla
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -15,12 +17,34 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
 TRITON_VERSION = "2.51.0"
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # NGC 24.10 == Triton 2.51.0
+# The other images of docker-compose.yml and server/k8s/ (tests/unit/test_compose.py).
+TRITON_SDK_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3-sdk"  # perf_analyzer 2.51
+PYTHON_IMAGE = "python:3.11.10-slim-bookworm"  # `tmr watchdog`: the venv's Python minor
+NGINX_IMAGE = "nginx:1.22.1"  # the same nginx as Debian's on the CPU path
+PROMETHEUS_IMAGE = "prom/prometheus:v2.42.0"  # the same Prometheus as Debian's
+GRAFANA_IMAGE = "grafana/grafana:11.3.0"
 EXIT_TIMEOUT_S = 30
 RESPONSE_CACHE_BYTES = 64 * 1024 * 1024
 POLL_INTERVAL_S = 2
 LOG_FORMAT = "ISO8601"
 
 ControlMode = Literal["explicit", "poll"]
+
+# Restricted admin APIs: Triton refuses these without the header ADMIN_KEY_HEADER carrying
+# the admin key (HTTP 403, gRPC UNAVAILABLE). Inference, metadata and health stay open.
+RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace",
+                   "logging")
+ADMIN_KEY_HEADER = "admin-key"
+# Triton 2.51's gRPC frontend expects the restricted key under this prefix (measured:
+# "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'").
+GRPC_ADMIN_KEY_HEADER = f"triton-grpc-protocol-{ADMIN_KEY_HEADER}"
+ADMIN_KEY_ENV = "TMR_ADMIN_KEY"
+DEV_ADMIN_KEY = "tmr-dev-admin-key"  # the CPU dev server's key when TMR_ADMIN_KEY is unset
+
+
+def admin_key() -> str:
+    """The admin key: TMR_ADMIN_KEY, or the dev default (compose requires the variable)."""
+    return os.environ.get(ADMIN_KEY_ENV) or DEV_ADMIN_KEY
 
 
 @dataclass(frozen=True)
@@ -46,6 +70,7 @@ class ServerOptions:
     exit_timeout_s: int = EXIT_TIMEOUT_S
     cache_bytes: int = RESPONSE_CACHE_BYTES
     log_verbose: int = 0
+    admin_key: str = field(default_factory=admin_key)
     extra: tuple[str, ...] = ()
 
 
@@ -66,6 +91,7 @@ def server_flags(opts: ServerOptions) -> list[str]:
         "--disable-auto-complete-config",
     ]
     flags += control_mode_flags(opts.control_mode)
+    flags += restricted_api_flags(opts.admin_key)
     if opts.model_config_name:
         flags.append(f"--model-config-name={opts.model_config_name}")
     return flags + list(opts.extra)
@@ -78,3 +104,52 @@ def control_mode_flags(mode: ControlMode) -> list[str]:
     if mode == "poll":
         return ["--model-control-mode=poll", f"--repository-poll-secs={POLL_INTERVAL_S}"]
     raise ValueError(f"unknown model control mode {mode!r}; expected 'explicit' or 'poll'")
+
+
+def admin_key_header(protocol: str) -> str:
+    """The header (HTTP) or metadata key (gRPC) that carries the admin key."""
+    return GRPC_ADMIN_KEY_HEADER if protocol == "grpc" else ADMIN_KEY_HEADER
+
+
+def restricted_api_flags(key: str) -> list[str]:
+    """Restrict the admin APIs on both protocols to requests carrying `admin-key: <key>`."""
+    if not key:
+        raise ValueError(f"the admin key is empty; set {ADMIN_KEY_ENV}")
+    apis = ",".join(RESTRICTED_APIS)
+    return [f"--http-restricted-api={apis}:{ADMIN_KEY_HEADER}={key}",
+            f"--grpc-restricted-protocol={apis}:{ADMIN_KEY_HEADER}={key}"]
+
+
+# The front door (nginx, server/front_door.py). Clients authenticate with API_KEY_HEADER;
+# the keys come from TMR_API_KEYS ("name:key,name:key"), the dev default otherwise.
+API_KEY_HEADER = "x-api-key"
+API_KEYS_ENV = "TMR_API_KEYS"
+DEV_API_KEYS = "dev:tmr-dev-key"
+API_KEY_ENV = "TMR_API_KEY"  # the one key a client (the SDK, `tmr`) sends
+# The largest valid request is a full batch of the longest texts: embed's max_batch_size
+# (64) x max_text_bytes (16384) = 1 MiB of UTF-8. JSON may escape it to 3x (a 4-byte emoji
+# becomes the 12 characters of a \uXXXX\uXXXX pair), 3 MiB, plus 1 MiB for the envelope.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+# A full batch of embeddings as JSON: 64 x 384 floats measured 517 KB (~21 bytes a float);
+# 1 MiB holds the worst case (~26 bytes a float) with headroom.
+MAX_RESPONSE_BYTES = 1024 * 1024
+BURST_RATIO = 1.5  # the seeds' rule: room for 1.5x the average rate on top of it
+
+
+@dataclass(frozen=True)
+class FrontDoorSettings:
+    """Ports, limits and timeouts of the front door; every template value but host paths."""
+
+    http_port: int = 8080
+    grpc_port: int = 8081
+    rate_per_minute: int = 6000  # 100 requests/s per API key on average
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_response_bytes: int = MAX_RESPONSE_BYTES
+    client_timeout_s: int = 30  # client header, body and send timeouts
+    upstream_connect_timeout_s: int = 5
+    upstream_timeout_s: int = 60  # Triton's answer; high-priority queue timeout is 10 s
+
+    @property
+    def burst(self) -> int:
+        """Requests over the average a client may send at once: 1.5 s of its rate."""
+        return max(1, math.ceil(self.rate_per_minute / 60 * BURST_RATIO))

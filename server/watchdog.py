@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import tritonclient.http as httpclient
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
+from client.auth import key_headers
 from client.prometheus import samples
 
 log = logging.getLogger("tmr.watchdog")
@@ -132,6 +133,7 @@ class Watchdog(threading.Thread):
         try:
             # A plain load of an unchanged model is a no-op on 2.51; sending its config
             # forces new instances (and new stubs).
-            client.load_model(model, config=json.dumps(client.get_model_config(model)))
+            config = client.get_model_config(model, headers=key_headers(admin=True))
+            client.load_model(model, config=json.dumps(config), headers=key_headers(admin=True))
         except Exception as err:  # tritonclient raises several types; keep watching
             log.error("watchdog could not reload %s: %s", model, err)

@@ -9,8 +9,10 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from client import NO_RETRY, AsyncEmbedClient
+from client.auth import key_headers
 from client.prometheus import metric_value
 
 __all__ = ["metric_value"]
@@ -26,8 +28,10 @@ class ModelCounts:
 
 
 def model_counts(http_url: str, model: str) -> ModelCounts:
-    """Totals over every version of `model` from GET /v2/models/<m>/stats."""
-    with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as r:
+    """Totals over every version of `model` from GET /v2/models/<m>/stats (restricted)."""
+    request = urllib.request.Request(f"http://{http_url}/v2/models/{model}/stats",
+                                     headers=key_headers(admin=True))
+    with urllib.request.urlopen(request, timeout=10) as r:
         stats = json.loads(r.read())["model_stats"]
     return ModelCounts(
         inference_count=sum(int(s["inference_count"]) for s in stats),
@@ -36,15 +40,26 @@ def model_counts(http_url: str, model: str) -> ModelCounts:
     )
 
 
-def http_post(http_url: str, path: str, body: bytes,
-              headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    """POST raw bytes and return (status, body), including error statuses."""
-    request = urllib.request.Request(f"http://{http_url}{path}", data=body, headers=headers or {})
+def http_post(http_url: str, path: str, body: bytes | None,
+              headers: dict[str, str] | None = None,
+              method: str | None = None) -> tuple[int, bytes]:
+    """POST raw bytes (or `method`; GET without a body) and return (status, body),
+    including error statuses."""
+    request = urllib.request.Request(f"http://{http_url}{path}", data=body, headers=headers or {},
+                                     method=method)
     try:
         with urllib.request.urlopen(request, timeout=30) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
+
+
+def vm_rss_bytes(pid: int) -> int:
+    """Resident memory of process `pid` (VmRSS in /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 def fresh(*texts: str) -> list[str]:

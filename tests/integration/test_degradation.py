@@ -14,6 +14,7 @@ import tritonclient.http as httpclient
 
 from client import NO_RETRY, EmbedClient, UnavailableError
 from client.admin import AUTO, deep_health, force_level_explicit, wait_for_level
+from client.auth import key_headers
 from server.launcher import TritonServer
 from server.repository import copy_repository
 from server.settings import PROJECT_ROOT
@@ -113,7 +114,7 @@ def repository_call(url: str, action: str, model: str) -> None:
     """load_model / unload_model with a client of its own (gevent clients stay per thread)."""
     admin = httpclient.InferenceServerClient(url)
     try:
-        getattr(admin, action)(model)
+        getattr(admin, action)(model, headers=key_headers(admin=True))
     finally:
         admin.close()
 

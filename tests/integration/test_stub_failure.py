@@ -12,13 +12,12 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from client import UnavailableError
 from client.admin import AUTO, deep_health, wait_for_level
-from server.launcher import TritonServer
+from server.launcher import TritonServer, stub_processes
 from server.repository import copy_repository
 from server.watchdog import Watchdog
 from tests.conftest import REPOSITORY, start_server
@@ -40,19 +39,7 @@ def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
 
 def stub_pids(server: TritonServer, model: str) -> list[int]:
     """PIDs of the Python stubs serving `model` (children of this server)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if (ppid == server.process.pid and args[0].endswith(b"triton_python_backend_stub")
-                and f"/{model}/".encode() in args[1]):
-            pids.append(int(entry.name))
-    return pids
+    return stub_processes(server.process.pid).get(model, [])
 
 
 def test_killed_primary_stub_fails_over_and_the_watchdog_restores_it(fragile) -> None:

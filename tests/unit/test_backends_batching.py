@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from python_backends.batching import concat_feeds, group_by_shape, shape_key, split_outputs
+from python_backends.batching import (
+    concat_feeds,
+    group_by_shape,
+    length_buckets,
+    shape_key,
+    split_outputs,
+)
 
 
 def feeds(rows: int, width: int, dtype: type = np.int64) -> dict[str, np.ndarray]:
@@ -70,3 +78,31 @@ def test_split_outputs_rejects_an_output_whose_row_count_differs_from_the_sizes(
     outputs = {"embedding": np.zeros((3, 384), dtype=np.float32)}
     with pytest.raises(ValueError, match=r"^output 'embedding' has 3 rows, expected 4$"):
         split_outputs(outputs, [1, 3])
+
+
+def test_length_buckets_keeps_similar_lengths_together_and_splits_outliers():
+    groups = length_buckets([10, 50, 11, 12, 48], max_waste=0.25)
+    assert groups == [[0, 2, 3], [4, 1]]
+
+
+def test_length_buckets_with_negative_waste_is_one_group_in_arrival_order():
+    assert length_buckets([30, 5, 9], max_waste=-1) == [[0, 1, 2]]
+
+
+def test_length_buckets_never_exceeds_max_rows():
+    groups = length_buckets([8] * 10, max_waste=0.5, max_rows=4)
+    assert [len(g) for g in groups] == [4, 4, 2]
+
+
+def test_length_buckets_of_no_rows_is_empty():
+    assert length_buckets([], max_waste=0.5) == []
+
+
+@given(st.lists(st.integers(1, 256), max_size=64), st.floats(0, 2), st.integers(1, 16))
+def test_length_buckets_is_a_partition_within_the_waste_bound(lengths, waste, max_rows):
+    groups = length_buckets(lengths, waste, max_rows)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        assert len(g) <= max_rows
+        longest, tokens = max(lengths[i] for i in g), sum(lengths[i] for i in g)
+        assert longest * len(g) <= (1 + waste) * tokens + 1e-9

@@ -11,6 +11,7 @@ from python_backends.degradation import (
     EmbeddingCache,
     PolicySettings,
     ladder,
+    throttled,
 )
 
 SETTINGS = PolicySettings(latency_budget_ms=100, min_dwell_s=5, failures_to_degrade=3,
@@ -118,3 +119,19 @@ def test_batches_arriving_full_are_queue_pressure_and_relax_only_when_mostly_emp
     for _ in range(20):
         policy.observe_batch(1, 64)
     assert policy.decide(now=30).new == 0
+
+
+def test_throttled_reads_once_per_period_and_returns_the_last_value_between() -> None:
+    now, reads = [0.0], []
+
+    def read() -> float:
+        reads.append(now[0])
+        return float(len(reads))
+
+    sample = throttled(read, 0.5, lambda: now[0])
+    assert sample() == 1.0
+    now[0] = 0.4
+    assert sample() == 1.0
+    now[0] = 0.5
+    assert sample() == 2.0
+    assert reads == [0.0, 0.5]

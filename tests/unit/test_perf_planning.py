@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from perf.planning import (
     BatchPoint,
+    Plan,
+    check_table,
     max_batch_from_memory,
     per_sample_mb,
     plan,
@@ -62,3 +64,15 @@ def test_the_proposal_is_a_config_triton_parses_with_the_planned_values() -> Non
     assert config.max_batch_size == 48
     assert list(config.dynamic_batching.preferred_batch_size) == [16]
     assert config.dynamic_batching.max_queue_delay_microseconds == 20_000
+
+
+def test_check_table_puts_predicted_and_measured_side_by_side_with_ratios() -> None:
+    proposal = Plan(max_batch_size=64, preferred_batch_size=8,
+                    max_queue_delay_microseconds=16000, per_sample_mb=1.0,
+                    predicted_latency_ms=44.0, predicted_throughput=181.0)
+    table = check_table(proposal, 60.0, measured_rps=128.0, measured_p99_ms=75.0,
+                        measured_batch=4.0)
+    assert "| throughput (infer/s) | 181.0 | 128.0 | 0.71 |" in table
+    assert "| p99 latency (ms) | 60.0 | 75.0 | 1.25 |" in table
+    assert "| executed batch size | 8.0 | 4.0 | 0.50 |" in table
+    assert table.endswith("measured p99 is over the 60 ms budget")

@@ -1,0 +1,36 @@
+"""The keys a client sends: its API key to the front door, the admin key to restricted APIs.
+
+    API key     header `x-api-key` (gRPC metadata too); from the caller, else TMR_API_KEY,
+                else none (a server without the front door needs none)
+    admin key   HTTP header `admin-key`, gRPC metadata `triton-grpc-protocol-admin-key`;
+                from the caller, else TMR_ADMIN_KEY, else the CPU dev server's default
+
+An empty string means "send none". Every call returns a fresh dict: tritonclient's HTTP
+client adds its own headers to the dict it is given.
+"""
+
+from __future__ import annotations
+
+import os
+
+from server.settings import API_KEY_ENV, API_KEY_HEADER, admin_key_header
+from server.settings import admin_key as default_admin_key
+
+
+def resolve_api_key(api_key: str | None = None) -> str:
+    return os.environ.get(API_KEY_ENV, "") if api_key is None else api_key
+
+
+def resolve_admin_key(admin_key: str | None = None) -> str:
+    return default_admin_key() if admin_key is None else admin_key
+
+
+def key_headers(protocol: str = "http", *, api_key: str | None = None, admin: bool = False,
+                admin_key: str | None = None) -> dict[str, str]:
+    """Headers for one call: the API key if any, plus the admin key when `admin`."""
+    headers = {}
+    if key := resolve_api_key(api_key):
+        headers[API_KEY_HEADER] = key
+    if admin and (key := resolve_admin_key(admin_key)):
+        headers[admin_key_header(protocol)] = key
+    return headers

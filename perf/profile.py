@@ -1,0 +1,179 @@
+"""Where the CPU goes: the full `embed` pipeline against the bare single-model fixture.
+
+    .venv/bin/python -m perf.profile [--concurrency 16] [--seconds 8]
+
+On this CPU-bound machine throughput is (cores) / (CPU seconds per request), so the gap
+between two serving paths is the difference of their CPU cost per request. For each
+model, under a perf_analyzer load at the same concurrency, this reads the CPU time
+(utime + stime from /proc) of tritonserver and of every Python stub, grouped by the model
+the stub serves, and divides by the requests served in the same window (Triton's
+`nv_inference_request_success` metric). While the load runs, py-spy samples the front
+model's stubs; the report lists the project functions with the largest inclusive share
+of the samples. Output: `perf/results/<timestamp>/profile.md` plus py-spy's raw stacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from client.prometheus import metric_value
+from perf import perf_analyzer
+from perf.serving_benchmark import build_repository
+from server.launcher import TritonServer, free_port, stub_processes
+from server.repository import set_parameter
+from server.settings import PROJECT_ROOT, Ports, ServerOptions
+
+RESULTS = PROJECT_ROOT / "perf" / "results"
+INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+OWN_CODE = ("python_backends/", "perf/fixtures/")
+PY_SPY = Path(sys.executable).parent / "py-spy"  # the venv's, from the dev extra
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def stub_groups(server_pid: int) -> dict[str, list[int]]:
+    """'tritonserver' -> [pid], and model name -> its stub pids."""
+    return {"tritonserver": [server_pid], **stub_processes(server_pid)}
+
+
+def cpu_by_group(groups: dict[str, list[int]]) -> dict[str, float]:
+    return {name: sum(cpu_seconds(p) for p in pids) for name, pids in groups.items()}
+
+
+def successes(metrics_url: str, model: str) -> float:
+    return metric_value(metrics_url, "nv_inference_request_success", model=model)
+
+
+def own_frames(raw: str) -> Counter:
+    """Inclusive sample counts of project functions in py-spy's raw (collapsed) stacks."""
+    counts: Counter = Counter()
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        seen = set()
+        for frame in stack.split(";"):
+            # frame: "function (path/file.py:line)"
+            name, _, where = frame.partition(" (")
+            if any(marker in where for marker in OWN_CODE):
+                seen.add(f"{name} ({where.split(':')[0].rsplit('/', 1)[-1]})")
+        for key in seen:
+            counts[key] += int(n)
+        counts["<all samples>"] += int(n)
+    return counts
+
+
+@dataclass
+class Profile:
+    model: str
+    requests: float
+    seconds: float
+    cpu: dict[str, float]  # group -> CPU seconds in the window
+    frames: Counter
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def ms_per_request(self, group: str) -> float:
+        return 1000 * self.cpu.get(group, 0.0) / max(self.requests, 1)
+
+
+def profile(server: TritonServer, model: str, concurrency: int, seconds: float,
+            out: Path) -> Profile:
+    """CPU per request by process group, and py-spy samples of `model`'s stubs."""
+    groups = stub_groups(server.process.pid)
+    done = threading.Event()
+
+    def load() -> None:  # perf_analyzer keeps the load on until its windows are stable
+        while not done.is_set():
+            perf_analyzer.run(model, server.grpc_url, concurrency, INPUTS,
+                              out / f"{model}-load.csv", stability_pct=100)
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    time.sleep(3)  # past perf_analyzer's warm-up
+    before_cpu, before_n = cpu_by_group(groups), successes(server.metrics_url, model)
+    began = time.monotonic()
+    spies = [subprocess.Popen(
+        [str(PY_SPY), "record", "--pid", str(pid),
+         "--duration", str(int(seconds)), "--rate", "200", "--format", "raw", "--nonblocking",
+         "-o", str(out / f"{model}-{pid}.txt")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for pid in groups[model]]
+    for spy in spies:
+        spy.wait(timeout=seconds + 60)
+    elapsed = time.monotonic() - began
+    after_cpu, after_n = cpu_by_group(groups), successes(server.metrics_url, model)
+    done.set()
+    loader.join(timeout=120)
+    frames: Counter = Counter()
+    for path in out.glob(f"{model}-*.txt"):
+        frames += own_frames(path.read_text())
+    return Profile(model, after_n - before_n, elapsed,
+                   {g: after_cpu[g] - before_cpu[g] for g in groups}, frames)
+
+
+def report(profiles: list[Profile], concurrency: int) -> str:
+    groups = sorted({g for p in profiles for g, s in p.cpu.items() if s > 0.05})
+    lines = [f"CPU milliseconds per request, perf_analyzer gRPC at concurrency {concurrency}; "
+             "each column its own load window.\n",
+             "| process group | " + " | ".join(p.model for p in profiles) + " |",
+             "| --- |" + " ---: |" * len(profiles)]
+    for group in groups:
+        lines.append(f"| {group} | " + " | ".join(f"{p.ms_per_request(group):.2f}"
+                                                 for p in profiles) + " |")
+    lines.append("| **total** | " + " | ".join(
+        f"**{sum(p.ms_per_request(g) for g in groups):.2f}**" for p in profiles) + " |")
+    lines.append("| served infer/s | " + " | ".join(f"{p.rps:.0f}" for p in profiles) + " |")
+    for p in profiles:
+        total = p.frames.pop("<all samples>", 0) or 1
+        lines += [f"\npy-spy, `{p.model}` stubs: inclusive share of the busy samples "
+                  f"({total} samples)\n", "| function | share |", "| --- | ---: |"]
+        lines += [f"| `{name}` | {100 * n / total:.0f}% |"
+                  for name, n in p.frames.most_common(12)]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--models", nargs="+", default=["embed", "embed_bare"])
+    parser.add_argument("--param", action="append", default=[], metavar="MODEL:KEY=VALUE",
+                        help="set a config parameter on the served copy (repeatable)")
+    args = parser.parse_args()
+    out = RESULTS / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = build_repository(Path(tmp), [])
+        for setting in args.param:
+            model, _, assignment = setting.partition(":")
+            key, _, value = assignment.partition("=")
+            set_parameter(repo, model, key, value)
+        ports = Ports(free_port(), free_port(), free_port())
+        with TritonServer(ServerOptions(repository=repo, ports=ports),
+                          log_path=Path(tmp) / "triton.log") as server:
+            profiles = [profile(server, m, args.concurrency, args.seconds, out)
+                        for m in args.models]
+    text = report(profiles, args.concurrency)
+    (out / "profile.md").write_text(text)
+    print(text)
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()

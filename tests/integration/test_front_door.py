@@ -1,0 +1,310 @@
+"""The front door: real nginx (Debian's, with its njs module) in front of the session's Triton.
+
+Each front door here runs on free ports with two clients of its own keys, and must stop
+with exit code 0. The rate-limit test uses a front door of its own at 1 request a minute
+(burst 1), so that "over its rate" does not depend on how fast this machine is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from client import NO_RETRY, AccessDeniedError, EmbedClient, RateLimitedError
+from server import front_door
+from server.front_door import FrontDoor, render
+from server.launcher import TritonServer, free_port
+from server.serve import start_front_door
+from server.settings import (
+    ADMIN_KEY_ENV,
+    API_KEY_ENV,
+    API_KEYS_ENV,
+    PROJECT_ROOT,
+    FrontDoorSettings,
+    admin_key,
+)
+from tests.conftest import REPOSITORY
+from tests.integration.helpers import assert_serving, fresh, http_post, vm_rss_bytes
+
+ADMIN = {"admin-key": admin_key()}
+GRPC_ADMIN = {"triton-grpc-protocol-admin-key": admin_key()}
+EMBED = "/v2/models/embed/infer"
+
+
+def text_body(*texts: str) -> bytes:
+    return json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES",
+                                   "shape": [len(texts), 1], "data": list(texts)}]}).encode()
+
+
+def new_keys() -> dict[str, str]:
+    return {"alice": f"alice-{secrets.token_hex(8)}", "bob": f"bob-{secrets.token_hex(8)}"}
+
+
+def open_front_door(triton: TritonServer, **settings: int) -> FrontDoor:
+    ports = {"http_port": free_port(), "grpc_port": free_port()}
+    door = FrontDoor(f"127.0.0.1:{triton.opts.ports.http}",
+                     f"127.0.0.1:{triton.opts.ports.grpc}",
+                     replace(FrontDoorSettings(), **ports, **settings), new_keys())
+    door.start()
+    try:
+        door.wait_ready()
+    except BaseException:
+        door.stop()
+        raise
+    return door
+
+
+@pytest.fixture(scope="module")
+def door(triton: TritonServer) -> Iterator[FrontDoor]:
+    """The production settings, on free ports."""
+    door = open_front_door(triton)
+    yield door
+    assert door.close() == 0, door.error_log_text()
+
+
+def key(door: FrontDoor, client: str = "alice") -> dict[str, str]:
+    return {"x-api-key": door.api_keys[client]}
+
+
+# -- authentication -----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("headers", [{}, {"x-api-key": "not-a-known-key"}],
+                         ids=["missing", "unknown"])
+def test_a_request_without_a_known_api_key_gets_401_and_health_stays_open(door, headers):
+    status, answer = http_post(door.http_url, EMBED, text_body("hello"), headers)
+    assert (status, json.loads(answer)) == (
+        401, {"error": "missing or unknown API key: send the header x-api-key"})
+    status, _ = http_post(door.http_url, "/v2/health/ready", None, headers)
+    assert status == 200
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_sdk_embeds_through_the_front_door_with_its_api_key(door, protocol):
+    url = door.http_url if protocol == "http" else door.grpc_url
+    with EmbedClient(url, protocol=protocol, api_key=door.api_keys["bob"]) as client:
+        result = client.embed_with_info(fresh("through the front door", "second text"))
+    assert result.embeddings.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(result.embeddings, axis=1), 1.0, atol=1e-3)
+    with EmbedClient(url, protocol=protocol, retry=NO_RETRY) as client, \
+            pytest.raises(AccessDeniedError, match="missing or unknown API key"):
+        client.embed(["no key"])
+
+
+@pytest.mark.timeout(60)
+def test_grpc_infer_goes_through_the_proxy_and_refuses_a_missing_key(door):
+    client = grpcclient.InferenceServerClient(door.grpc_url)
+    tensor = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[b"grpc through nginx"]], dtype=np.object_))
+    try:
+        result = client.infer("embed", [tensor], headers=key(door))
+        assert result.as_numpy("EMBEDDING").shape == (1, 384)
+        assert client.is_server_ready()  # health needs no key on gRPC either
+        with pytest.raises(Exception, match="missing or unknown API key") as info:
+            client.infer("embed", [tensor])
+        assert info.value.status() == "StatusCode.UNAUTHENTICATED"
+    finally:
+        client.close()
+
+
+# -- malformed JSON: 400, a genuine 500 stays 500 ------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_malformed_json_gets_400_with_tritons_message_instead_of_500(door, triton):
+    body = b'{"inputs": ['
+    direct, direct_answer = http_post(triton.http_url, EMBED, body)
+    status, answer = http_post(door.http_url, EMBED, body, key(door))
+    assert direct == 500  # Triton 2.51 itself
+    assert status == 400
+    assert answer == direct_answer
+    assert json.loads(answer)["error"].startswith("failed to parse the request JSON buffer")
+
+
+@pytest.mark.timeout(60)
+def test_a_genuine_server_error_stays_500(door, triton):
+    # A token id outside the vocabulary fails inside onnxruntime: a real server-side 500.
+    body = json.dumps({"inputs": [
+        {"name": "input_ids", "datatype": "INT64", "shape": [1, 2], "data": [101, 999999]},
+        {"name": "attention_mask", "datatype": "INT64", "shape": [1, 2], "data": [1, 1]},
+    ]}).encode()
+    status, answer = http_post(door.http_url, "/v2/models/minilm_onnx/infer", body, key(door))
+    assert status == 500, answer
+    assert "indices element out of data bounds, idx=999999" in json.loads(answer)["error"]
+    assert_serving(triton.http_url)
+
+
+# -- body limits ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_an_oversized_body_gets_413_and_tritons_memory_is_unaffected(door, triton):
+    body = b" " * (16 * door.settings.max_body_bytes)  # 64 MiB
+    rss_before = vm_rss_bytes(triton.process.pid)
+    status, answer = http_post(door.http_url, EMBED, body, key(door))
+    rss_after = vm_rss_bytes(triton.process.pid)
+    assert (status, json.loads(answer)) == (413, {
+        "error": f"request body over the front door limit of {door.settings.max_body_bytes} "
+                 "bytes"})
+    assert rss_after - rss_before < len(body) // 16, (rss_before, rss_after)
+    assert_serving(triton.http_url)
+    status, _ = http_post(door.http_url, EMBED, text_body(*fresh("after the big one")), key(door))
+    assert status == 200
+
+
+@pytest.mark.timeout(120)
+def test_an_oversized_grpc_message_is_refused_not_hung(door, triton):
+    client = grpcclient.InferenceServerClient(door.grpc_url)
+    tensor = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+    big = b"x" * (door.settings.max_body_bytes + 1024 * 1024)
+    tensor.set_data_from_numpy(np.array([[big]], dtype=np.object_))
+    try:
+        with pytest.raises(Exception, match="request over the front door limit") as info:
+            client.infer("embed", [tensor], headers=key(door), client_timeout=60)
+        assert info.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+    finally:
+        client.close()
+    assert_serving(triton.http_url)
+
+
+# -- rate limits ----------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_a_client_over_its_rate_gets_429_while_another_is_served(triton):
+    door = open_front_door(triton, rate_per_minute=1)  # 1 request a minute, burst 1
+    try:
+        metadata = "/v2/models/embed"
+        statuses = [http_post(door.http_url, metadata, None, key(door))[0] for _ in range(4)]
+        assert statuses[:2] == [200, 200] and statuses[2:] == [429, 429]  # rate + burst
+        status, answer = http_post(door.http_url, metadata, None, key(door))
+        assert (status, json.loads(answer)) == (429, {
+            "error": "rate limit exceeded for this API key: 1 requests per minute, burst 1; "
+                     "retry later"})
+        with EmbedClient(door.grpc_url, protocol="grpc", api_key=door.api_keys["alice"],
+                         max_batch_size=64, retry=NO_RETRY) as alice, \
+                pytest.raises(RateLimitedError, match="rate limit exceeded"):
+            alice.metadata()  # one bucket per key, HTTP and gRPC together
+        assert http_post(door.http_url, metadata, None, key(door, "bob"))[0] == 200
+        with EmbedClient(door.grpc_url, protocol="grpc", api_key=door.api_keys["bob"]) as bob:
+            assert bob.metadata().name == "embed"
+    finally:
+        assert door.close() == 0, door.error_log_text()
+
+
+# -- the restricted admin APIs --------------------------------------------------------------
+
+
+ADMIN_CALLS = [
+    ("GET", "/v2/models/embed/config"),
+    ("POST", "/v2/repository/index"),
+    ("GET", "/v2/models/embed/stats"),
+    ("GET", "/v2/systemsharedmemory/status"),
+    ("GET", "/v2/trace/setting"),
+    ("GET", "/v2/logging"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("method", "path"), ADMIN_CALLS, ids=[c[1] for c in ADMIN_CALLS])
+def test_http_admin_calls_need_the_admin_key_through_the_front_door(door, method, path):
+    body = b"{}" if method == "POST" else None
+    status, answer = http_post(door.http_url, path, body, key(door), method=method)
+    assert (status, json.loads(answer)) == (
+        403, {"error": "This API is restricted, expecting header 'admin-key'"})
+    status, answer = http_post(door.http_url, path, body, {**key(door), **ADMIN}, method=method)
+    assert status == 200, answer
+
+
+@pytest.mark.timeout(60)
+def test_grpc_admin_calls_need_the_admin_key_through_the_front_door(door):
+    client = grpcclient.InferenceServerClient(door.grpc_url)
+    try:
+        for call in (lambda h: client.get_model_config("embed", headers=h),
+                     lambda h: client.get_model_repository_index(headers=h),
+                     lambda h: client.get_inference_statistics("embed", headers=h)):
+            with pytest.raises(Exception, match="This protocol is restricted, expecting header "
+                                                "'triton-grpc-protocol-admin-key'") as info:
+                call(key(door))
+            assert info.value.status() == "StatusCode.UNAVAILABLE"
+            assert call({**key(door), **GRPC_ADMIN}) is not None
+        config = client.get_model_config("embed", headers={**key(door), **GRPC_ADMIN})
+        assert config.config.max_batch_size == 64
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_sdk_without_the_admin_key_falls_back_to_metadata(door, protocol):
+    url = door.http_url if protocol == "http" else door.grpc_url
+    texts = fresh("one", "two", "three")
+    with EmbedClient(url, protocol=protocol, api_key=door.api_keys["bob"], admin_key="",
+                     retry=NO_RETRY) as client:
+        with pytest.raises(AccessDeniedError, match="is restricted"):
+            client.model_config()
+        result = client.embed_with_info(texts)
+        assert client.max_batch_size() == 1 and len(result.request_ids) == 3
+    with EmbedClient(url, protocol=protocol, api_key=door.api_keys["bob"], admin_key="",
+                     max_batch_size=64) as client:
+        again = client.embed_with_info(texts)
+    assert len(again.request_ids) == 1 and again.served_by and result.served_by
+    assert np.allclose(again.embeddings, result.embeddings, atol=1e-5)
+
+
+@pytest.mark.timeout(120)
+def test_tmr_versions_sends_the_admin_key_through_the_front_door(door):
+    env = {**os.environ, API_KEY_ENV: door.api_keys["alice"]}
+    command = [sys.executable, "-m", "server.cli", "versions", "minilm_onnx", "--url",
+               door.http_url, "--repository", str(REPOSITORY)]
+    out = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                         timeout=90)
+    assert out.returncode == 0, out.stderr
+    assert "READY" in out.stdout and "no server state" not in out.stdout, out.stdout
+    env[ADMIN_KEY_ENV] = "a-wrong-admin-key"
+    out = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                         timeout=90)
+    assert "no server state: [403] This API is restricted" in out.stdout, out.stdout
+
+
+# -- the config itself ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_envsubst_renders_the_template_exactly_as_the_cpu_path_does(door):
+    values = door.template_values()
+    out = subprocess.run(["envsubst", front_door.envsubst_variables()],
+                         input=front_door.TEMPLATE.read_text(), env={**os.environ, **values},
+                         capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout == render(front_door.TEMPLATE.read_text(), values)
+    assert out.stdout == (door.workdir / "nginx.conf").read_text()
+
+
+@pytest.mark.timeout(60)
+def test_tmr_serve_front_door_prints_the_urls_and_serves(triton, capsys, monkeypatch):
+    monkeypatch.setenv(API_KEYS_ENV, "carol:carol-key-123456")
+    args = argparse.Namespace(front_door=True, front_door_http_port=free_port(),
+                              front_door_grpc_port=free_port())
+    door = start_front_door(triton, args)
+    try:
+        printed = capsys.readouterr().out
+        assert f"front door  http://localhost:{args.front_door_http_port}" in printed
+        assert f"gRPC localhost:{args.front_door_grpc_port}" in printed
+        assert "x-api-key: carol-key-123456" in printed
+        status, _ = http_post(door.http_url, EMBED, text_body(*fresh("serve")),
+                              {"x-api-key": "carol-key-123456"})
+        assert status == 200
+    finally:
+        assert door.close() == 0
