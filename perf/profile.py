@@ -35,6 +35,7 @@ from server.settings import PROJECT_ROOT, Ports, ServerOptions
 RESULTS = PROJECT_ROOT / "perf" / "results"
 INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+OTHERS = "rest of the machine (perf_analyzer, OS)"
 OWN_CODE = ("python_backends/", "perf/fixtures/")
 PY_SPY = Path(sys.executable).parent / "py-spy"  # the venv's, from the dev extra
 
@@ -45,13 +46,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of this machine spent busy (not idle or iowait), /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLOCK_TICKS
+
+
 def stub_groups(server_pid: int) -> dict[str, list[int]]:
     """'tritonserver' -> [pid], and model name -> its stub pids."""
     return {"tritonserver": [server_pid], **stub_processes(server_pid)}
 
 
 def cpu_by_group(groups: dict[str, list[int]]) -> dict[str, float]:
-    return {name: sum(cpu_seconds(p) for p in pids) for name, pids in groups.items()}
+    """CPU seconds per group, plus OTHERS: the rest of the machine's busy time (the load
+    generator, the OS, this script)."""
+    cpu = {name: sum(cpu_seconds(p) for p in pids) for name, pids in groups.items()}
+    cpu[OTHERS] = machine_busy_seconds() - sum(cpu.values())
+    return cpu
 
 
 def successes(metrics_url: str, model: str) -> float:
@@ -124,11 +135,11 @@ def profile(server: TritonServer, model: str, concurrency: int, seconds: float,
     for path in out.glob(f"{model}-*.txt"):
         frames += own_frames(path.read_text())
     return Profile(model, after_n - before_n, elapsed,
-                   {g: after_cpu[g] - before_cpu[g] for g in groups}, frames)
+                   {g: after_cpu[g] - before_cpu[g] for g in after_cpu}, frames)
 
 
 def report(profiles: list[Profile], concurrency: int) -> str:
-    groups = sorted({g for p in profiles for g, s in p.cpu.items() if s > 0.05})
+    groups = sorted({g for p in profiles for g, s in p.cpu.items() if s > 0.05 and g != OTHERS})
     lines = [f"CPU milliseconds per request, perf_analyzer gRPC at concurrency {concurrency}; "
              "each column its own load window.\n",
              "| process group | " + " | ".join(p.model for p in profiles) + " |",
@@ -136,8 +147,10 @@ def report(profiles: list[Profile], concurrency: int) -> str:
     for group in groups:
         lines.append(f"| {group} | " + " | ".join(f"{p.ms_per_request(group):.2f}"
                                                  for p in profiles) + " |")
-    lines.append("| **total** | " + " | ".join(
+    lines.append("| **Triton, all processes** | " + " | ".join(
         f"**{sum(p.ms_per_request(g) for g in groups):.2f}**" for p in profiles) + " |")
+    lines.append(f"| {OTHERS} | " + " | ".join(f"{p.ms_per_request(OTHERS):.2f}"
+                                               for p in profiles) + " |")
     lines.append("| served infer/s | " + " | ".join(f"{p.rps:.0f}" for p in profiles) + " |")
     for p in profiles:
         total = p.frames.pop("<all samples>", 0) or 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from perf.profile import Profile, cpu_seconds, own_frames, report
+from perf.profile import Profile, cpu_seconds, machine_busy_seconds, own_frames, report
 
 RAW = (
     "<module> (model.py:1);execute (python_backends/base.py:40);"
@@ -39,6 +39,10 @@ def test_report_divides_cpu_by_requests_per_group() -> None:
     text = report([embed], 16)
     assert "| embed | 0.60 |" in text
     assert "| minilm_onnx | 8.00 |" in text
-    assert "| **total** | **9.10** |" in text
+    assert "| **Triton, all processes** | **9.10** |" in text
     assert "| served infer/s | 100 |" in text
     assert "| `execute (base.py)` | 100% |" in text
+
+
+def test_machine_busy_seconds_is_at_least_this_process_cpu() -> None:
+    assert machine_busy_seconds() >= cpu_seconds(os.getpid()) > 0
