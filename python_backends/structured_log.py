@@ -73,8 +73,13 @@ class Sampler:
     interval_s: float
     last: float | None = None
 
+    def ready(self, now: float) -> bool:
+        """Whether an event at `now` would go through (changes nothing)."""
+        return self.last is None or now - self.last >= self.interval_s
+
     def due(self, now: float) -> bool:
-        if self.last is not None and now - self.last < self.interval_s:
+        """`ready`, and if so the interval starts again at `now`."""
+        if not self.ready(now):
             return False
         self.last = now
         return True
@@ -99,6 +104,8 @@ class BatchLog:
     def emit(self, requests: Sequence[Any], responses: Sequence[Any], facts: BatchFacts,
              began: float, degradation_level: int | None = None) -> None:
         """The line for Triton's `requests` and the `responses` about to be returned."""
+        if not self.sampler.ready(time.monotonic()):
+            return  # the common case: touch no request or response object
         failed = sum(1 for r in responses if r is not None and r.has_error())
         self.write([r.request_id() for r in requests], failed, facts, began, degradation_level)
 
