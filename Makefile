@@ -19,12 +19,14 @@ help: ## list the verbs
 
 setup: apt venv export ## install apt packages, the venv and the model exports (idempotent)
 
+# RUNLEVEL=1: the packages' services (nginx on :80, prometheus on :9090) are not started;
+# the project runs its own instances on free ports.
 apt: ## Debian packages the tools need (skipped when present)
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "apt: installing $$missing"; \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+		$$SUDO apt-get update -qq && $$SUDO env RUNLEVEL=1 apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 venv: $(STAMP) ## the project venv with every pin from pyproject.toml
