@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from server.launcher import stop_process
 from server.settings import API_KEYS_ENV, DEV_API_KEYS, FrontDoorSettings
 
 NGINX_DIR = Path(__file__).resolve().parent / "nginx"
@@ -246,17 +247,8 @@ class FrontDoor:
         """Graceful stop (SIGQUIT lets in-flight requests finish), then SIGKILL; the code."""
         if self.process is None:
             return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGQUIT)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        if self._output is not None:
-            self._output.close()
-            self._output = None
-        return self.process.returncode
+        output, self._output = self._output, None
+        return stop_process(self.process, signal.SIGQUIT, timeout_s, output)
 
     def close(self) -> int | None:
         """Stop; remove the runtime folder after a clean exit (kept to read otherwise)."""

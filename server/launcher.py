@@ -108,6 +108,24 @@ def stub_processes(server_pid: int) -> dict[str, list[int]]:
     return stubs
 
 
+def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,
+                 log: IO[bytes] | None = None) -> int:
+    """Send `sig`, wait `timeout_s`, then SIGKILL the process group; close `log`; the code.
+
+    The one stop sequence of every server the project starts (Triton, nginx, Prometheus),
+    each started with `start_new_session=True` so the group is theirs alone."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+    if log is not None:
+        log.close()
+    return process.returncode
+
+
 def free_port() -> int:
     """A TCP port that is free right now (for tests and side-by-side servers)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -209,17 +227,8 @@ class TritonServer:
         if self.process is None:
             return None
         wait_s = timeout_s if timeout_s is not None else self.opts.exit_timeout_s + 10
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(wait_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        if self._log:
-            self._log.close()
-            self._log = None
-        return self.process.returncode
+        log, self._log = self._log, None
+        return stop_process(self.process, signal.SIGTERM, wait_s, log)
 
     def __enter__(self) -> TritonServer:
         self.start()

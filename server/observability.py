@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from server.launcher import free_port
+from server.launcher import free_port, stop_process
 from server.settings import PROJECT_ROOT
 
 PROMETHEUS_DIR = PROJECT_ROOT / "server" / "prometheus"
@@ -192,17 +192,12 @@ class PrometheusServer:
 
     def stop(self) -> int | None:
         """SIGTERM (Prometheus flushes and exits), SIGKILL after 20 s."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return None if self.process is None else self.process.returncode
+        log, self._log = self._log, None
+        if self.process is None:
+            if log is not None:
+                log.close()
+            return None
+        return stop_process(self.process, signal.SIGTERM, 20, log)
 
     def __enter__(self) -> PrometheusServer:
         self.start()
