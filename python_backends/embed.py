@@ -1,8 +1,9 @@
 """`embed`: TEXT in, sentence EMBEDDING and SERVED_BY out; the degradation router.
 
 Validates and tokenizes every request of a dynamic batch, then serves the valid ones at
-the current degradation level (python_backends/degradation.py): one BLS call to the
-primary encoder per batch when all is well; smaller calls, the CPU INT8 fallback, shed
+the current degradation level (python_backends/degradation.py): the batch to the primary
+encoder when all is well, one BLS call per length bucket (`length_bucket_waste`); smaller
+calls, the CPU INT8 fallback, shed
 low priority, cache-only or UNAVAILABLE as pressure rises. A primary that is gone
 (unloaded, dead stub) fails over to the fallback within the same batch. Every row says
 what served it in SERVED_BY: "<model>:<version>:<precision>:L<level>".
