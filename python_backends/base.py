@@ -1,20 +1,24 @@
 """The shared skeleton of every Python-backend model in this project.
 
 A model's `model.py` is a shim that imports its class from here. Subclasses override
-`setup()` and `execute_requests()`; parsing the config, logging and turning a
-`ModelError` into a per-request `TritonError` live here once.
+`setup()` and `execute_requests()` (filling `self.batch` as they go); parsing the config,
+logging, the per-batch structured log line and turning a `ModelError` into a per-request
+`TritonError` live here once.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from python_backends.errors import ModelError
+from python_backends.params import parameter
 from python_backends.pb import Log, pb_utils
+from python_backends.structured_log import BATCH_LOG_INTERVAL_S, BatchFacts, BatchLog
 
 
 class BaseModel:
@@ -29,6 +33,9 @@ class BaseModel:
         self.instance_kind = args.get("model_instance_kind", "CPU")
         self.model_dir = Path(args["model_repository"])
         self.log = Log(f"{self.name}/{self.version}")
+        self.batch_log = BatchLog(self.log, self.name, self.version, parameter(
+            self.config, "batch_log_interval_s", BATCH_LOG_INTERVAL_S, float))
+        self.batch = BatchFacts()
         self.setup(args)
 
     def setup(self, args: dict[str, str]) -> None:
@@ -40,7 +47,16 @@ class BaseModel:
         return self.model_dir / self.version / filename
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        return self.execute_requests(requests)
+        """`execute_requests`, then the batch's structured log line (when it is due)."""
+        began = time.monotonic()
+        self.batch = BatchFacts()
+        responses = self.execute_requests(requests)
+        self.batch_log.emit(requests, responses, self.batch, began, self.degradation_level())
+        return responses
+
+    def degradation_level(self) -> int | None:
+        """The level the batch was served at (the router knows it; plain models do not)."""
+        return None
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         raise NotImplementedError

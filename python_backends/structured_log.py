@@ -73,13 +73,9 @@ class Sampler:
     interval_s: float
     last: float | None = None
 
-    def ready(self, now: float) -> bool:
-        """Whether an event at `now` would go through (changes nothing)."""
-        return self.last is None or now - self.last >= self.interval_s
-
     def due(self, now: float) -> bool:
-        """`ready`, and if so the interval starts again at `now`."""
-        if not self.ready(now):
+        """Whether an event at `now` goes through; if so the interval starts again."""
+        if self.last is not None and now - self.last < self.interval_s:
             return False
         self.last = now
         return True
@@ -104,16 +100,10 @@ class BatchLog:
     def emit(self, requests: Sequence[Any], responses: Sequence[Any], facts: BatchFacts,
              began: float, degradation_level: int | None = None) -> None:
         """The line for Triton's `requests` and the `responses` about to be returned."""
-        if not self.sampler.ready(time.monotonic()):
-            return  # the common case: touch no request or response object
-        failed = sum(1 for r in responses if r is not None and r.has_error())
-        self.write([r.request_id() for r in requests], failed, facts, began, degradation_level)
-
-    def write(self, request_ids: Sequence[str], failed: int, facts: BatchFacts, began: float,
-              degradation_level: int | None = None) -> None:
         now = time.monotonic()
         if not self.sampler.due(now):
-            return  # nothing crosses to Triton: even a suppressed log call costs an IPC
+            return  # the common case: touch no request or response object, no IPC
+        failed = sum(1 for r in responses if r is not None and r.has_error())
         self.log.raw(format_line(batch_record(
-            self.model, self.version, request_ids, facts.batch_size, facts.input_bytes,
-            (now - began) * 1000, degradation_level, failed)))
+            self.model, self.version, [r.request_id() for r in requests], facts.batch_size,
+            facts.input_bytes, (now - began) * 1000, degradation_level, failed)))

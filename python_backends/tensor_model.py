@@ -8,7 +8,6 @@ run, split), counted in `tmr_backend_runtime_calls_total`.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from python_backends.batching import concat_feeds, group_by_shape, split_outputs
 from python_backends.errors import ModelError
 from python_backends.metrics import Counter
 from python_backends.params import parameter, positive_int, tensor_names
-from python_backends.structured_log import BATCH_LOG_INTERVAL_S, BatchFacts, BatchLog
+from python_backends.structured_log import BatchFacts
 
 
 class TensorModel(BaseModel):
@@ -35,8 +34,6 @@ class TensorModel(BaseModel):
                              "Runtime (session) calls made by a Python-based backend", labels)
         self.rows = Counter("tmr_backend_runtime_rows_total",
                             "Rows (batch items) passed to runtime calls", labels)
-        self.batch_log = BatchLog(self.log, self.name, self.version, parameter(
-            self.config, "batch_log_interval_s", BATCH_LOG_INTERVAL_S, float))
         path = self.artifact_path()
         self.load(str(path))
         self.log.info(f"loaded {path} with {self.threads} intra-op thread(s)")
@@ -46,13 +43,6 @@ class TensorModel(BaseModel):
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         raise NotImplementedError
-
-    def execute(self, requests: list[Any]) -> list[Any]:
-        """`execute_requests`, then one structured log line for the batch."""
-        began = time.monotonic()
-        responses = self.execute_requests(requests)
-        self.batch_log.emit(requests, responses, self.batch, began)
-        return responses
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         feeds = [{name: input_array(r, name) for name in self.inputs} for r in requests]

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -73,17 +74,23 @@ def release(server: TritonServer, repo: Path, mode: str, *args: str) -> str:
     return out.stdout
 
 
+def encoder_inputs(protocol: ModuleType) -> list:
+    """IDS and its mask as `protocol.InferInput`s (tritonclient's http or grpc module)."""
+    inputs = []
+    for name, array in (("input_ids", IDS), ("attention_mask", np.ones_like(IDS))):
+        tensor = protocol.InferInput(name, list(array.shape), "INT64")
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs
+
+
 async def unversioned_load(server: TritonServer, stop: asyncio.Event) -> list:
     """gRPC and HTTP clients sending unversioned requests back to back: (t, version|error)."""
     seen: list = []
 
     async def grpc_worker() -> None:
         client = grpcaio.InferenceServerClient(server.grpc_url)
-        inputs = []
-        for name, array in (("input_ids", IDS), ("attention_mask", np.ones_like(IDS))):
-            tensor = grpcaio.InferInput(name, list(array.shape), "INT64")
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
+        inputs = encoder_inputs(grpcaio)
         while not stop.is_set():
             try:
                 result = await client.infer(MODEL, inputs)
@@ -94,11 +101,7 @@ async def unversioned_load(server: TritonServer, stop: asyncio.Event) -> list:
 
     def http_worker() -> None:
         client = httpclient.InferenceServerClient(server.http_url)
-        inputs = []
-        for name, array in (("input_ids", IDS), ("attention_mask", np.ones_like(IDS))):
-            tensor = httpclient.InferInput(name, list(array.shape), "INT64")
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
+        inputs = encoder_inputs(httpclient)
         while not stop.is_set():
             try:
                 seen.append((time.monotonic(),

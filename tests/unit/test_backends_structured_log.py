@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -69,11 +70,32 @@ def test_sampler_lets_one_event_through_per_interval() -> None:
         [True, False, False, True, False, True]
 
 
+@dataclass
+class Request:
+    """What BatchLog reads of a pb_utils.InferenceRequest."""
+
+    id: str
+
+    def request_id(self) -> str:
+        return self.id
+
+
+@dataclass
+class Response:
+    """What BatchLog reads of a pb_utils.InferenceResponse."""
+
+    error: bool
+
+    def has_error(self) -> bool:
+        return self.error
+
+
 def test_batch_log_writes_one_info_line_per_interval(caplog: pytest.LogCaptureFixture) -> None:
     log = BatchLog(Log("tests.batch"), "embed", "1", interval_s=3600)
+    requests, responses = [Request("r1"), Request("r2")], [Response(True), Response(False)]
     with caplog.at_level(logging.DEBUG, logger="tests.batch"):
         for _ in range(3):
-            log.write(["r1", "r2"], 1, BatchFacts(4, 40), 0.0, 3)
+            log.emit(requests, responses, BatchFacts(4, 40), 0.0, 3)
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     record = parse_line(caplog.records[0].getMessage())
     assert record is not None
