@@ -74,10 +74,16 @@ def interpreter_libdir() -> list[str]:
 
 
 def check_ports_free(ports: dict[str, int], host: str = "0.0.0.0") -> None:
-    """Raise PortInUseError naming every port that cannot be bound."""
+    """Raise PortInUseError naming every port that something listens on.
+
+    The probe binds with SO_REUSEADDR, as tritonserver, nginx and Prometheus do: a port
+    whose only sockets are connections of a stopped server in TIME_WAIT (about 60 s after
+    a stop) is free for them, and must not block a restart. A live listener still refuses
+    the bind."""
     taken = []
     for name, port in ports.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((host, port))
             except OSError:

@@ -16,6 +16,7 @@ import pytest
 from server.launcher import ModelLoadError, PortInUseError, TritonServer
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
 from tests.conftest import REPOSITORY, free_ports
+from tests.integration.helpers import assert_serving, metric_value
 
 
 def test_port_in_use_is_refused_before_start_naming_the_port(tmp_path: Path) -> None:
@@ -89,3 +90,26 @@ def test_tmr_embed_reports_typed_error_and_exit_code(triton) -> None:
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "InvalidInputError" in proc.stderr and "TEXT[0] is empty" in proc.stderr
+
+
+def ports_in_time_wait(ports: Ports) -> set[int]:
+    """Which of the server's ports hold a connection in TIME_WAIT (/proc/net/tcp state 06)."""
+    waiting = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            port = int(local.rsplit(":", 1)[1], 16)
+            if state == "06" and port in ports.as_dict().values():
+                waiting.add(port)
+    return waiting
+
+
+def test_restart_at_once_on_the_same_ports_after_a_stop_under_traffic(tmp_path: Path) -> None:
+    opts = ServerOptions(repository=REPOSITORY, ports=free_ports())
+    with TritonServer(opts, log_path=tmp_path / "first.log") as first:
+        for _ in range(5):  # urllib closes nothing itself: the server closes, its side waits
+            assert_serving(first.http_url)
+            assert metric_value(first.metrics_url, "nv_inference_count", model="embed") > 0
+    assert ports_in_time_wait(opts.ports), "the stopped server left no TIME_WAIT to restart over"
+    with TritonServer(opts, log_path=tmp_path / "second.log") as second:
+        assert_serving(second.http_url)

@@ -80,6 +80,31 @@ def test_check_ports_free_accepts_ports_nobody_listens_on():
     check_ports_free({"http": free_port()})
 
 
+def port_in_time_wait() -> int:
+    """A port whose only socket is a closed server connection in TIME_WAIT (as after a stop).
+
+    The listener sets SO_REUSEADDR, as tritonserver, nginx and Prometheus do; the accepted
+    connection inherits it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server side closes first: its end (local port `port`) waits
+        client.close()
+    return port
+
+
+def test_check_ports_free_accepts_a_port_left_in_time_wait_by_a_stopped_server():
+    port = port_in_time_wait()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as plain, \
+            pytest.raises(OSError, match="Address already in use"):
+        plain.bind(("0.0.0.0", port))  # what the old check did: refused for about 60 s
+    check_ports_free({"metrics": port})
+
+
 def test_free_port_returns_a_bindable_unprivileged_port():
     port = free_port()
     assert 1024 <= port <= 65535
