@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal
@@ -42,14 +42,46 @@ def default_url(protocol: Protocol, host: str = "localhost") -> str:
     return f"{host}:{DEFAULT_PORTS[protocol]}"
 
 
-def text_tensor(texts: Sequence[str]) -> np.ndarray:
-    """A [n, 1] BYTES array of UTF-8 texts, as the `embed` contract wants."""
+def text_tensor(texts: Iterable[str | bytes]) -> np.ndarray:
+    """A [n, 1] BYTES array of UTF-8 texts, as the `embed` contract wants.
+
+    Takes any iterable of `str` or `bytes` (a list, a tuple, a generator, a numpy array of
+    strings). Everything else is refused before anything is sent, naming the first bad
+    item's index and type: `5` would otherwise travel as five NUL bytes.
+    """
     if isinstance(texts, (str, bytes)):
         raise InvalidInputError("texts must be a sequence of strings, not a single string")
-    if len(texts) == 0:
+    if texts is None or isinstance(texts, Mapping) or not isinstance(texts, Iterable):
+        raise InvalidInputError(f"texts must be a sequence of strings, not {type_name(texts)}")
+    items = list(texts)
+    if not items:
         raise InvalidInputError("texts is empty; send at least one text")
-    rows = [t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts]
+    rows = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            rows.append(item.encode("utf-8"))
+        elif isinstance(item, bytes):
+            rows.append(item)
+        else:
+            raise InvalidInputError(f"texts[{i}] is {type_name(item)}, not str or bytes")
     return np.array(rows, dtype=np.object_).reshape(-1, 1)
+
+
+def type_name(value: object) -> str:
+    """`None`, `int`, `list`, `numpy.float64`: how an error message names a value's type."""
+    if value is None:
+        return "None"
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def is_int_at_least(value: object, lowest: int) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lowest
 
 
 def chunks(n: int, size: int) -> Iterator[slice]:
@@ -65,6 +97,18 @@ class CallOptions:
     priority: int | None = None
     timeout_ms: int | None = None
     model_version: int | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse what Triton would misread, before anything is sent."""
+        if self.priority is not None and not is_int_at_least(self.priority, 0):
+            raise InvalidInputError("priority must be an integer >= 0 (1 is the highest, 0 "
+                                    f"the model's default), got {self.priority!r}")
+        if self.timeout_ms is not None and not (is_number(self.timeout_ms)
+                                                and self.timeout_ms > 0):
+            raise InvalidInputError(f"timeout_ms must be a number > 0, got {self.timeout_ms!r}")
+        if self.model_version is not None and not is_int_at_least(self.model_version, 1):
+            raise InvalidInputError("model_version must be an integer >= 1, got "
+                                    f"{self.model_version!r}")
 
     def deadline(self) -> float | None:
         """Monotonic time by which retries must stop (None: no deadline)."""

@@ -132,3 +132,34 @@ def test_client_refuses_empty_list_and_bare_string_before_sending(triton) -> Non
             client.embed([])
         with pytest.raises(InvalidInputError, match="not a single string"):
             client.embed("a string")  # type: ignore[arg-type]
+
+
+SDK_BAD_TEXTS = [(["ok", 5], r"texts\[1\] is int"), (["ok", None], r"texts\[1\] is None"),
+                 ([["nested"]], r"texts\[0\] is list"), (None, "not None"),
+                 (np.array([1.0, 2.0]), r"texts\[0\] is numpy.float64")]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_sdk_refuses_non_text_items_before_anything_is_sent(triton, protocol) -> None:
+    import asyncio
+
+    from client import AsyncEmbedClient
+    from tests.integration.helpers import model_counts
+
+    url = triton.http_url if protocol == "http" else triton.grpc_url
+    before = model_counts(triton.http_url, "embed").inference_count
+    with EmbedClient(url, protocol=protocol, retry=NO_RETRY) as client:
+        for texts, message in SDK_BAD_TEXTS:
+            with pytest.raises(InvalidInputError, match=message):
+                client.embed(texts)  # type: ignore[arg-type]
+
+    async def run_async() -> None:
+        async with AsyncEmbedClient(url, protocol=protocol, retry=NO_RETRY) as client:
+            for texts, message in SDK_BAD_TEXTS:
+                with pytest.raises(InvalidInputError, match=message):
+                    await client.embed(texts)  # type: ignore[arg-type]
+
+    asyncio.run(run_async())
+    assert model_counts(triton.http_url, "embed").inference_count == before
+    with EmbedClient(url, protocol=protocol) as client:
+        assert client.embed(t for t in ("a generator", "of texts")).shape == (2, 384)

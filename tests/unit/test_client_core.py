@@ -90,3 +90,38 @@ def test_max_batch_size_of_a_non_batching_model_is_one():
     assert max_batch_size({"name": "stub_env"}) == 1
     response = service_pb2.ModelConfigResponse(config=model_config_pb2.ModelConfig())
     assert max_batch_size(response) == 1
+
+
+@pytest.mark.parametrize(("texts", "message"), [
+    (["ok", 5], r"texts\[1\] is int, not str or bytes"),
+    (["ok", None], r"texts\[1\] is None, not str or bytes"),
+    ([["nested"]], r"texts\[0\] is list, not str or bytes"),
+    (np.array([1.5, 2.5]), r"texts\[0\] is numpy.float64, not str or bytes"),
+    (np.array([["a"], ["b"]]), r"texts\[0\] is numpy.ndarray, not str or bytes"),
+    (None, "texts must be a sequence of strings, not None"),
+    (5, "texts must be a sequence of strings, not int"),
+    ({"text": "a"}, "texts must be a sequence of strings, not dict"),
+])
+def test_text_tensor_refuses_a_non_text_item_naming_its_index_and_type(texts, message):
+    with pytest.raises(InvalidInputError, match=message):
+        text_tensor(texts)
+
+
+def test_text_tensor_takes_a_generator_and_numpy_arrays_of_strings():
+    assert text_tensor(t for t in ("a", "b")).shape == (2, 1)
+    assert text_tensor(np.array(["a", "bé"]))[:, 0].tolist() == [b"a", "bé".encode()]
+    assert text_tensor(np.array([b"raw"]))[:, 0].tolist() == [b"raw"]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"priority": -1}, "priority must be an integer >= 0"),
+    ({"priority": "1"}, "priority must be an integer >= 0"),
+    ({"priority": True}, "priority must be an integer >= 0"),
+    ({"timeout_ms": 0}, "timeout_ms must be a number > 0"),
+    ({"timeout_ms": "5"}, "timeout_ms must be a number > 0"),
+    ({"model_version": 0}, "model_version must be an integer >= 1"),
+    ({"model_version": 1.0}, "model_version must be an integer >= 1"),
+])
+def test_call_options_refuse_what_triton_would_misread(options, message):
+    with pytest.raises(InvalidInputError, match=message):
+        CallOptions(**options)
