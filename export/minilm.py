@@ -36,6 +36,7 @@ from export.layout import (
 from export.parity import check_fidelity, check_max_abs_diff, fidelity, max_abs_diff
 from export.provenance import build_provenance, source_fingerprint, tool_versions
 from export.versions import is_up_to_date, next_version, sha256_file, write_provenance
+from server.versions import pin_served_version
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,7 @@ def _export_format(session: _Session, repository: Path, export_format: str) -> E
         write_provenance(work, provenance)
         size_mib = artifact.stat().st_size / 2**20
         final = model_dir / str(version)
+        pin_served_version(model_dir)  # the new version serves only once promoted
         work.rename(final)  # atomic on one filesystem; fails if the version appeared meanwhile
     finally:
         shutil.rmtree(work, ignore_errors=True)

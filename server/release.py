@@ -89,6 +89,22 @@ def apply_explicit(target: Target) -> None:
         client.close()
 
 
+@dataclass(frozen=True)
+class SwitchTiming:
+    """How long a switch took, from the first config write to the first answer of the
+    target version; `apply_s` is the part until the change was handed to Triton (explicit
+    mode: the load API call, which loads the version; poll mode: the config writes)."""
+
+    total_s: float
+    apply_s: float
+    mode: str
+
+    def describe(self) -> str:
+        step = "load API" if self.mode == "explicit" else "config written"
+        return (f"switched in {self.total_s:.2f} s ({step} {self.apply_s:.2f} s, then the "
+                f"first answer {self.total_s - self.apply_s:.2f} s later)")
+
+
 def wait_serving(target: Target, version: int) -> float:
     """Seconds until the index shows `version` READY (and no other) and it answers."""
     began = time.monotonic()
@@ -106,8 +122,9 @@ def wait_serving(target: Target, version: int) -> float:
                        f"{target.timeout_s:.0f} s; index: {index_states(target.url, target.model)}")
 
 
-def switch(target: Target, version: int, action: str) -> float:
+def switch(target: Target, version: int, action: str) -> SwitchTiming:
     """Edit, apply, wait; on failure restore the old config and re-apply it."""
+    began = time.monotonic()
     on_disk = v.versions_on_disk(target.model_dir)
     current = v.selected_versions(v.parse_config(
         (target.model_dir / "config.pbtxt").read_text()), on_disk)
@@ -122,7 +139,9 @@ def switch(target: Target, version: int, action: str) -> float:
     try:
         if target.mode == "explicit":
             apply_explicit(target)
-        return wait_serving(target, version)
+        applied = time.monotonic()
+        wait_serving(target, version)
+        return SwitchTiming(time.monotonic() - began, applied - began, target.mode)
     except ReleaseError:
         v.restore(previous)
         if not previous.get(history):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from server import release
 from server import versions as v
@@ -57,6 +58,7 @@ def gate_command(args: argparse.Namespace) -> int:
 
 
 def release_command(args: argparse.Namespace) -> int:
+    began = time.monotonic()
     model_dir = args.repository / args.model
     target = release.Target(model_dir, args.url, args.mode, args.timeout_s)
     try:
@@ -72,10 +74,10 @@ def release_command(args: argparse.Namespace) -> int:
                 print(f"error: promotion of {args.model} v{version} refused by the gate",
                       file=sys.stderr)
                 return 1
-        seconds = release.switch(target, version, args.action)
+        timing = release.switch(target, version, args.action)
     except (v.VersionError, release.ReleaseError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"{args.model} v{version} is serving ({args.action}, {args.mode} mode, "
-          f"{seconds:.1f} s)")
+    print(f"{args.model} v{version} is serving ({args.action}, {args.mode} mode): "
+          f"{timing.describe()}; the whole command {time.monotonic() - began:.2f} s")
     return 0

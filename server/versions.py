@@ -84,6 +84,35 @@ def set_version(model_dir: Path, version: int) -> dict[Path, str]:
     return previous
 
 
+def pin_served_version(model_dir: Path) -> int | None:
+    """Before a new version folder is added: make `version_policy` name the version served
+    now, so the new one takes no traffic until `tmr promote` (poll mode would load it at the
+    next scan, explicit mode at the next start). A `specific` policy already does; the
+    shipped configs have one. Returns the served version, or None when nothing is served
+    yet (the first export of a model serves at once: there is nothing to gate it against).
+    """
+    if not (model_dir / "config.pbtxt").exists():
+        return None  # a folder Triton does not serve (an export outside a repository)
+    config = parse_config((model_dir / "config.pbtxt").read_text())
+    selected = selected_versions(config, versions_on_disk(model_dir))
+    if selected and not config.version_policy.HasField("specific"):
+        set_version(model_dir, selected[-1])
+    return selected[-1] if selected else None
+
+
+def gate_baseline(model_dir: Path, candidate: int) -> int | None:
+    """What a candidate is gated against: the version served now (the one `version_policy`
+    selects), or, when the candidate is that version, the one promoted before it; never
+    the candidate itself. None when there is no other version."""
+    on_disk = versions_on_disk(model_dir)
+    selected = selected_versions(parse_config((model_dir / "config.pbtxt").read_text()), on_disk)
+    if selected and selected[-1] != candidate:
+        return selected[-1]
+    earlier = [e.version for e in read_history(model_dir)
+               if e.version != candidate and e.version in on_disk]
+    return earlier[-1] if earlier else None
+
+
 def restore(previous: dict[Path, str]) -> None:
     for path, text in previous.items():
         if text:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -44,13 +45,20 @@ def add_version(model_dir: Path, version: int, artifact: Path | bytes) -> Path:
     return target
 
 
-def release_repository(root: Path) -> Path:
-    """Only minilm_onnx, with version 2 = a copy of version 1 (latest policy serves 2)."""
+def encoder_repository(root: Path) -> Path:
+    """A copy of the repository holding only minilm_onnx (version 1 serves)."""
     repo = copy_repository([REPOSITORY], root / "repository")
     for model in repo.iterdir():
         if model.name != MODEL:
             shutil.rmtree(model)
+    return repo
+
+
+def release_repository(root: Path) -> Path:
+    """Only minilm_onnx, with version 2 = a copy of version 1, promoted (2 serves)."""
+    repo = encoder_repository(root)
     add_version(repo / MODEL, 2, (repo / MODEL / "1" / "model.onnx").resolve())
+    v.set_version(repo / MODEL, 2)
     return repo
 
 
@@ -151,7 +159,19 @@ def test_explicit_mode_rolls_2_1_2_under_load_with_zero_failed_requests(explicit
     assert_clean_roll(seen, marks)
     switch_s = [ended - began for began, ended, _, _ in marks]
     print(f"\nexplicit: {len(seen)} requests, 0 failed, switches took {switch_s}")
-    assert "minilm_onnx v1 is serving (rollback, explicit mode" in marks[0][3]
+    assert "minilm_onnx v1 is serving (rollback, explicit mode)" in marks[0][3]
+    for began, ended, _, out in marks:
+        assert_honest_timing(out, ended - began)
+
+
+def assert_honest_timing(output: str, wall_s: float) -> None:
+    """The reported switch counts the load API and the first answer, within the command."""
+    found = re.search(r"switched in ([\d.]+) s \(load API ([\d.]+) s, then the first "
+                      r"answer ([\d.]+) s later\); the whole command ([\d.]+) s", output)
+    assert found, output
+    total, load, answer, command = map(float, found.groups())
+    assert load > 0 and answer >= 0 and abs(total - (load + answer)) < 0.02, output
+    assert total <= command <= wall_s, (output, wall_s)
 
 
 def test_request_pinned_to_a_removed_version_gets_not_ready_503(explicit) -> None:
@@ -229,7 +249,7 @@ def noisy_copy(source: Path, scale: float) -> bytes:
     return model.SerializeToString()
 
 
-def test_gate_refuses_a_degraded_candidate_and_passes_a_faithful_one(explicit) -> None:
+def test_gate_refuses_a_degraded_candidate(explicit) -> None:
     server, repo = explicit
     source = (repo / MODEL / "1" / "model.onnx").resolve()
     add_version(repo / MODEL, 6, noisy_copy(source, 0.1))
@@ -237,10 +257,47 @@ def test_gate_refuses_a_degraded_candidate_and_passes_a_faithful_one(explicit) -
     assert refused.returncode == 1, refused.stdout
     assert "refused by the gate" in refused.stderr and "fidelity vs reference" in refused.stdout
     assert json.loads((repo / MODEL / "6" / "gate.json").read_text())["passed"] is False
-    add_version(repo / MODEL, 7, source)  # the same weights again
-    passed = tmr("gate", MODEL, "7", "--repository", str(repo))
-    assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert json.loads((repo / MODEL / "7" / "gate.json").read_text())["passed"] is True
+
+
+def served_versions(url: str) -> tuple[list[int], str]:
+    """(READY versions in the index, the version that answered an unversioned request)."""
+    from server.release import index_states
+
+    client = httpclient.InferenceServerClient(url)
+    try:
+        answered = client.infer(MODEL, encoder_inputs(httpclient)).get_response()
+    finally:
+        client.close()
+    ready = sorted(n for n, (state, _) in index_states(url, MODEL).items() if state == "READY")
+    return ready, answered["model_version"]
+
+
+@pytest.mark.timeout(600)  # a real export, two server starts and the gate
+def test_a_new_export_takes_no_traffic_until_promoted_and_is_gated_against_the_served(
+        tmp_path) -> None:
+    repo = encoder_repository(tmp_path)
+    poll = start_server(repo, tmp_path / "poll.log", control_mode="poll")
+    try:
+        exported = tmr("export", "minilm", "--format", "onnx", "--force", "--repository",
+                       str(repo))
+        assert exported.returncode == 0, exported.stderr
+        assert (repo / MODEL / "2" / "provenance.json").exists()
+        time.sleep(3 * 2 + 1)  # three poll scans (2 s each) saw the new folder
+        assert served_versions(poll.http_url) == ([1], "1")
+    finally:
+        assert poll.stop() == 0
+    explicit = start_server(repo, tmp_path / "explicit.log")  # a restart loads what is named
+    try:
+        assert served_versions(explicit.http_url) == ([1], "1")
+    finally:
+        assert explicit.stop() == 0
+    gated = tmr("gate", MODEL, "2", "--repository", str(repo))
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    assert "against v1, the served version" in gated.stdout
+    report = json.loads((repo / MODEL / "2" / "gate.json").read_text())
+    assert report["current"] == 1 and report["passed"] is True
+    assert set(report["fidelity"]) == {"reference", "current"}
+    assert report["performance"]["throughput_ratio"] > 0
 
 
 def test_poll_mode_rolls_2_1_2_under_load_with_zero_failed_requests(tmp_path) -> None:

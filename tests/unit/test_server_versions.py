@@ -11,9 +11,12 @@ from server import versions as v
 from server.settings import DEFAULT_REPOSITORY
 
 CONFIG = (DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt").read_text()
+SHIPPED_POLICY = "version_policy: { specific: { versions: [ 1 ] } }"
+LATEST = CONFIG.replace(SHIPPED_POLICY, "version_policy: { latest: { num_versions: 1 } }")
 
 
 def model_dir(tmp_path: Path, versions: list[int], text: str = CONFIG) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     for n in versions:
         (tmp_path / str(n)).mkdir()
     (tmp_path / "config.pbtxt").write_text(text)
@@ -22,15 +25,20 @@ def model_dir(tmp_path: Path, versions: list[int], text: str = CONFIG) -> Path:
     return tmp_path
 
 
+def test_the_shipped_policy_names_the_served_version_whatever_else_is_on_disk() -> None:
+    assert SHIPPED_POLICY in CONFIG
+    assert v.selected_versions(v.parse_config(CONFIG), [1, 2, 5]) == [1]
+
+
 def test_latest_policy_selects_the_highest_version_on_disk() -> None:
-    assert v.selected_versions(v.parse_config(CONFIG), [1, 2, 5]) == [5]
+    assert v.selected_versions(v.parse_config(LATEST), [1, 2, 5]) == [5]
 
 
 def test_with_specific_version_rewrites_the_one_policy_line_and_parses() -> None:
-    edited = v.with_specific_version(CONFIG, 2)
+    edited = v.with_specific_version(LATEST, 2)
     assert "version_policy: { specific: { versions: [ 2 ] } }" in edited
     assert list(v.parse_config(edited).version_policy.specific.versions) == [2]
-    assert edited.replace(v.policy_line(2), "") == CONFIG.replace(
+    assert edited.replace(v.policy_line(2), "") == LATEST.replace(
         "version_policy: { latest: { num_versions: 1 } }", "")  # nothing else changed
     assert v.selected_versions(v.parse_config(edited), [1, 2, 3]) == [2]
 
@@ -63,6 +71,34 @@ def test_rollback_without_a_target_goes_to_the_previously_promoted_version(tmp_p
 
 def test_router_reports_the_version_the_policy_selects(tmp_path: Path) -> None:
     folder = model_dir(tmp_path, [1, 2])
-    assert served_version(folder) == "2"
-    v.set_version(folder, 1)
     assert served_version(folder) == "1"
+    v.set_version(folder, 2)
+    assert served_version(folder) == "2"
+
+
+def test_pinning_before_an_export_turns_latest_into_the_version_served_now(tmp_path) -> None:
+    folder = model_dir(tmp_path, [1, 2], LATEST)
+    assert v.pin_served_version(folder) == 2
+    assert all(v.policy_line(2) in p.read_text() for p in v.config_files(folder))
+    (folder / "3").mkdir()  # the export's new folder: not selected
+    assert v.selected_versions(v.parse_config((folder / "config.pbtxt").read_text()),
+                               v.versions_on_disk(folder)) == [2]
+
+
+def test_pinning_leaves_a_specific_policy_and_a_model_with_no_version_alone(tmp_path) -> None:
+    pinned = model_dir(tmp_path / "pinned", [1, 2])
+    assert v.pin_served_version(pinned) == 1
+    assert (pinned / "config.pbtxt").read_text() == CONFIG
+    empty = model_dir(tmp_path / "empty", [], LATEST)
+    assert v.pin_served_version(empty) is None  # the first export serves at once
+    assert (empty / "config.pbtxt").read_text() == LATEST
+    assert v.pin_served_version(tmp_path / "no_config") is None
+
+
+def test_a_candidate_is_gated_against_the_served_version_never_itself(tmp_path) -> None:
+    folder = model_dir(tmp_path, [1, 2, 3])
+    assert v.gate_baseline(folder, 2) == 1  # the served version
+    assert v.gate_baseline(folder, 1) is None  # served, and nothing promoted before it
+    v.append_history(folder, 3, "promote")
+    v.append_history(folder, 1, "rollback")
+    assert v.gate_baseline(folder, 1) == 3  # served: the one promoted before it
