@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from client import NO_RETRY, AsyncEmbedClient, TritonClientError
 
@@ -27,6 +30,7 @@ class Outcome:
     latency_ms: float
     error: str | None  # the SDK error class name, or None when served
     served_by: str = ""
+    status: str = ""  # Triton's status of a failure (HTTP code or gRPC StatusCode)
 
 
 @dataclass
@@ -90,3 +94,21 @@ async def open_loop(url: str, rate_rps: float, seconds: float, high_share: float
             await asyncio.sleep(0.002)
         await asyncio.gather(*tasks)
     return outcomes
+
+
+class LevelSampler(threading.Thread):
+    """Samples the highest degradation level of any embed instance every `period_s`."""
+
+    def __init__(self, metrics_url: str, period_s: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.metrics_url, self.period_s = metrics_url, period_s
+        self.samples: list[tuple[float, float]] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.period_s):
+            with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
+                text = r.read().decode()
+            levels = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+                      if s.name == "tmr_degradation_level"]
+            self.samples.append((time.monotonic(), max(levels, default=0.0)))

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import tempfile
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from client import NO_RETRY, AsyncEmbedClient
-from perf.load import open_loop, summarize
+from perf.load import LevelSampler, open_loop, summarize
 from server.launcher import TritonServer, free_port
 from server.repository import copy_repository
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
@@ -36,7 +35,8 @@ RESULTS = PROJECT_ROOT / "perf" / "results"
 SCENARIOS = {"normal": 0.7, "2x": 2.0, "10x": 10.0}
 
 
-async def capacity_rps(url: str, seconds: float = 5.0, in_flight: int = 16) -> float:
+async def capacity_rps(url: str, seconds: float = 5.0, in_flight: int = 16,
+                       protocol: str = "grpc") -> float:
     """Served requests per second with `in_flight` high-priority requests outstanding."""
     done = 0
     deadline = time.monotonic() + seconds
@@ -49,30 +49,9 @@ async def capacity_rps(url: str, seconds: float = 5.0, in_flight: int = 16) -> f
             await client.embed([f"capacity {n} {i}: how much can this server take"], priority=1)
             done += 1
 
-    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+    async with AsyncEmbedClient(url, protocol=protocol, retry=NO_RETRY) as client:
         await asyncio.gather(*(worker(client, n) for n in range(in_flight)))
     return done / seconds
-
-
-class LevelSampler(threading.Thread):
-    """Samples the highest degradation level of any embed instance every 0.25 s."""
-
-    def __init__(self, metrics_url: str) -> None:
-        super().__init__(daemon=True)
-        self.metrics_url, self.samples = metrics_url, []
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        import urllib.request
-
-        from prometheus_client.parser import text_string_to_metric_families
-
-        while not self.stop_event.wait(0.25):
-            with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
-                text = r.read().decode()
-            levels = [s.value for f in text_string_to_metric_families(text) for s in f.samples
-                      if s.name == "tmr_degradation_level"]
-            self.samples.append((time.monotonic(), max(levels, default=0.0)))
 
 
 def run_scenario(server: TritonServer, rate: float, seconds: float) -> dict:

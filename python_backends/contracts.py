@@ -23,8 +23,3 @@ ENCODER_MODELS = tuple(ENCODER_OUTPUTS)
 # What served a row: "<model>:<version>:<precision>:<level>", one per row of EMBEDDING.
 SERVED_BY_OUTPUT = "SERVED_BY"
 PRECISION = {"minilm_onnx": "fp32", "minilm_torchscript": "fp32", "minilm_int8": "int8"}
-
-# Triton's priority is invisible to a Python model, so the SDK mirrors it here.
-PRIORITY_PARAMETER = "tmr_priority"
-HIGH_PRIORITY = 1
-DEFAULT_PRIORITY = 2

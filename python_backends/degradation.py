@@ -1,30 +1,42 @@
 """The degradation ladder of `embed` and the policy that climbs it (pure; no Triton imports).
 
 Levels, in the seeds' order (smaller batches, a cheaper model on the CPU, cached answers,
-rejecting low priority, then 503):
+then 503):
 
     0 normal          primary encoder (minilm_onnx), whole dynamic batch per call
     1 small_batches   primary encoder, at most `small_batch_rows` rows per call
     2 fallback_model  the CPU INT8 encoder (minilm_int8)
     3 cached_answers  requests whose texts are all in the router's cache are answered from
                       it; the rest go to the fallback encoder
-    4 shed_low        as 3, and low-priority requests get UNAVAILABLE
-    5 unavailable     every request gets UNAVAILABLE (an operator's decision only)
+    4 unavailable     every request gets UNAVAILABLE (an operator's decision only)
 
-Signals: an EWMA of the batch's encoder time against `latency_budget_ms`, an EWMA of how
-full the dynamic batches arrive (the queue-wait proxy: a Python model cannot see Triton's
-queue, but a batch that arrives full means requests were waiting), encoder failures (by
-reason), and memory (GPU through NVML, else process RSS) against `memory_limit_mb`.
-Hysteresis: a level is held for at least `min_dwell_s`; it rises one step when a signal
-is over its "up" threshold and falls one step only when every signal is under its "down"
-threshold. The signals stop at level 4, so high priority is always
-served by something. An operator can force any level (`forced_level`).
+No level refuses low priority: Triton's own priority queues already serve level 1 first
+and bound level 2 (docs/reliability.md measured what router shedding added on top:
+nothing a client following Triton's documentation could use), and a Python model cannot
+see a request's priority anyway.
+
+Signals:
+- queue: an average over the last few dynamic batches (`queue_ewma_alpha`) of the rows
+  of a dynamic batch beyond its largest request, over `max_batch_size`.
+  With no queue delay, every request of a batch was waiting when an instance freed up, so
+  rows that came along with the first request are a queue the model can measure (a
+  Python model cannot see Triton's); one large request (a bulk client's chunk) alone is
+  not a queue;
+- consecutive encoder failures (`failures_to_degrade`);
+- memory (GPU through NVML, else process RSS) against `memory_limit_mb`.
+Hysteresis: the level rises one step when a signal is over its threshold and the level
+has been held `min_dwell_s`; it falls one step when every signal is under its "down"
+threshold (`degrade_down_ratio` of it) and the level has been held `recover_dwell_s`.
+Rising is slow and falling is fast: once the pressure is gone, full quality returns
+within a few seconds, and a saw-tooth load moves the level at most once per rise dwell.
+The signals stop at level 3, so every request is served by something; an operator can
+force any level (`forced_level`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,14 +47,13 @@ from python_backends.params import parameter, positive_int
 
 @dataclass(frozen=True)
 class Level:
-    """One rung of the ladder: which encoder, how many rows a call, what is refused."""
+    """One rung of the ladder: which encoder, how many rows a call, whether to use the cache."""
 
     number: int
     name: str
     encoder: str | None  # "primary", "fallback" or None (no model call)
     max_rows: int | None = None
     use_cache: bool = False
-    shed_low: bool = False
 
 
 def ladder(small_batch_rows: int) -> tuple[Level, ...]:
@@ -51,27 +62,26 @@ def ladder(small_batch_rows: int) -> tuple[Level, ...]:
         Level(1, "small_batches", "primary", max_rows=small_batch_rows),
         Level(2, "fallback_model", "fallback"),
         Level(3, "cached_answers", "fallback", use_cache=True),
-        Level(4, "shed_low", "fallback", use_cache=True, shed_low=True),
-        Level(5, "unavailable", None, use_cache=True, shed_low=True),
+        Level(4, "unavailable", None, use_cache=True),
     )
 
 
-TOP_LEVEL = 5
+TOP_LEVEL = 4
+TOP_AUTOMATIC_LEVEL = 3  # what the signals reach; 4 (503 for all) only by operator force
 
 
 @dataclass(frozen=True)
 class PolicySettings:
     """Thresholds of the policy, read from embed's config parameters."""
 
-    latency_budget_ms: float = 250.0
-    up_ratio: float = 1.0  # EWMA above budget * up_ratio: go up
-    down_ratio: float = 0.5  # EWMA below budget * down_ratio (and no failures): go down
-    ewma_alpha: float = 0.3
-    min_dwell_s: float = 5.0
+    queue_ratio: float = 0.9  # queued rows / max_batch_size above this: requests wait
+    down_ratio: float = 0.5  # every signal under its threshold x this: go down
+    queue_ewma_alpha: float = 0.3  # weight of the newest batch in the queue signal
+    min_dwell_s: float = 5.0  # a level is held at least this long before rising
+    recover_dwell_s: float = 1.0  # ... and at least this long before falling
     failures_to_degrade: int = 3  # consecutive encoder failures
     memory_limit_mb: float = 4096.0
     small_batch_rows: int = 8
-    full_batch_ratio: float = 0.9  # EWMA of batch fill above this: requests are queueing
     forced_level: int | None = None
 
     @classmethod
@@ -83,19 +93,26 @@ class PolicySettings:
         if forced > TOP_LEVEL:
             raise ValueError(f"forced_level {forced} is above the top level {TOP_LEVEL}")
         return cls(
-            latency_budget_ms=number("latency_budget_ms", cls.latency_budget_ms),
-            up_ratio=number("degrade_up_ratio", cls.up_ratio),
+            queue_ratio=number("queue_ratio", cls.queue_ratio),
+            queue_ewma_alpha=number("queue_ewma_alpha", cls.queue_ewma_alpha),
             down_ratio=number("degrade_down_ratio", cls.down_ratio),
-            ewma_alpha=number("latency_ewma_alpha", cls.ewma_alpha),
             min_dwell_s=number("min_dwell_s", cls.min_dwell_s),
+            recover_dwell_s=number("recover_dwell_s", cls.recover_dwell_s),
             failures_to_degrade=parameter(config, "failures_to_degrade",
                                           cls.failures_to_degrade, positive_int),
             memory_limit_mb=number("memory_limit_mb", cls.memory_limit_mb),
             small_batch_rows=parameter(config, "small_batch_rows", cls.small_batch_rows,
                                        positive_int),
-            full_batch_ratio=number("full_batch_ratio", cls.full_batch_ratio),
             forced_level=None if forced < 0 else forced,
         )
+
+
+def queued_share(request_rows: Sequence[int], max_batch_size: int) -> float:
+    """Rows of a dynamic batch beyond its largest request, as a share of max_batch_size:
+    what was waiting beside the first request when an instance freed up."""
+    if not request_rows:
+        return 0.0
+    return min((sum(request_rows) - max(request_rows)) / max(max_batch_size, 1), 1.0)
 
 
 @dataclass
@@ -114,24 +131,23 @@ class DegradationPolicy:
     settings: PolicySettings
     level: int = 0
     since: float = 0.0
-    ewma_ms: float | None = None
     consecutive_failures: int = 0
     memory_mb: float = 0.0
-    fill: float = 0.0  # EWMA of rows / max_batch_size of the arriving dynamic batches
+    queued: float = 0.0  # the queue signal: an EWMA of `queued_share` over batches
     history: list[Transition] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.settings.forced_level is not None:
             self.level = self.settings.forced_level
 
-    def observe_latency(self, ms: float) -> None:
-        alpha = self.settings.ewma_alpha
-        self.ewma_ms = ms if self.ewma_ms is None else alpha * ms + (1 - alpha) * self.ewma_ms
-        self.consecutive_failures = 0
+    def observe_batch(self, request_rows: Sequence[int], max_batch_size: int) -> None:
+        """A dynamic batch arrived: its rows per request."""
+        alpha = self.settings.queue_ewma_alpha
+        share = queued_share(request_rows, max_batch_size)
+        self.queued = alpha * share + (1 - alpha) * self.queued
 
-    def observe_batch(self, rows: int, max_rows: int) -> None:
-        alpha = self.settings.ewma_alpha
-        self.fill = alpha * min(rows / max_rows, 1.0) + (1 - alpha) * self.fill
+    def observe_success(self) -> None:
+        self.consecutive_failures = 0
 
     def observe_failure(self) -> None:
         self.consecutive_failures += 1
@@ -146,37 +162,35 @@ class DegradationPolicy:
             return f"{self.consecutive_failures} consecutive encoder failures"
         if self.memory_mb > s.memory_limit_mb:
             return f"memory {self.memory_mb:.0f} MB over {s.memory_limit_mb:.0f} MB"
-        if self.ewma_ms is not None and self.ewma_ms > s.latency_budget_ms * s.up_ratio:
-            return f"latency EWMA {self.ewma_ms:.0f} ms over budget {s.latency_budget_ms:.0f} ms"
-        if self.fill > s.full_batch_ratio:
-            return f"batches arrive {self.fill:.0%} full: requests are queueing"
+        if self.queued > s.queue_ratio:
+            return (f"requests are queueing: {self.queued:.0%} of a batch waited beside its "
+                    "first request")
         return None
 
     def relaxed(self) -> bool:
-        """Every signal is under its 'down' threshold."""
+        """Every signal is under its 'down' threshold (memory moves slowly: 90% of it)."""
         s = self.settings
         return (self.consecutive_failures == 0
                 and self.memory_mb < 0.9 * s.memory_limit_mb
-                and self.fill < s.full_batch_ratio * s.down_ratio
-                and (self.ewma_ms is None or self.ewma_ms < s.latency_budget_ms * s.down_ratio))
+                and self.queued < s.queue_ratio * s.down_ratio)
 
     def decide(self, now: float) -> Transition | None:
-        """Move at most one step, respecting the dwell time; return the change, if any."""
-        if self.settings.forced_level is not None:
+        """Move at most one step, respecting the dwell times; return the change, if any."""
+        s = self.settings
+        if s.forced_level is not None:
             return None
-        if now - self.since < self.settings.min_dwell_s:
-            return None
+        held = now - self.since
         reason = self.pressure()
-        if reason and self.level < TOP_LEVEL - 1:  # 5 (503) only by operator force
+        if reason and self.level < TOP_AUTOMATIC_LEVEL and held >= s.min_dwell_s:
             return self._move(self.level + 1, reason, now)
-        if not reason and self.level > 0 and self.relaxed():
-            return self._move(self.level - 1, "signals under the down thresholds", now)
+        if not reason and 0 < self.level <= TOP_AUTOMATIC_LEVEL \
+                and held >= s.recover_dwell_s and self.relaxed():
+            return self._move(self.level - 1, "every signal under its down threshold", now)
         return None
 
     def _move(self, new: int, reason: str, now: float) -> Transition:
         transition = Transition(self.level, new, reason)
         self.level, self.since = new, now
-        self.ewma_ms = None  # measure the new level afresh
         self.consecutive_failures = 0
         self.history.append(transition)
         return transition

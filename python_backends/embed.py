@@ -3,10 +3,10 @@
 Validates and tokenizes every request of a dynamic batch, then serves the valid ones at
 the current degradation level (python_backends/degradation.py): the batch to the primary
 encoder when all is well, one BLS call per length bucket (`length_bucket_waste`); smaller
-calls, the CPU INT8 fallback, shed
-low priority, cache-only or UNAVAILABLE as pressure rises. A primary that is gone
-(unloaded, dead stub) fails over to the fallback within the same batch. Every row says
-what served it in SERVED_BY: "<model>:<version>:<precision>:L<level>".
+calls, the CPU INT8 fallback and cached answers as pressure rises, UNAVAILABLE only when
+an operator says so. Priority is Triton's business: its queues serve level 1 first. A
+primary that is gone (unloaded, dead stub) fails over to the fallback within the batch.
+Every row says what served it in SERVED_BY: "<model>:<version>:<precision>:L<level>".
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from python_backends.base import error_response, ok_response
 from python_backends.batching import length_buckets, split_outputs
 from python_backends.bls import bls_infer, failure_reason
 from python_backends.degradation import (
-    TOP_LEVEL,
     DegradationPolicy,
     EmbeddingCache,
     Level,
@@ -43,7 +42,6 @@ from python_backends.tokenization import pad_batch
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 OUT_OF_SERVICE = "out of service"
-SHEDDING_LOW = "shedding low priority"
 
 
 def rss_mb() -> float:
@@ -112,23 +110,20 @@ class EmbedModel(TextModel):
         self.cache_hits = Counter("tmr_router_cache_hits_total",
                                   "Texts answered from the router's cache", base)
         self.rejections = CounterFamily("tmr_rejections_total",
-                                        "Requests refused by the router, by priority and reason",
-                                        base)
+                                        "Requests refused by the router, by reason", base)
         self._export_queue_capacity(base)
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
 
     def _export_queue_capacity(self, base: dict[str, str]) -> None:
         """`tmr_queue_capacity` per priority from this model's own queue policies, and the
-        rejection counters at zero for every priority, so rates and ratios exist at once."""
+        rejection counter at zero, so rates and ratios exist at once."""
         self.queue_capacity = []  # kept: a metric goes away with its Python object
         for priority, size in queue_capacities(self.config).items():
             gauge = Gauge("tmr_queue_capacity", "max_queue_size of the model's queue, per priority",
                           {**base, "priority": priority})
             gauge.set(size)
             self.queue_capacity.append(gauge)
-            self.rejections.inc(0, priority=priority, reason=OUT_OF_SERVICE)
-            if priority != str(contracts.HIGH_PRIORITY):
-                self.rejections.inc(0, priority=priority, reason=SHEDDING_LOW)
+        self.rejections.inc(0, reason=OUT_OF_SERVICE)
 
     def degradation_level(self) -> int | None:
         return self.policy.level
@@ -150,33 +145,21 @@ class EmbedModel(TextModel):
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         level = self.current_level()
         responses, valid = self.tokenize_requests(requests)
-        self.policy.observe_batch(sum(len(r.rows) for r in valid.values()), self.max_batch)
-        if level.number == TOP_LEVEL:
-            for i, request in valid.items():
-                responses[i] = self._refuse(level, request, OUT_OF_SERVICE)
+        self.policy.observe_batch([len(r.rows) for r in valid.values()], self.max_batch)
+        if level.encoder is None:
+            for i in valid:
+                responses[i] = self._refuse(level, OUT_OF_SERVICE)
             return responses
-        if level.shed_low:
-            valid = self._shed_low(level, valid, responses)
         if level.use_cache:
             valid = self._answer_from_cache(valid, responses)
         if valid:
             self._encode(level, valid, responses)
         return responses
 
-    def _refuse(self, level: Level, request: TextRequest, reason: str) -> Any:
-        self.rejections.inc(priority=str(request.priority), reason=reason)
+    def _refuse(self, level: Level, reason: str) -> Any:
+        self.rejections.inc(reason=reason)
         return error_response(UnavailableError(
             f"embed is degraded to level {level.number} ({level.name}): {reason}"))
-
-    def _shed_low(self, level: Level, valid: dict[int, TextRequest],
-                  responses: list[Any]) -> dict[int, TextRequest]:
-        kept = {}
-        for i, request in valid.items():
-            if request.priority == contracts.HIGH_PRIORITY:
-                kept[i] = request
-            else:
-                responses[i] = self._refuse(level, request, SHEDDING_LOW)
-        return kept
 
     def _answer_from_cache(self, valid: dict[int, TextRequest],
                            responses: list[Any]) -> dict[int, TextRequest]:
@@ -228,10 +211,7 @@ class EmbedModel(TextModel):
             return self._call(fallback, rows, None), self._served_by(fallback, self.levels[2])
 
     def _call(self, name: str, rows: list[list[int]], max_rows: int | None) -> np.ndarray:
-        """The batch through `name`, in length buckets of at most `max_rows` rows; the
-        whole batch's encoder time feeds the latency signal (small calls must not hide an
-        overload)."""
-        began = time.monotonic()
+        """The batch through `name`, in length buckets of at most `max_rows` rows."""
         out: np.ndarray | None = None
         for group in length_buckets([len(r) for r in rows], self.bucket_waste, max_rows):
             ids, mask = pad_batch([rows[i] for i in group], self.encoder.pad_id)
@@ -239,7 +219,7 @@ class EmbedModel(TextModel):
             if out is None:
                 out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
             out[group] = part
-        self.policy.observe_latency((time.monotonic() - began) * 1000)
+        self.policy.observe_success()
         assert out is not None, "a batch has at least one row"
         return out
 

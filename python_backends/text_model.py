@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,21 +23,10 @@ TokenRows = list[list[int]]
 
 @dataclass
 class TextRequest:
-    """The valid texts of one request, their token ids, and its priority class."""
+    """The valid texts of one request and their token ids."""
 
     texts: list[str]
     rows: TokenRows
-    priority: int
-
-
-def request_priority(parameters_json: str) -> int:
-    """The SDK mirrors Triton's priority into the request parameter `tmr_priority`
-    (the Python backend cannot see Triton's own). Absent: the low default level."""
-    try:
-        value = json.loads(parameters_json or "{}").get(contracts.PRIORITY_PARAMETER)
-        return int(value) if value else contracts.DEFAULT_PRIORITY
-    except (ValueError, TypeError, AttributeError):
-        return contracts.DEFAULT_PRIORITY
 
 
 class TextModel(BaseModel):
@@ -57,8 +45,7 @@ class TextModel(BaseModel):
             try:
                 raw = input_array(request, contracts.TEXT_INPUT)
                 texts = decode_texts(raw, self.limits, contracts.TEXT_INPUT)
-                valid[i] = TextRequest(texts, self._tokenize(texts),
-                                       request_priority(request.parameters()))
+                valid[i] = TextRequest(texts, self._tokenize(texts))
                 self.batch.batch_size += len(texts)
                 self.batch.input_bytes += sum(map(len, raw.flat))
             except InvalidInputError as err:

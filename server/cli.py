@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.set_defaults(func=cmd_embed)
 
     degrade = sub.add_parser("degrade", help="force embed's degradation level (or `auto`)")
-    degrade.add_argument("--level", required=True, choices=["auto", "0", "1", "2", "3", "4", "5"])
+    degrade.add_argument("--level", required=True, choices=["auto", "0", "1", "2", "3", "4"])
     degrade.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
     degrade.add_argument("--poll", action="store_true",
                          help="poll mode: edit config.pbtxt instead of calling the load API")

@@ -1,4 +1,4 @@
-"""The degradation router on its own server: forced levels, shedding, fail-over, deep health."""
+"""The degradation router on its own server: forced levels, recovery, fail-over, deep health."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from client import NO_RETRY, EmbedClient, UnavailableError
+from client import NO_RETRY, EmbedClient
 from client.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from client.auth import key_headers
 from server.launcher import TritonServer
@@ -67,31 +68,45 @@ def test_operator_forces_the_int8_level_and_auto_restores_fp32(router) -> None:
     assert "embed now reports: minilm_onnx:1:fp32:L0" in restored.stdout
 
 
-def test_shed_low_level_refuses_low_priority_and_serves_high(router) -> None:
-    before = metric_value(router.metrics_url, "tmr_rejections_total", priority="2",
-                          reason="shedding low priority")
-    force_level_explicit(router.http_url, 4)
-    wait_for_level(router.http_url, 4)
+def test_no_level_refuses_by_priority_the_highest_automatic_one_serves_everyone(router) -> None:
+    force_level_explicit(router.http_url, 3)
+    wait_for_level(router.http_url, 3)
     with EmbedClient(router.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
-        with pytest.raises(UnavailableError,
-                           match=r"degraded to level 4 \(shed_low\): shedding low priority"):
-            client.embed(fresh(*TEXTS))  # no priority: Triton's default, the low level
-        assert client.embed_with_info(fresh(*TEXTS), priority=1).served_by[0].endswith(":L4")
-    after = metric_value(router.metrics_url, "tmr_rejections_total", priority="2",
-                         reason="shedding low priority")
-    assert after - before >= 1
+        for priority in (None, 2, 1):  # Triton's default (low), low, high: all served
+            served = client.embed_with_info(fresh(*TEXTS), priority=priority).served_by
+            assert all(s.endswith(":L3") for s in served), served
+    assert metric_value(router.metrics_url, "tmr_rejections_total") == 0
+    force_level_explicit(router.http_url, AUTO)
+    wait_for_level(router.http_url, AUTO)
+
+
+def test_after_an_overload_normal_traffic_is_served_at_once(router) -> None:
+    """32 + 64 closed-loop clients at priority 1 and 2 (standard `priority` only), then,
+    1 s after they stop, 4 clients at the default priority: none of theirs fails."""
+    from perf.recovery import NORMAL, closed_loop, phase_report
+
+    overload = asyncio.run(closed_loop(router.http_url, ((1, 32), (2, 64)), 6.0, "overload"))
+    time.sleep(1.0)
+    normal = asyncio.run(closed_loop(router.http_url, NORMAL, 3.0, "normal"))
+    rows = {(r.phase, r.priority): r for r in phase_report("overload", overload)
+            + phase_report("normal", normal)}
+    print(f"\nafter an overload: {rows}")
+    high = rows[("overload", 1)]
+    assert high.served >= 0.99 * high.requests, high
+    assert all(key.startswith("503 ") for r in rows.values() for key in r.failures), rows
+    assert rows[("normal", 0)].failures == {} and rows[("normal", 0)].served > 0
     force_level_explicit(router.http_url, AUTO)
     wait_for_level(router.http_url, AUTO)
 
 
 def test_top_level_answers_503_to_everyone_until_the_operator_lifts_it(router) -> None:
-    force_level_explicit(router.http_url, 5)
-    wait_for_level(router.http_url, 5)
+    force_level_explicit(router.http_url, 4)
+    wait_for_level(router.http_url, 4)
     body = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
                                    "data": fresh("anything")}]}).encode()
     status, answer = http_post(router.http_url, "/v2/models/embed/infer", body)
     assert status == 503
-    assert "degraded to level 5 (unavailable): out of service" in json.loads(answer)["error"]
+    assert "degraded to level 4 (unavailable): out of service" in json.loads(answer)["error"]
     force_level_explicit(router.http_url, AUTO)
     assert wait_for_level(router.http_url, AUTO) == "minilm_onnx:1:fp32:L0"
 

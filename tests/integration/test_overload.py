@@ -1,4 +1,5 @@
-"""A burst of ~10x capacity, 20% high / 80% low: high is served, low is shed with typed errors."""
+"""A burst of ~10x capacity, 20% high / 80% low: high is served, low is shed by Triton's
+queues with typed errors; the router refuses nothing."""
 
 from __future__ import annotations
 
@@ -27,6 +28,6 @@ def test_overload_burst_serves_high_priority_and_sheds_low_with_typed_errors(tri
     assert high.success_ratio >= 0.99, high
     assert set(low.errors) <= SHED_ERRORS, low.errors  # no 5xx but the documented 503s
     assert low.success_ratio < 1.0, "10x capacity shed nothing"
-    # The router's own refusals (shed_low) are counted in its metric.
-    router_refusals = Counter(o.error for o in outcomes if o.error == "UnavailableError")
-    assert counted == router_refusals["UnavailableError"]
+    # Shedding is Triton's queue policy: the router refused nothing, by its own count.
+    assert counted == 0
+    assert Counter(o.error for o in outcomes)["UnavailableError"] == 0

@@ -128,11 +128,3 @@ def test_failure_reason_labels_child_errors_for_metrics() -> None:
     assert failure_reason("Exceeds maximum queue size") == "queue_full"
     assert failure_reason("Stub process 'minilm_onnx_0_0' is not healthy.") == "stub_unhealthy"
     assert failure_reason("something else") == "error"
-
-
-def test_request_priority_reads_the_sdk_parameter_and_defaults_to_low() -> None:
-    from python_backends.text_model import request_priority
-
-    assert request_priority('{"tmr_priority": 1}') == 1
-    assert request_priority("{}") == 2
-    assert request_priority("not json") == 2

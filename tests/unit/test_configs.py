@@ -65,8 +65,8 @@ def test_embed_degradation_settings_parse_with_the_policy_reader():
     settings = PolicySettings.from_config(MessageToDict(config("embed"),
                                                         preserving_proto_field_name=True))
     assert settings.forced_level is None  # signals decide unless an operator forces a level
-    assert settings.down_ratio < settings.up_ratio
-    assert settings.min_dwell_s > 0
+    assert 0 < settings.down_ratio < 1 and 0 < settings.queue_ratio <= 1
+    assert settings.min_dwell_s > settings.recover_dwell_s > 0  # rise slowly, fall fast
 
 
 @pytest.mark.parametrize("name", contracts.ENCODER_MODELS)

@@ -43,6 +43,6 @@ def test_repeated_probe_failures_trigger_a_reload_and_success_resets_them() -> N
 
 def test_a_router_that_refuses_work_on_purpose_is_not_a_fault() -> None:
     detector = StallDetector(failures_to_reload=1)
-    refused = Sample(False, "[503] embed is degraded to level 3 (shed_low): shedding low "
-                            "priority", 0, 10)
+    refused = Sample(False, "[503] embed is degraded to level 4 (unavailable): out of "
+                            "service", 0, 10)
     assert detector.decide("embed", refused) is None
