@@ -13,6 +13,7 @@ from client.core import (
     CallOptions,
     ClientBase,
     EmbedResult,
+    Progress,
     Protocol,
     assemble,
     build_request,
@@ -30,15 +31,33 @@ from client.retry import RetryPolicy
 from python_backends import contracts
 
 
+async def first_error_cancels_all(calls: list[Any]) -> list[Any]:
+    """The results of `calls` in order; the first failure cancels the others and is raised
+    as itself (not wrapped in an ExceptionGroup)."""
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception()),
+                      None)
+        if failed is not None:
+            raise failed.exception()
+        return [t.result() for t in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class AsyncEmbedClient(ClientBase):
     """The asyncio twin of `EmbedClient` (same keys and fallback); use `async with`."""
 
     def __init__(self, url: str | None = None, protocol: Protocol = "http",
                  model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
                  seed: int | None = None, *, api_key: str | None = None,
-                 admin_key: str | None = None, max_batch_size: int | None = None) -> None:
+                 admin_key: str | None = None, max_batch_size: int | None = None,
+                 max_in_flight: int | None = None) -> None:
         super().__init__(url, protocol, model, retry, seed, aio=True,
-                         access=Access(api_key, admin_key, max_batch_size))
+                         access=Access(api_key, admin_key, max_batch_size, max_in_flight))
         self._client = self._module.InferenceServerClient(self.url)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -87,22 +106,35 @@ class AsyncEmbedClient(ClientBase):
         return self._max_batch
 
     async def embed(self, texts: list[str], *, priority: int | None = None,
-                    timeout_ms: int | None = None, model_version: int | None = None) -> np.ndarray:
+                    timeout_ms: int | None = None, model_version: int | None = None,
+                    on_progress: Progress | None = None) -> np.ndarray:
         result = await self.embed_with_info(texts, priority=priority, timeout_ms=timeout_ms,
-                                            model_version=model_version)
+                                            model_version=model_version, on_progress=on_progress)
         return result.embeddings
 
     async def embed_with_info(self, texts: list[str], *, priority: int | None = None,
-                              timeout_ms: int | None = None,
-                              model_version: int | None = None) -> EmbedResult:
+                              timeout_ms: int | None = None, model_version: int | None = None,
+                              on_progress: Progress | None = None) -> EmbedResult:
+        """Chunks of `max_batch_size` texts, at most `max_in_flight` at once (one per
+        instance of the model by default); `on_progress(done, total)` after each chunk.
+        The first failed chunk cancels the rest and is raised."""
         batch = text_tensor(texts)
         opts = CallOptions(priority, timeout_ms, model_version)
         deadline = opts.deadline()
         slices = list(chunks(len(batch), await self.max_batch_size()))
         ids = [new_request_id() for _ in slices]
-        answers = await asyncio.gather(
-            *(self._infer(batch[rows], opts, rid, deadline) for rows, rid in zip(slices, ids)))
-        return assemble(answers, ids)
+        gate, done = asyncio.Semaphore(self._in_flight), [0]
+
+        async def send(rows: slice, request_id: str) -> Any:
+            async with gate:
+                answer = await self._infer(batch[rows], opts, request_id, deadline)
+            done[0] += rows.stop - rows.start
+            if on_progress is not None:
+                on_progress(done[0], len(batch))
+            return answer
+
+        return assemble(await first_error_cancels_all(
+            [send(rows, rid) for rows, rid in zip(slices, ids)]), ids)
 
     async def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
                      deadline: float | None) -> Any:

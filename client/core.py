@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal
@@ -118,8 +118,6 @@ class CallOptions:
         kwargs: dict[str, Any] = {"request_id": request_id}
         if self.priority is not None:
             kwargs["priority"] = self.priority
-            # A Python model cannot see Triton's priority: the router reads this copy.
-            kwargs["parameters"] = {contracts.PRIORITY_PARAMETER: self.priority}
         if self.timeout_ms is not None:
             kwargs["timeout"] = int(self.timeout_ms * 1000)  # Triton wants microseconds
         if self.model_version is not None:
@@ -176,6 +174,27 @@ def max_batch_size(config: Any) -> int:
     return int(inner.max_batch_size) or 1
 
 
+DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown
+
+
+def instance_count(config: Any) -> int | None:
+    """The model's instances from its config's instance_group (None when it says none)."""
+    if isinstance(config, dict):
+        groups = config.get("config", config).get("instance_group", [])
+        counts = [int(g.get("count", 1)) for g in groups]
+    else:
+        counts = [int(g.count) for g in getattr(config, "config", config).instance_group]
+    return sum(counts) or None
+
+
+def in_flight_limit(instances: int | None) -> int:
+    """How many chunks of a bulk call go to the server at once: one per instance of the
+    model. A chunk is a whole dynamic batch, so a second one per instance would only wait
+    in the queue, where the default (low) priority level expires requests after 2 s; the
+    network gap between one chunk's answer and the next is tiny beside a chunk's compute."""
+    return instances if instances else DEFAULT_IN_FLIGHT
+
+
 def wanted_outputs(config: Any) -> list[str]:
     """EMBEDDING, plus SERVED_BY when the model has it (from its config or its metadata)."""
     if isinstance(config, dict):
@@ -212,6 +231,10 @@ class Access:
     api_key: str | None = None
     admin_key: str | None = None
     max_batch_size: int | None = None
+    max_in_flight: int | None = None  # chunks of one call at once; None: from the config
+
+
+Progress = Callable[[int, int], None]  # (texts done, texts in the call), after each chunk
 
 
 class ClientBase:
@@ -221,8 +244,10 @@ class ClientBase:
                  retry: RetryPolicy | None, seed: int | None, aio: bool,
                  access: Access | None = None) -> None:
         access = access or Access()
-        if access.max_batch_size is not None and access.max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {access.max_batch_size}")
+        for name in ("max_batch_size", "max_in_flight"):
+            value = getattr(access, name)
+            if value is not None and not is_int_at_least(value, 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.protocol = protocol
         self.url = url or default_url(protocol)
         self.model = model
@@ -234,6 +259,13 @@ class ClientBase:
         self._fixed_max_batch = access.max_batch_size
         self._max_batch: int | None = None
         self._outputs: list[str] = [contracts.EMBEDDING_OUTPUT]
+        self._fixed_in_flight = access.max_in_flight
+        self._in_flight = access.max_in_flight or DEFAULT_IN_FLIGHT
+
+    @property
+    def max_in_flight(self) -> int:
+        """Chunks one bulk call sends at once (known once the config was read)."""
+        return self._in_flight
 
     def _headers(self, admin: bool = False) -> dict[str, str]:
         """A fresh header dict for one call (tritonclient's HTTP client adds to it)."""
@@ -244,6 +276,7 @@ class ClientBase:
         """Keep what the model config says about batching and outputs."""
         self._max_batch = max_batch_size(config)
         self._outputs = wanted_outputs(config)
+        self._in_flight = self._fixed_in_flight or in_flight_limit(instance_count(config))
 
     def _remember_metadata(self, metadata: Any) -> None:
         """Without the config: outputs from the metadata, chunks of the given size (or 1)."""

@@ -12,6 +12,7 @@ from client.core import (
     CallOptions,
     ClientBase,
     EmbedResult,
+    Progress,
     Protocol,
     assemble,
     build_request,
@@ -102,15 +103,18 @@ class EmbedClient(ClientBase):
         return self._max_batch
 
     def embed(self, texts: list[str], *, priority: int | None = None,
-              timeout_ms: int | None = None, model_version: int | None = None) -> np.ndarray:
+              timeout_ms: int | None = None, model_version: int | None = None,
+              on_progress: Progress | None = None) -> np.ndarray:
         """Embeddings of `texts`, (n, 384) float32, in input order."""
         return self.embed_with_info(texts, priority=priority, timeout_ms=timeout_ms,
-                                    model_version=model_version).embeddings
+                                    model_version=model_version,
+                                    on_progress=on_progress).embeddings
 
     def embed_with_info(self, texts: list[str], *, priority: int | None = None,
-                        timeout_ms: int | None = None,
-                        model_version: int | None = None) -> EmbedResult:
-        """Like embed(), plus the serving model version and request id of every chunk."""
+                        timeout_ms: int | None = None, model_version: int | None = None,
+                        on_progress: Progress | None = None) -> EmbedResult:
+        """Like embed(), plus the serving model version and request id of every chunk;
+        chunks go one after another, `on_progress(done, total)` after each."""
         batch = text_tensor(texts)
         opts = CallOptions(priority, timeout_ms, model_version)
         deadline = opts.deadline()
@@ -118,6 +122,8 @@ class EmbedClient(ClientBase):
         for rows in chunks(len(batch), self.max_batch_size()):
             ids.append(new_request_id())
             answers.append(self._infer(batch[rows], opts, ids[-1], deadline))
+            if on_progress is not None:
+                on_progress(rows.stop, len(batch))
         return assemble(answers, ids)
 
     def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,

@@ -43,14 +43,14 @@ def test_chunks_cover_every_row_in_slices_of_at_most_size():
     assert list(chunks(0, 4)) == []
 
 
-def test_call_options_mirror_priority_into_the_request_parameter_the_router_reads():
-    assert CallOptions(priority=2).infer_kwargs("r")["parameters"] == {"tmr_priority": 2}
+def test_call_options_send_only_tritons_standard_priority():
+    assert CallOptions(priority=2).infer_kwargs("r") == {"request_id": "r", "priority": 2}
 
 
 def test_call_options_infer_kwargs_converts_timeout_to_microseconds_and_version_to_str():
     kwargs = CallOptions(priority=1, timeout_ms=250, model_version=2).infer_kwargs("r1")
     assert kwargs == {"request_id": "r1", "priority": 1, "timeout": 250_000,
-                      "model_version": "2", "parameters": {"tmr_priority": 1}}
+                      "model_version": "2"}
     assert isinstance(kwargs["timeout"], int)
 
 
@@ -125,3 +125,14 @@ def test_text_tensor_takes_a_generator_and_numpy_arrays_of_strings():
 def test_call_options_refuse_what_triton_would_misread(options, message):
     with pytest.raises(InvalidInputError, match=message):
         CallOptions(**options)
+
+
+def test_a_bulk_call_keeps_one_chunk_in_flight_per_instance_of_the_model():
+    from client.core import DEFAULT_IN_FLIGHT, in_flight_limit, instance_count
+
+    http = {"instance_group": [{"count": 3, "kind": "KIND_CPU"}, {"count": 1}]}
+    grpc = model_config_pb2.ModelConfig()
+    grpc.instance_group.add(count=2)
+    assert instance_count(http) == 4 and instance_count(grpc) == 2
+    assert instance_count({}) is None
+    assert in_flight_limit(4) == 4 and in_flight_limit(None) == DEFAULT_IN_FLIGHT
