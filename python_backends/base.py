@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from python_backends.errors import ModelError
-from python_backends.params import parameter
+from python_backends.gc_pauses import POLICIES, GcPauses, apply_policy
+from python_backends.metrics import CounterFamily, Gauge
+from python_backends.params import one_of, parameter
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BATCH_LOG_INTERVAL_S, BatchFacts, BatchLog
 
@@ -37,6 +39,8 @@ class BaseModel:
             self.config, "batch_log_interval_s", BATCH_LOG_INTERVAL_S, float))
         self.batch = BatchFacts()
         self.setup(args)
+        self.gc = GcMetrics(self.name, args.get("model_instance_name", "0"),
+                            parameter(self.config, "gc_policy", "default", one_of(*POLICIES)))
 
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""
@@ -52,6 +56,7 @@ class BaseModel:
         self.batch = BatchFacts()
         responses = self.execute_requests(requests)
         self.batch_log.emit(requests, responses, self.batch, began, self.degradation_level())
+        self.gc.flush()
         return responses
 
     def degradation_level(self) -> int | None:
@@ -63,6 +68,37 @@ class BaseModel:
 
     def finalize(self) -> None:
         self.log.info("finalized")
+
+
+class GcMetrics:
+    """This stub's GC pauses as counters, flushed after each batch (a collection can
+    happen anywhere, so its callback only adds numbers; the IPC to Triton happens here)."""
+
+    def __init__(self, model: str, instance: str, policy: str) -> None:
+        apply_policy(policy)
+        self.pauses = GcPauses().install()
+        self.sent = ([0, 0, 0], [0.0, 0.0, 0.0])
+        labels = {"model": model, "gc_policy": policy}
+        self.collections = CounterFamily("tmr_gc_collections_total",
+                                         "Python GC collections in the model's stubs", labels)
+        self.seconds = CounterFamily("tmr_gc_pause_seconds_total",
+                                     "Seconds the model's stubs spent in Python GC", labels)
+        self.longest = Gauge("tmr_gc_longest_pause_seconds",
+                             "The longest Python GC pause of one stub so far",
+                             {**labels, "instance": instance})
+
+    def flush(self) -> None:
+        counts, seconds = self.pauses.collections, self.pauses.seconds
+        if counts == self.sent[0]:
+            return
+        for generation in range(3):
+            new = counts[generation] - self.sent[0][generation]
+            if new:
+                self.collections.inc(new, generation=str(generation))
+                self.seconds.inc(seconds[generation] - self.sent[1][generation],
+                                 generation=str(generation))
+        self.longest.set(self.pauses.longest_s)
+        self.sent = (list(counts), list(seconds))
 
 
 def input_array(request: Any, name: str) -> np.ndarray:

@@ -44,3 +44,15 @@ def set_parameter(repository: Path, model: str, key: str, value: str) -> None:
     edit_config(repository, model,
                 rf'(key: "{re.escape(key)}" value: {{ string_value: ")[^"]*(" }})',
                 rf"\g<1>{value}\g<2>")
+
+
+def put_parameter(repository: Path, model: str, key: str, value: str) -> None:
+    """Set `parameters { key }` in config.pbtxt, adding the line when the key is absent."""
+    config = repository / model / "config.pbtxt"
+    if f'key: "{key}"' in config.read_text():
+        set_parameter(repository, model, key, value)
+        return
+    line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+    tmp = config.with_suffix(".tmp")
+    tmp.write_text(config.read_text().rstrip("\n") + "\n" + line)
+    tmp.replace(config)
