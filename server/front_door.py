@@ -191,7 +191,11 @@ class FrontDoor:
         keys.chmod(0o600)  # read by the master only
         conf = self._path("nginx.conf")
         conf.write_text(render(TEMPLATE.read_text(), self.template_values()))
-        return [str(find_nginx()), "-p", str(self.workdir), "-c", str(conf)]
+        return self._prepare_command()
+
+    def _prepare_command(self) -> list[str]:
+        """The nginx command line of this front door's runtime folder (without -t/-s)."""
+        return [str(find_nginx()), "-p", str(self._path("")), "-c", str(self._path("nginx.conf"))]
 
     def start(self) -> None:
         """Render and check the config, then start nginx; a refused config stays on disk."""
@@ -242,6 +246,15 @@ class FrontDoor:
 
     def error_log_text(self) -> str:
         return self.error_log.read_text(errors="replace") if self.error_log.exists() else ""
+
+    def reload(self) -> None:
+        """`nginx -s reload`: re-read the config; in-flight requests finish on the old
+        workers while new ones take new connections."""
+        command = self._prepare_command()
+        done = subprocess.run([*command, "-s", "reload"], capture_output=True, text=True,
+                              timeout=30)
+        if done.returncode != 0:
+            raise FrontDoorError(f"nginx -s reload failed:\n{done.stderr.strip()}")
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
         """Graceful stop (SIGQUIT lets in-flight requests finish), then SIGKILL; the code."""

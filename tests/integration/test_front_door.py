@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from client import NO_RETRY, AccessDeniedError, EmbedClient, RateLimitedError
+from client import NO_RETRY, AccessDeniedError, EmbedClient, RateLimitedError, UnavailableError
 from server import front_door
 from server.front_door import FrontDoor, render
 from server.launcher import TritonServer, free_port
@@ -308,3 +308,73 @@ def test_tmr_serve_front_door_prints_the_urls_and_serves(triton, capsys, monkeyp
         assert status == 200
     finally:
         assert door.close() == 0
+
+
+# -- faults ---------------------------------------------------------------------------------
+def traffic_through(door: FrontDoor, seconds: float, during: object) -> list:
+    """HTTP and gRPC SDK clients (no retries) sending back to back through `door` while
+    `during()` runs in this thread; returns every outcome (a served row count or an error)."""
+    import threading
+    import time
+
+    stop, outcomes = threading.Event(), []
+
+    def client_loop(protocol: str, url: str, n: int) -> None:
+        with EmbedClient(url, protocol=protocol, retry=NO_RETRY, api_key=door.api_keys["alice"],
+                         max_batch_size=64) as client:
+            i = 0
+            while not stop.is_set():
+                i += 1
+                try:
+                    outcomes.append(len(client.embed([f"reload {protocol} {n} {i}"])))
+                except Exception as err:  # every failure counts
+                    outcomes.append(err)
+
+    threads = [threading.Thread(target=client_loop, args=(p, u, n)) for n in range(2)
+               for p, u in (("http", door.http_url), ("grpc", door.grpc_url))]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    try:
+        during()
+        time.sleep(seconds)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    return outcomes
+
+
+def test_nginx_reload_under_traffic_loses_no_request(triton):
+    import time
+
+    door = open_front_door(triton, rate_per_minute=600_000)
+
+    def reload_three_times() -> None:
+        for _ in range(3):
+            door.reload()
+            time.sleep(0.7)
+
+    try:
+        outcomes = traffic_through(door, 1.0, reload_three_times)
+    finally:
+        code = door.close()
+    failures = [o for o in outcomes if not isinstance(o, int)]
+    assert failures == [], failures[:3]
+    assert len(outcomes) > 20 and code == 0
+
+
+@pytest.mark.parametrize("path", [EMBED, "/v2/models/embed", "/v2/health/ready"])
+def test_with_triton_down_callers_get_a_json_503_not_nginxs_page(path):
+    dead = FrontDoor(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+                     FrontDoorSettings(http_port=free_port(), grpc_port=free_port()), new_keys())
+    with dead:
+        status, body = http_post(dead.http_url, path, text_body("x") if path == EMBED else None,
+                                 key(dead))
+        with EmbedClient(dead.grpc_url, protocol="grpc", retry=NO_RETRY,
+                         api_key=dead.api_keys["bob"], max_batch_size=64) as client, \
+                pytest.raises(UnavailableError, match="behind the front door is unavailable"):
+            client.embed(["x"])
+    assert status == 503, body
+    assert json.loads(body) == {"error": "the inference server behind the front door is "
+                                         "unavailable (not running or not answering); retry later"}
