@@ -12,7 +12,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv export serve serve-full test unit lint bench clean
+.PHONY: help setup apt venv export serve serve-full test unit lint bench soak clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ unit: venv ## only the unit tests (no server)
 
 bench: setup ## the benchmark (about 5 min): writes docs/benchmarks.md
 	$(PY) -m perf.bench
+
+soak: setup ## 30 minutes of steady load: memory, latency drift, errors, reloads (docs/reliability.md)
+	$(PY) -m perf.soak
 
 lint: venv ## ruff
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,297 @@
+"""Soak: a long steady load, sampled every 30 s, to show there are no leaks and no decay.
+
+Starts a server of its own (a copy of the repository, explicit mode) with the watchdog
+beside it, measures capacity (closed loop, 16 in flight), then offers `--load` x capacity
+open loop for `--minutes`: half over HTTP, half over gRPC, 20% priority 1, a new text in
+every request (no cache can answer). Every `--sample-s` it records:
+
+- the RSS of `tritonserver` and of every Python stub (by model);
+- p50, p99 and errors of the window, and the throughput served;
+- the watchdog's reloads;
+- Triton's own queue and compute time per request in the window
+  (`nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`).
+
+`verdict()` checks the targets of docs/reliability.md: RSS growth after warm-up under
+50 MB (Triton's own L0_memory_growth allows 100 MB), the p99 of the last stretch within
+20% of the first, throughput steady, no errors, no watchdog reloads.
+
+    make soak                                   # 30 minutes, writes perf/results/soak-*/
+    .venv/bin/python -m perf.soak --minutes 2 --sample-s 10    # what CI runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from client import NO_RETRY, AsyncEmbedClient, TritonClientError
+from client.prometheus import samples
+from perf.overload import capacity_rps
+from server.launcher import TritonServer, free_port, stub_processes
+from server.repository import copy_repository
+from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
+from server.watchdog import Watchdog
+
+RESULTS = PROJECT_ROOT / "perf" / "results"
+WATCHED = ["embed", "minilm_onnx", "minilm_int8", "minilm_torchscript"]
+TRITON_TIMES = ("nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
+                "nv_inference_request_success")
+
+
+@dataclass
+class Window:
+    """What the load saw between two samples."""
+
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def record(self, latency_ms: float, error: str | None) -> None:
+        if error is None:
+            self.latencies_ms.append(latency_ms)
+        else:
+            self.errors[error] = self.errors.get(error, 0) + 1
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampling point of the soak."""
+
+    t_s: float  # seconds since the load began
+    served_rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: dict[str, int]
+    rss_mb: dict[str, float]  # "tritonserver" and one entry per model's stubs (summed)
+    watchdog_reloads: int
+    queue_us: float  # Triton's queue time per successful embed request in the window
+    compute_us: float
+
+    @property
+    def total_rss_mb(self) -> float:
+        return sum(self.rss_mb.values())
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def process_rss(server_pid: int) -> dict[str, float]:
+    """RSS of tritonserver and of its stubs, summed per model."""
+    rss = {"tritonserver": rss_mb(server_pid)}
+    for model, pids in stub_processes(server_pid).items():
+        rss[model] = sum(rss_mb(p) for p in pids)
+    return rss
+
+
+def triton_times(metrics_url: str, model: str = "embed") -> dict[str, float]:
+    totals = dict.fromkeys(TRITON_TIMES, 0.0)
+    for s in samples(metrics_url):
+        base = s.name.removesuffix("_total")
+        if base in totals and s.labels.get("model") == model:
+            totals[base] += s.value
+    return totals
+
+
+async def steady_load(urls: dict[str, str], rate_rps: float, seconds: float,
+                      window: list[Window], high_share: float = 0.2) -> None:
+    """Open loop at `rate_rps`, alternating protocols; outcomes go to `window[0]` (the
+    sampler swaps in a fresh Window)."""
+    rng = random.Random(0)
+    clients = {p: AsyncEmbedClient(u, protocol=p, retry=NO_RETRY) for p, u in urls.items()}
+    for client in clients.values():
+        await client.max_batch_size()
+    pending: set[asyncio.Task] = set()
+
+    async def one(client: AsyncEmbedClient, n: int) -> None:
+        began = time.monotonic()
+        try:
+            await client.embed([f"soak request {n}: a steady stream of ordinary sentences"],
+                               priority=1 if rng.random() < high_share else 2)
+            window[0].record((time.monotonic() - began) * 1000, None)
+        except TritonClientError as err:
+            window[0].record(0.0, type(err).__name__)
+
+    protocols = list(clients)
+    start, n = time.monotonic(), 0
+    try:
+        while (now := time.monotonic()) < start + seconds:
+            while n < int((now - start) * rate_rps):
+                task = asyncio.ensure_future(one(clients[protocols[n % len(protocols)]], n))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                n += 1
+            await asyncio.sleep(0.005)
+        await asyncio.gather(*pending)
+    finally:
+        for client in clients.values():
+            await client.close()
+
+
+class Sampler(threading.Thread):
+    """Every `period_s`: swap the load's window and record a Sample."""
+
+    def __init__(self, server: TritonServer, watchdog: Watchdog, window: list[Window],
+                 period_s: float, total_s: float) -> None:
+        super().__init__(daemon=True)
+        self.server, self.watchdog, self.window, self.period_s = server, watchdog, window, period_s
+        self.total_s = total_s
+        self.samples: list[Sample] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        began = last = time.monotonic()
+        before = triton_times(self.server.metrics_url)
+        while not self.stop_event.wait(self.period_s):
+            done, self.window[0] = self.window[0], Window()
+            now = time.monotonic()
+            after = triton_times(self.server.metrics_url)
+            served = after["nv_inference_request_success"] - before["nv_inference_request_success"]
+            lat = done.latencies_ms or [float("nan")]
+            self.samples.append(Sample(
+                t_s=round(now - began, 1), served_rps=len(done.latencies_ms) / (now - last),
+                p50_ms=float(np.percentile(lat, 50)), p99_ms=float(np.percentile(lat, 99)),
+                errors=dict(done.errors), rss_mb=process_rss(self.server.process.pid),
+                watchdog_reloads=len(self.watchdog.events),
+                queue_us=per_request(after, before, "nv_inference_queue_duration_us", served),
+                compute_us=per_request(after, before, "nv_inference_compute_infer_duration_us",
+                                       served)))
+            before, last = after, now
+            p = self.samples[-1]
+            print(f"  {p.t_s:>6.0f}/{self.total_s:.0f} s  {p.served_rps:5.0f}/s  p50 "
+                  f"{p.p50_ms:6.1f}  p99 {p.p99_ms:6.1f} ms  errors {sum(p.errors.values())}  "
+                  f"RSS {p.total_rss_mb:7.1f} MB  reloads {p.watchdog_reloads}", flush=True)
+
+
+def per_request(after: dict, before: dict, name: str, served: float) -> float:
+    return (after[name] - before[name]) / served if served else float("nan")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The soak's targets, each with its measured value and whether it held."""
+
+    checks: dict[str, tuple[float, str, bool]]  # name -> (measured, target, held)
+
+    @property
+    def passed(self) -> bool:
+        return all(held for _, _, held in self.checks.values())
+
+
+def verdict(points: list[Sample], warmup_s: float, stretch_s: float) -> Verdict:
+    """Targets over the samples after `warmup_s`; p99 and throughput compare the first and
+    the last `stretch_s` of the run."""
+    steady = [p for p in points if p.t_s > warmup_s] or points
+    first = [p for p in steady if p.t_s <= steady[0].t_s + stretch_s]
+    last = [p for p in steady if p.t_s >= steady[-1].t_s - stretch_s]
+    growth = steady[-1].total_rss_mb - steady[0].total_rss_mb
+    p99_drift = float(np.median([p.p99_ms for p in last]) / np.median([p.p99_ms for p in first]))
+    rps_ratio = float(np.mean([p.served_rps for p in last]) /
+                      np.mean([p.served_rps for p in first]))
+    errors = sum(sum(p.errors.values()) for p in points)
+    reloads = points[-1].watchdog_reloads if points else 0
+    return Verdict({
+        "RSS growth after warm-up (MB)": (growth, "< 50", growth < 50),
+        "p99 last / first stretch": (p99_drift, "<= 1.2", p99_drift <= 1.2),
+        "throughput last / first stretch": (rps_ratio, "0.9 .. 1.1", 0.9 <= rps_ratio <= 1.1),
+        "errors": (errors, "0", errors == 0),
+        "watchdog reloads": (reloads, "0", reloads == 0),
+    })
+
+
+def markdown(points: list[Sample], result: Verdict, capacity: float, rate: float) -> str:
+    lines = [f"Capacity {capacity:.0f} req/s (closed loop, 16 in flight); offered {rate:.0f} "
+             "req/s open loop, HTTP and gRPC, 20% priority 1.", "",
+             "| target | measured | goal | |", "| --- | ---: | --- | --- |"]
+    lines += [f"| {name} | {value:.2f} | {goal} | {'held' if held else 'MISSED'} |"
+              for name, (value, goal, held) in result.checks.items()]
+    lines += ["", "| t s | served/s | p50 ms | p99 ms | errors | RSS MB (all) | tritonserver |"
+              " queue us | compute us | reloads |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {p.t_s:.0f} | {p.served_rps:.0f} | {p.p50_ms:.1f} | {p.p99_ms:.1f} | "
+              f"{sum(p.errors.values())} | {p.total_rss_mb:.1f} | "
+              f"{p.rss_mb.get('tritonserver', 0):.1f} | {p.queue_us:.0f} | {p.compute_us:.0f} | "
+              f"{p.watchdog_reloads} |" for p in points]
+    return "\n".join(lines)
+
+
+def plot(points: list[Sample], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [p.t_s / 60 for p in points]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    top.plot(t, [p.total_rss_mb for p in points], label="tritonserver + stubs")
+    top.plot(t, [p.rss_mb.get("tritonserver", 0) for p in points], label="tritonserver")
+    top.set(ylabel="RSS MB", title="soak: memory and latency")
+    top.legend()
+    bottom.plot(t, [p.p99_ms for p in points], label="p99")
+    bottom.plot(t, [p.p50_ms for p in points], label="p50")
+    bottom.set(xlabel="minutes of load", ylabel="latency ms")
+    bottom.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def soak(minutes: float, sample_s: float, load: float, out: Path,
+         repository: Path = DEFAULT_REPOSITORY) -> tuple[list[Sample], Verdict, float, float]:
+    """Run the soak on a server of its own; (samples, verdict, capacity, offered rate)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = copy_repository([repository], Path(tmp) / "repository")
+        ports = Ports(free_port(), free_port(), free_port())
+        with TritonServer(ServerOptions(repository=repo, ports=ports),
+                          log_path=out / "tritonserver.log") as server:
+            watchdog = Watchdog(server.http_url, server.metrics_url, WATCHED, interval_s=5.0)
+            watchdog.start()
+            try:
+                capacity = asyncio.run(capacity_rps(server.grpc_url))
+                window = [Window()]
+                sampler = Sampler(server, watchdog, window, sample_s, minutes * 60)
+                sampler.start()
+                urls = {"http": server.http_url, "grpc": server.grpc_url}
+                asyncio.run(steady_load(urls, load * capacity, minutes * 60, window))
+                sampler.stop_event.set()
+                sampler.join()
+            finally:
+                watchdog.stop()
+    warmup = min(60.0, minutes * 60 / 4)
+    stretch = min(300.0, minutes * 60 / 4)
+    return sampler.samples, verdict(sampler.samples, warmup, stretch), capacity, load * capacity
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--sample-s", type=float, default=30.0)
+    parser.add_argument("--load", type=float, default=0.7, help="x measured capacity")
+    args = parser.parse_args(argv)
+    out = RESULTS / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True)
+    print(f"soak: {args.minutes:g} min at {args.load:g}x capacity, a sample every "
+          f"{args.sample_s:g} s; results in {out}", flush=True)
+    points, result, capacity, rate = soak(args.minutes, args.sample_s, args.load, out)
+    report = markdown(points, result, capacity, rate)
+    (out / "soak.md").write_text(report + "\n")
+    (out / "soak.json").write_text(json.dumps(
+        {"capacity_rps": capacity, "offered_rps": rate, "passed": result.passed,
+         "checks": result.checks, "samples": [asdict(p) for p in points]}, indent=1))
+    plot(points, out / "soak.png")
+    print(report)
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

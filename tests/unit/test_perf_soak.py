@@ -1,0 +1,27 @@
+"""The soak's verdict: memory growth, p99 drift, steady throughput, errors, reloads."""
+
+from __future__ import annotations
+
+from perf.soak import Sample, verdict
+
+
+def point(t: float, rss: float, p99: float = 50.0, rps: float = 100.0, errors: int = 0,
+          reloads: int = 0) -> Sample:
+    return Sample(t, rps, 20.0, p99, {"QueueFullError": errors} if errors else {},
+                  {"tritonserver": 300.0, "embed": rss}, reloads, 100.0, 5000.0)
+
+
+def test_a_steady_run_holds_every_target_counting_growth_only_after_warm_up() -> None:
+    points = [point(30, 900)] + [point(t, 1000 + t / 100) for t in range(60, 1800, 30)]
+    result = verdict(points, warmup_s=60, stretch_s=300)
+    assert result.passed, result.checks
+    assert result.checks["RSS growth after warm-up (MB)"][0] < 20  # the warm-up 100 MB not counted
+
+
+def test_leaks_decay_errors_and_reloads_each_miss_their_target() -> None:
+    points = [point(t, 1000 + t / 10, p99=50 + t / 20, rps=100 - t / 30, errors=int(t == 900),
+                    reloads=int(t > 1000)) for t in range(30, 1800, 30)]
+    checks = verdict(points, warmup_s=60, stretch_s=300).checks
+    assert {name for name, (_, _, held) in checks.items() if not held} == {
+        "RSS growth after warm-up (MB)", "p99 last / first stretch",
+        "throughput last / first stretch", "errors", "watchdog reloads"}
