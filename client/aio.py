@@ -1,4 +1,5 @@
-"""asyncio client for `embed` over HTTP (aiohttp) or gRPC (grpc.aio); chunks run concurrently."""
+"""asyncio client over HTTP (aiohttp) or gRPC (grpc.aio): at most `max_in_flight` chunks
+of a call at a time (one per instance of the model by default)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ from typing import Any
 import numpy as np
 
 from client.core import (
+    DEFAULT_MODEL,
+    EMBED_OUTPUTS,
+    TEXT_INPUT,
     Access,
+    Call,
     CallOptions,
     ClientBase,
     EmbedResult,
+    ModelInfo,
     Progress,
     Protocol,
-    assemble,
-    build_request,
-    chunks,
-    new_request_id,
+    embed_result,
     text_tensor,
 )
 from client.errors import (
@@ -28,7 +31,6 @@ from client.errors import (
     from_exception,
 )
 from client.retry import RetryPolicy
-from python_backends import contracts
 
 
 async def first_error_cancels_all(calls: list[Any]) -> list[Any]:
@@ -49,10 +51,10 @@ async def first_error_cancels_all(calls: list[Any]) -> list[Any]:
 
 
 class AsyncEmbedClient(ClientBase):
-    """The asyncio twin of `EmbedClient` (same keys and fallback); use `async with`."""
+    """The asyncio twin of `EmbedClient` (same keys, fallback and results); `async with`."""
 
     def __init__(self, url: str | None = None, protocol: Protocol = "http",
-                 model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
+                 model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None,
                  seed: int | None = None, *, api_key: str | None = None,
                  admin_key: str | None = None, max_batch_size: int | None = None,
                  max_in_flight: int | None = None) -> None:
@@ -93,61 +95,71 @@ class AsyncEmbedClient(ClientBase):
         return await self._call(self._client.get_model_config, model or self.model,
                                 headers=self._headers(admin=True))
 
-    async def max_batch_size(self) -> int:
-        """Rows per request: the config's max_batch_size, or the metadata fallback."""
-        if self._max_batch is None:
-            if self._fixed_max_batch is None:
-                try:
-                    self._remember(await self.model_config())
-                    return self._max_batch
-                except AccessDeniedError:
-                    pass  # no admin key: fall back to the open metadata
-            self._remember_metadata(await self.metadata())
-        return self._max_batch
+    async def info(self, model: str | None = None) -> ModelInfo:
+        """As EmbedClient.info: from the config, else the metadata; once per model."""
+        model = model or self.model
+        if model not in self._infos:
+            self._infos[model] = await self._read_info(model)
+        return self._infos[model]
 
-    async def embed(self, texts: list[str], *, priority: int | None = None,
-                    timeout_ms: int | None = None, model_version: int | None = None,
+    async def _read_info(self, model: str) -> ModelInfo:
+        if self.access.max_batch_size is None:
+            try:
+                return self.access.info(await self.model_config(model))
+            except AccessDeniedError:
+                pass  # no admin key: the open metadata, chunks of 1 row
+        return self.access.info_without_config(await self.metadata(model))
+
+    async def max_batch_size(self, model: str | None = None) -> int:
+        return (await self.info(model)).max_batch
+
+    async def embed(self, texts: list[str], *, model: str | None = None,
+                    priority: int | None = None, timeout_ms: float | None = None,
+                    model_version: int | None = None,
                     on_progress: Progress | None = None) -> np.ndarray:
-        result = await self.embed_with_info(texts, priority=priority, timeout_ms=timeout_ms,
-                                            model_version=model_version, on_progress=on_progress)
+        result = await self.embed_with_info(texts, model=model, priority=priority,
+                                            timeout_ms=timeout_ms, model_version=model_version,
+                                            on_progress=on_progress)
         return result.embeddings
 
-    async def embed_with_info(self, texts: list[str], *, priority: int | None = None,
-                              timeout_ms: int | None = None, model_version: int | None = None,
+    async def embed_with_info(self, texts: list[str], *, model: str | None = None,
+                              priority: int | None = None, timeout_ms: float | None = None,
+                              model_version: int | None = None,
                               on_progress: Progress | None = None) -> EmbedResult:
-        """Chunks of `max_batch_size` texts, at most `max_in_flight` at once (one per
-        instance of the model by default); `on_progress(done, total)` after each chunk.
-        The first failed chunk cancels the rest and is raised."""
-        batch = text_tensor(texts)
-        opts = CallOptions(priority, timeout_ms, model_version)
-        deadline = opts.deadline()
-        slices = list(chunks(len(batch), await self.max_batch_size()))
-        ids = [new_request_id() for _ in slices]
-        gate, done = asyncio.Semaphore(self._in_flight), [0]
+        """As EmbedClient.embed_with_info, the chunks concurrently (bounded); the first
+        failed chunk cancels the rest and is raised."""
+        call = self._start(model, text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS,
+                           CallOptions(priority, timeout_ms, model_version), on_progress)
+        answers, ids = await self._send(call)
+        return embed_result(answers, ids)
+
+    async def _send(self, call: Call) -> tuple[list[Any], list[str]]:
+        """Every chunk of the call, at most `in_flight` at once; (answers, request ids)."""
+        info = await self.info(call.model)
+        gate, done = asyncio.Semaphore(info.in_flight), [0]
+        pieces = call.chunks(info)
 
         async def send(rows: slice, request_id: str) -> Any:
             async with gate:
-                answer = await self._infer(batch[rows], opts, request_id, deadline)
+                answer = await self._infer(call, rows, request_id, info)
             done[0] += rows.stop - rows.start
-            if on_progress is not None:
-                on_progress(done[0], len(batch))
+            call.progress(done[0])
             return answer
 
-        return assemble(await first_error_cancels_all(
-            [send(rows, rid) for rows, rid in zip(slices, ids)]), ids)
+        answers = await first_error_cancels_all([send(r, rid) for r, rid in pieces])
+        return answers, [rid for _, rid in pieces]
 
-    async def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
-                     deadline: float | None) -> Any:
-        inputs, outputs = build_request(self._module, batch, self._outputs)
+    async def _infer(self, call: Call, rows: slice, request_id: str, info: ModelInfo) -> Any:
+        inputs, outputs = self._request(call, rows, info)
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._call(self._client.infer, self.model, inputs, outputs=outputs,
+                return await self._call(self._client.infer, call.model, inputs, outputs=outputs,
                                         headers=self._headers(),
-                                        **opts.infer_kwargs(request_id))
+                                        **call.options.infer_kwargs(request_id))
             except TritonClientError as err:
-                delay = self._retry_delay(attempt, err, deadline)
+                delay = self._retry_delay(attempt, err, call.deadline)
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)

@@ -13,8 +13,24 @@ from __future__ import annotations
 
 import os
 
-from server.settings import API_KEY_ENV, API_KEY_HEADER, admin_key_header
-from server.settings import admin_key as default_admin_key
+API_KEY_HEADER = "x-api-key"  # the front door's client key, HTTP header and gRPC metadata
+API_KEY_ENV = "TMR_API_KEY"  # the one key a client (the SDK, `tmr`) sends
+# Triton's restricted admin APIs want this header (HTTP); its gRPC frontend on 2.51 wants it
+# under a prefix (measured: "expecting header 'triton-grpc-protocol-admin-key'").
+ADMIN_KEY_HEADER = "admin-key"
+GRPC_ADMIN_KEY_HEADER = f"triton-grpc-protocol-{ADMIN_KEY_HEADER}"
+ADMIN_KEY_ENV = "TMR_ADMIN_KEY"
+DEV_ADMIN_KEY = "tmr-dev-admin-key"  # the CPU dev server's key when TMR_ADMIN_KEY is unset
+
+
+def default_admin_key() -> str:
+    """The admin key: TMR_ADMIN_KEY, or the dev default (compose requires the variable)."""
+    return os.environ.get(ADMIN_KEY_ENV) or DEV_ADMIN_KEY
+
+
+def admin_key_header(protocol: str) -> str:
+    """The header (HTTP) or metadata key (gRPC) that carries the admin key."""
+    return GRPC_ADMIN_KEY_HEADER if protocol == "grpc" else ADMIN_KEY_HEADER
 
 
 def resolve_api_key(api_key: str | None = None) -> str:

@@ -1,4 +1,12 @@
-"""What the sync and asyncio clients share: protocols, request building, chunking, results."""
+"""What the sync and asyncio clients share: validation, requests, chunking, results.
+
+Both clients run every call the same way: `ClientBase.start()` validates the input and
+the options and cuts the rows into chunks of the model's `max_batch_size`; each chunk is
+one request (`request_for`), retried by `retry_delay` when the failure allows it; the
+answers are put back together by the family's result builder (`embed_result`). Only how
+the chunks are sent differs: one after another (sync), or at most `max_in_flight` at a
+time (asyncio). Nothing here imports the server side: the SDK ships alone.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +23,19 @@ import numpy as np
 from client.auth import key_headers, resolve_admin_key, resolve_api_key
 from client.errors import InvalidInputError, TritonClientError
 from client.retry import RetryPolicy, next_delay
-from python_backends import contracts
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
+DEFAULT_MODEL = "embed"  # the repository's first text-embedding front model
+# The text-embedding family's tensors (python_backends/families/text_embedding.py; a unit
+# test keeps the two in step).
+TEXT_INPUT = "TEXT"
+EMBEDDING_OUTPUT = "EMBEDDING"
+SERVED_BY_OUTPUT = "SERVED_BY"
+TOKENS_OUTPUT = "TOKENS"
+DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown
+
+Progress = Callable[[int, int], None]  # (rows done, rows in the call), after each chunk
 
 
 def protocol_module(protocol: Protocol, aio: bool = False) -> ModuleType:
@@ -42,31 +59,6 @@ def default_url(protocol: Protocol, host: str = "localhost") -> str:
     return f"{host}:{DEFAULT_PORTS[protocol]}"
 
 
-def text_tensor(texts: Iterable[str | bytes]) -> np.ndarray:
-    """A [n, 1] BYTES array of UTF-8 texts, as the `embed` contract wants.
-
-    Takes any iterable of `str` or `bytes` (a list, a tuple, a generator, a numpy array of
-    strings). Everything else is refused before anything is sent, naming the first bad
-    item's index and type: `5` would otherwise travel as five NUL bytes.
-    """
-    if isinstance(texts, (str, bytes)):
-        raise InvalidInputError("texts must be a sequence of strings, not a single string")
-    if texts is None or isinstance(texts, Mapping) or not isinstance(texts, Iterable):
-        raise InvalidInputError(f"texts must be a sequence of strings, not {type_name(texts)}")
-    items = list(texts)
-    if not items:
-        raise InvalidInputError("texts is empty; send at least one text")
-    rows = []
-    for i, item in enumerate(items):
-        if isinstance(item, str):
-            rows.append(item.encode("utf-8"))
-        elif isinstance(item, bytes):
-            rows.append(item)
-        else:
-            raise InvalidInputError(f"texts[{i}] is {type_name(item)}, not str or bytes")
-    return np.array(rows, dtype=np.object_).reshape(-1, 1)
-
-
 def type_name(value: object) -> str:
     """`None`, `int`, `list`, `numpy.float64`: how an error message names a value's type."""
     if value is None:
@@ -84,10 +76,55 @@ def is_int_at_least(value: object, lowest: int) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lowest
 
 
-def chunks(n: int, size: int) -> Iterator[slice]:
-    """Slices of at most `size` rows covering range(n)."""
-    for start in range(0, n, size):
-        yield slice(start, min(start + size, n))
+@dataclass(frozen=True)
+class RowKind:
+    """How error messages name the rows of a call: texts (str or bytes), images (bytes)."""
+
+    what: str  # "texts"
+    plural: str  # "strings"
+    singular: str  # "text"
+    accepted: str  # "str or bytes"
+
+
+TEXTS = RowKind("texts", "strings", "text", "str or bytes")
+
+
+def bytes_rows(items: Iterable[Any], kind: RowKind,
+               encode: Callable[[Any], bytes | None]) -> np.ndarray:
+    """A [n, 1] BYTES array of `items`, each turned into bytes by `encode` (None: refused).
+
+    Refuses None, a single string, a mapping, an empty sequence, and any item `encode`
+    cannot take, naming its index and type, before anything is sent.
+    """
+    if isinstance(items, (str, bytes)):
+        raise InvalidInputError(f"{kind.what} must be a sequence of {kind.plural}, not a "
+                                "single string")
+    if items is None or isinstance(items, Mapping) or not isinstance(items, Iterable):
+        raise InvalidInputError(f"{kind.what} must be a sequence of {kind.plural}, not "
+                                f"{type_name(items)}")
+    rows = []
+    for i, item in enumerate(items):
+        data = encode(item)
+        if data is None:
+            raise InvalidInputError(f"{kind.what}[{i}] is {type_name(item)}, not {kind.accepted}")
+        rows.append(data)
+    if not rows:
+        raise InvalidInputError(f"{kind.what} is empty; send at least one {kind.singular}")
+    return np.array(rows, dtype=np.object_).reshape(-1, 1)
+
+
+def text_tensor(texts: Iterable[str | bytes]) -> np.ndarray:
+    """A [n, 1] BYTES array of UTF-8 texts, as the text-embedding family wants.
+
+    Any iterable of `str` or `bytes` (a list, a tuple, a generator, a numpy array of
+    strings); anything else is refused naming the first bad item: `5` would otherwise
+    travel as five NUL bytes."""
+    def encode(item: Any) -> bytes | None:
+        if isinstance(item, str):
+            return item.encode("utf-8")
+        return bytes(item) if isinstance(item, bytes) else None
+
+    return bytes_rows(texts, TEXTS, encode)
 
 
 @dataclass(frozen=True)
@@ -95,7 +132,7 @@ class CallOptions:
     """Per-call options: priority level (1 = highest), queue timeout, pinned version."""
 
     priority: int | None = None
-    timeout_ms: int | None = None
+    timeout_ms: float | None = None
     model_version: int | None = None
 
     def __post_init__(self) -> None:
@@ -125,65 +162,53 @@ class CallOptions:
         return kwargs
 
 
-def build_request(module: ModuleType, batch: np.ndarray,
-                  outputs: Sequence[str]) -> tuple[list[Any], list[Any]]:
-    """InferInput and InferRequestedOutput lists for one chunk."""
-    text = module.InferInput(contracts.TEXT_INPUT, list(batch.shape), "BYTES")
-    out_kwargs: dict[str, Any] = {}
-    if module.__name__.startswith("tritonclient.http"):
-        text.set_data_from_numpy(batch, binary_data=True)
-        out_kwargs["binary_data"] = True
-    else:
-        text.set_data_from_numpy(batch)
-    return [text], [module.InferRequestedOutput(name, **out_kwargs) for name in outputs]
+def chunks(n: int, size: int) -> Iterator[slice]:
+    """Slices of at most `size` rows covering range(n)."""
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
 
 
 def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-@dataclass
-class EmbedResult:
-    """Embeddings plus what served them: one entry per chunk sent."""
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the client needs to know of a model: rows a request, outputs, chunks in flight."""
 
-    embeddings: np.ndarray
-    served_by: list[str] = field(default_factory=list)  # one per row, when the model says
-    model_name: str = ""
-    model_versions: list[str] = field(default_factory=list)
-    request_ids: list[str] = field(default_factory=list)
+    max_batch: int
+    outputs: tuple[str, ...]
+    in_flight: int
 
 
-def result_parts(result: Any) -> tuple[np.ndarray, str, str, list[str]]:
-    """Embeddings, model name, version and per-row SERVED_BY from an InferResult."""
-    response = result.get_response()
-    if isinstance(response, dict):
-        name, version = response.get("model_name", ""), response.get("model_version", "")
-    else:
-        name, version = response.model_name, response.model_version
-    served = result.as_numpy(contracts.SERVED_BY_OUTPUT)
-    served_by = [] if served is None else [v.decode() for v in served.reshape(-1)]
-    return result.as_numpy(contracts.EMBEDDING_OUTPUT), name, version, served_by
+def inner(config: Any) -> Any:
+    """The config (or metadata) itself, whether wrapped ({"config": ...}) or not."""
+    if isinstance(config, dict):
+        return config.get("config", config)
+    return getattr(config, "config", config)
+
+
+def output_names(config: Any) -> list[str]:
+    """The output names of a model config or metadata (dict over HTTP, protobuf over gRPC)."""
+    body = inner(config)
+    if isinstance(body, dict):
+        return [o["name"] for o in body.get("output", body.get("outputs", []))]
+    return [o.name for o in getattr(body, "output" if hasattr(body, "output") else "outputs")]
 
 
 def max_batch_size(config: Any) -> int:
-    """max_batch_size from a model config (dict over HTTP, protobuf over gRPC)."""
-    if isinstance(config, dict):
-        config = config.get("config", config)
-        return int(config.get("max_batch_size", 0)) or 1
-    inner = getattr(config, "config", config)
-    return int(inner.max_batch_size) or 1
-
-
-DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown
+    body = inner(config)
+    value = body.get("max_batch_size", 0) if isinstance(body, dict) else body.max_batch_size
+    return int(value) or 1
 
 
 def instance_count(config: Any) -> int | None:
     """The model's instances from its config's instance_group (None when it says none)."""
-    if isinstance(config, dict):
-        groups = config.get("config", config).get("instance_group", [])
-        counts = [int(g.get("count", 1)) for g in groups]
+    body = inner(config)
+    if isinstance(body, dict):
+        counts = [int(g.get("count", 1)) for g in body.get("instance_group", [])]
     else:
-        counts = [int(g.count) for g in getattr(config, "config", config).instance_group]
+        counts = [int(g.count) for g in body.instance_group]
     return sum(counts) or None
 
 
@@ -195,37 +220,13 @@ def in_flight_limit(instances: int | None) -> int:
     return instances if instances else DEFAULT_IN_FLIGHT
 
 
-def wanted_outputs(config: Any) -> list[str]:
-    """EMBEDDING, plus SERVED_BY when the model has it (from its config or its metadata)."""
-    if isinstance(config, dict):
-        inner = config.get("config", config)
-        outputs = [o["name"] for o in inner.get("output", inner.get("outputs", []))]
-    else:
-        inner = getattr(config, "config", config)
-        field = "output" if hasattr(inner, "output") else "outputs"  # config or metadata
-        outputs = [o.name for o in getattr(inner, field)]
-    return [n for n in (contracts.EMBEDDING_OUTPUT, contracts.SERVED_BY_OUTPUT) if n in outputs]
-
-
-def assemble(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
-    """One EmbedResult from the InferResults of the chunks, in order."""
-    parts = [result_parts(a) for a in answers]
-    return EmbedResult(
-        embeddings=np.concatenate([p[0] for p in parts]),
-        served_by=[row for p in parts for row in p[3]],
-        model_name=parts[0][1],
-        model_versions=[p[2] for p in parts],
-        request_ids=request_ids,
-    )
-
-
 @dataclass(frozen=True)
 class Access:
     """Keys and what to do without the admin key (see client.auth).
 
-    The model config (max_batch_size, outputs) is a restricted API. With `max_batch_size`
-    given, or when the config is refused, the client reads the open metadata for the
-    outputs and sends chunks of `max_batch_size` rows (1 when not given).
+    The model config (max_batch_size, outputs, instances) is a restricted API. With
+    `max_batch_size` given, or when the config is refused, the client reads the open
+    metadata for the outputs and sends chunks of `max_batch_size` rows (1 when not given).
     """
 
     api_key: str | None = None
@@ -233,8 +234,88 @@ class Access:
     max_batch_size: int | None = None
     max_in_flight: int | None = None  # chunks of one call at once; None: from the config
 
+    def info(self, config: Any) -> ModelInfo:
+        return ModelInfo(self.max_batch_size or max_batch_size(config),
+                         tuple(output_names(config)),
+                         self.max_in_flight or in_flight_limit(instance_count(config)))
 
-Progress = Callable[[int, int], None]  # (texts done, texts in the call), after each chunk
+    def info_without_config(self, metadata: Any) -> ModelInfo:
+        return ModelInfo(self.max_batch_size or 1, tuple(output_names(metadata)),
+                         self.max_in_flight or DEFAULT_IN_FLIGHT)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One SDK call: the model, the rows to send ([n, 1]) under one input, the options."""
+
+    model: str
+    rows: np.ndarray
+    input_name: str
+    wanted: tuple[str, ...]  # outputs to ask for, those of the model's that it has
+    options: CallOptions
+    deadline: float | None
+    on_progress: Progress | None = None
+
+    def chunks(self, info: ModelInfo) -> list[tuple[slice, str]]:
+        """(rows, request id) of each request the call makes."""
+        return [(rows, new_request_id()) for rows in chunks(len(self.rows), info.max_batch)]
+
+    def progress(self, done: int) -> None:
+        if self.on_progress is not None:
+            self.on_progress(done, len(self.rows))
+
+
+def request_for(module: ModuleType, call: Call, rows: slice,
+                info: ModelInfo) -> tuple[list[Any], list[Any]]:
+    """InferInput and InferRequestedOutput lists for one chunk (binary tensors on HTTP)."""
+    batch = call.rows[rows]
+    tensor = module.InferInput(call.input_name, list(batch.shape), "BYTES")
+    out_kwargs: dict[str, Any] = {}
+    if module.__name__.startswith("tritonclient.http"):
+        tensor.set_data_from_numpy(batch, binary_data=True)
+        out_kwargs["binary_data"] = True
+    else:
+        tensor.set_data_from_numpy(batch)
+    outputs = [n for n in call.wanted if n in info.outputs]
+    return [tensor], [module.InferRequestedOutput(name, **out_kwargs) for name in outputs]
+
+
+def response_identity(result: Any) -> tuple[str, str]:
+    """(model name, version) of an InferResult, over HTTP (dict) or gRPC (protobuf)."""
+    response = result.get_response()
+    if isinstance(response, dict):
+        return response.get("model_name", ""), response.get("model_version", "")
+    return response.model_name, response.model_version
+
+
+def strings(result: Any, name: str) -> list[str]:
+    """A BYTES output as strings, one per row ([] when the model has no such output)."""
+    array = result.as_numpy(name)
+    return [] if array is None else [v.decode() for v in array.reshape(-1)]
+
+
+@dataclass
+class EmbedResult:
+    """Embeddings plus what served them: one entry per chunk sent."""
+
+    embeddings: np.ndarray
+    served_by: list[str] = field(default_factory=list)  # one per row, when the model says
+    tokens: list[int] = field(default_factory=list)  # each text's tokens, when it says
+    model_name: str = ""
+    model_versions: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+
+def embed_result(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
+    """One EmbedResult from the InferResults of the chunks, in order."""
+    identities = [response_identity(a) for a in answers]
+    tokens = [a.as_numpy(TOKENS_OUTPUT) for a in answers]
+    return EmbedResult(
+        embeddings=np.concatenate([a.as_numpy(EMBEDDING_OUTPUT) for a in answers]),
+        served_by=[row for a in answers for row in strings(a, SERVED_BY_OUTPUT)],
+        tokens=[int(t) for array in tokens if array is not None for t in array.reshape(-1)],
+        model_name=identities[0][0], model_versions=[v for _, v in identities],
+        request_ids=request_ids)
 
 
 class ClientBase:
@@ -252,39 +333,38 @@ class ClientBase:
         self.url = url or default_url(protocol)
         self.model = model
         self.retry = retry or RetryPolicy()
+        self.access = access
         self._module = protocol_module(protocol, aio=aio)
         self._rng = random.Random(seed)
         self._api_key = resolve_api_key(access.api_key)
         self._admin_key = resolve_admin_key(access.admin_key)
-        self._fixed_max_batch = access.max_batch_size
-        self._max_batch: int | None = None
-        self._outputs: list[str] = [contracts.EMBEDDING_OUTPUT]
-        self._fixed_in_flight = access.max_in_flight
-        self._in_flight = access.max_in_flight or DEFAULT_IN_FLIGHT
+        self._infos: dict[str, ModelInfo] = {}
 
     @property
     def max_in_flight(self) -> int:
-        """Chunks one bulk call sends at once (known once the config was read)."""
-        return self._in_flight
+        """Chunks one bulk call to the default model sends at once (once its config is read)."""
+        info = self._infos.get(self.model)
+        return info.in_flight if info else (self.access.max_in_flight or DEFAULT_IN_FLIGHT)
 
     def _headers(self, admin: bool = False) -> dict[str, str]:
         """A fresh header dict for one call (tritonclient's HTTP client adds to it)."""
         return key_headers(self.protocol, api_key=self._api_key, admin=admin,
                            admin_key=self._admin_key)
 
-    def _remember(self, config: Any) -> None:
-        """Keep what the model config says about batching and outputs."""
-        self._max_batch = max_batch_size(config)
-        self._outputs = wanted_outputs(config)
-        self._in_flight = self._fixed_in_flight or in_flight_limit(instance_count(config))
+    def _start(self, model: str | None, rows: np.ndarray, input_name: str,
+               wanted: Sequence[str], options: CallOptions,
+               on_progress: Progress | None = None) -> Call:
+        return Call(model or self.model, rows, input_name, tuple(wanted), options,
+                    options.deadline(), on_progress)
 
-    def _remember_metadata(self, metadata: Any) -> None:
-        """Without the config: outputs from the metadata, chunks of the given size (or 1)."""
-        self._max_batch = self._fixed_max_batch or 1
-        self._outputs = wanted_outputs(metadata)
+    def _request(self, call: Call, rows: slice, info: ModelInfo) -> tuple[list[Any], list[Any]]:
+        return request_for(self._module, call, rows, info)
 
     def _retry_delay(self, attempt: int, err: TritonClientError,
                      deadline: float | None) -> float | None:
         """Seconds to wait before the next try, or None to raise `err`."""
         remaining = None if deadline is None else deadline - time.monotonic()
         return next_delay(self.retry, attempt, err, remaining, self._rng)
+
+
+EMBED_OUTPUTS = (EMBEDDING_OUTPUT, SERVED_BY_OUTPUT, TOKENS_OUTPUT)

@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+from client import triton_messages as messages
+
 
 class TritonClientError(Exception):
     """An inference or control call failed; `status` is Triton's code, `message` its text."""
@@ -80,22 +82,17 @@ class ServerError(TritonClientError):
     """An unexpected server-side failure (HTTP 500, gRPC INTERNAL)."""
 
 
-_BY_MESSAGE: tuple[tuple[str, type[TritonClientError]], ...] = (
+_BY_KIND: dict[str, type[TritonClientError]] = {
     # Triton's restricted APIs answer gRPC UNAVAILABLE, which must not be retried.
-    ("is restricted, expecting header", AccessDeniedError),
-    ("rate limit exceeded", RateLimitedError),
-    ("over the front door limit", RequestTooLargeError),
-    ("Exceeds maximum queue size", QueueFullError),
-    ("Request timeout expired", DeadlineExceededError),
-    ("Deadline Exceeded", DeadlineExceededError),
-    ("unknown model", ModelNotFoundError),
-    ("is not found", ModelNotFoundError),
-    ("is not ready", ModelNotReadyError),
-    ("is not at ready state", ModelNotReadyError),  # a version being removed or loading
-    ("failed to connect", ServerUnreachableError),
-    ("Connection refused", ServerUnreachableError),
-    ("Socket closed", ServerUnreachableError),
-)
+    messages.RESTRICTED: AccessDeniedError,
+    messages.RATE_LIMITED: RateLimitedError,
+    messages.TOO_LARGE: RequestTooLargeError,
+    messages.QUEUE_FULL: QueueFullError,
+    messages.TIMEOUT: DeadlineExceededError,
+    messages.NOT_READY: ModelNotReadyError,
+    messages.NOT_FOUND: ModelNotFoundError,
+    messages.UNREACHABLE: ServerUnreachableError,
+}
 
 _BY_STATUS: dict[str, type[TritonClientError]] = {
     "400": InvalidInputError,
@@ -118,11 +115,9 @@ _BY_STATUS: dict[str, type[TritonClientError]] = {
 
 
 def classify(status: str | None, message: str) -> type[TritonClientError]:
-    """The error class for a Triton status and message (message patterns win)."""
-    for marker, cls in _BY_MESSAGE:
-        if marker.lower() in message.lower():
-            return cls
-    return _BY_STATUS.get(status or "", ServerError)
+    """The error class for a Triton status and message (what the message says wins)."""
+    by_kind = _BY_KIND.get(messages.kind_of(message) or "")
+    return by_kind or _BY_STATUS.get(status or "", ServerError)
 
 
 def from_exception(exc: BaseException) -> TritonClientError:

@@ -1,4 +1,4 @@
-"""Blocking client for `embed` over HTTP or gRPC."""
+"""Blocking client over HTTP or gRPC: chunks are sent one after another."""
 
 from __future__ import annotations
 
@@ -8,16 +8,18 @@ from typing import Any
 import numpy as np
 
 from client.core import (
+    DEFAULT_MODEL,
+    EMBED_OUTPUTS,
+    TEXT_INPUT,
     Access,
+    Call,
     CallOptions,
     ClientBase,
     EmbedResult,
+    ModelInfo,
     Progress,
     Protocol,
-    assemble,
-    build_request,
-    chunks,
-    new_request_id,
+    embed_result,
     text_tensor,
 )
 from client.errors import (
@@ -27,24 +29,24 @@ from client.errors import (
     from_exception,
 )
 from client.retry import RetryPolicy
-from python_backends import contracts
 
 
 class EmbedClient(ClientBase):
-    """`embed(texts) -> (n, 384)` plus health, readiness and metadata calls.
+    """`embed(texts) -> (n, dim)` for any text-embedding front model, plus readiness and
+    metadata calls.
 
     `api_key` goes to the front door, `admin_key` to the model config (see client.auth);
     `max_batch_size` spares the config call, which a client without the admin key cannot
-    make (see client.core.Access).
+    make (see client.core.Access). `model` is the default front model of every call.
     """
 
     def __init__(self, url: str | None = None, protocol: Protocol = "http",
-                 model: str = contracts.EMBED_MODEL, retry: RetryPolicy | None = None,
+                 model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None,
                  network_timeout_s: float = 60.0, seed: int | None = None, *,
                  api_key: str | None = None, admin_key: str | None = None,
-                 max_batch_size: int | None = None) -> None:
+                 max_batch_size: int | None = None, max_in_flight: int | None = None) -> None:
         super().__init__(url, protocol, model, retry, seed, aio=False,
-                         access=Access(api_key, admin_key, max_batch_size))
+                         access=Access(api_key, admin_key, max_batch_size, max_in_flight))
         if protocol == "http":
             self._client = self._module.InferenceServerClient(
                 self.url, network_timeout=network_timeout_s, connection_timeout=network_timeout_s)
@@ -56,12 +58,6 @@ class EmbedClient(ClientBase):
             return fn(*args, **kwargs)
         except Exception as exc:  # tritonclient and its transports raise many types
             raise from_exception(exc) from exc
-
-    def is_live(self) -> bool:
-        try:
-            return bool(self._call(self._client.is_server_live, headers=self._headers()))
-        except TritonClientError:
-            return False
 
     def is_ready(self, model: str | None = None) -> bool:
         try:
@@ -90,53 +86,64 @@ class EmbedClient(ClientBase):
         return self._call(self._client.get_model_config, model or self.model,
                           headers=self._headers(admin=True))
 
-    def max_batch_size(self) -> int:
-        """Rows per request: the config's max_batch_size, or the metadata fallback."""
-        if self._max_batch is None:
-            if self._fixed_max_batch is None:
-                try:
-                    self._remember(self.model_config())
-                    return self._max_batch
-                except AccessDeniedError:
-                    pass  # no admin key: fall back to the open metadata
-            self._remember_metadata(self.metadata())
-        return self._max_batch
+    def info(self, model: str | None = None) -> ModelInfo:
+        """Rows per request, outputs and chunks in flight: from the config, or the metadata
+        without the admin key (see client.core.Access); read once per model."""
+        model = model or self.model
+        if model not in self._infos:
+            self._infos[model] = self._read_info(model)
+        return self._infos[model]
 
-    def embed(self, texts: list[str], *, priority: int | None = None,
-              timeout_ms: int | None = None, model_version: int | None = None,
+    def _read_info(self, model: str) -> ModelInfo:
+        if self.access.max_batch_size is None:
+            try:
+                return self.access.info(self.model_config(model))
+            except AccessDeniedError:
+                pass  # no admin key: the open metadata, chunks of 1 row
+        return self.access.info_without_config(self.metadata(model))
+
+    def max_batch_size(self, model: str | None = None) -> int:
+        return self.info(model).max_batch
+
+    def embed(self, texts: list[str], *, model: str | None = None, priority: int | None = None,
+              timeout_ms: float | None = None, model_version: int | None = None,
               on_progress: Progress | None = None) -> np.ndarray:
-        """Embeddings of `texts`, (n, 384) float32, in input order."""
-        return self.embed_with_info(texts, priority=priority, timeout_ms=timeout_ms,
+        """Embeddings of `texts`, (n, dim) float32, in input order."""
+        return self.embed_with_info(texts, model=model, priority=priority, timeout_ms=timeout_ms,
                                     model_version=model_version,
                                     on_progress=on_progress).embeddings
 
-    def embed_with_info(self, texts: list[str], *, priority: int | None = None,
-                        timeout_ms: int | None = None, model_version: int | None = None,
+    def embed_with_info(self, texts: list[str], *, model: str | None = None,
+                        priority: int | None = None, timeout_ms: float | None = None,
+                        model_version: int | None = None,
                         on_progress: Progress | None = None) -> EmbedResult:
-        """Like embed(), plus the serving model version and request id of every chunk;
-        chunks go one after another, `on_progress(done, total)` after each."""
-        batch = text_tensor(texts)
-        opts = CallOptions(priority, timeout_ms, model_version)
-        deadline = opts.deadline()
-        answers, ids = [], []
-        for rows in chunks(len(batch), self.max_batch_size()):
-            ids.append(new_request_id())
-            answers.append(self._infer(batch[rows], opts, ids[-1], deadline))
-            if on_progress is not None:
-                on_progress(rows.stop, len(batch))
-        return assemble(answers, ids)
+        """Like embed(), plus what served each row, its tokens, and each chunk's model
+        version and request id; `on_progress(done, total)` after each chunk."""
+        call = self._start(model, text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS,
+                           CallOptions(priority, timeout_ms, model_version), on_progress)
+        answers, ids = self._send(call)
+        return embed_result(answers, ids)
 
-    def _infer(self, batch: np.ndarray, opts: CallOptions, request_id: str,
-               deadline: float | None) -> Any:
-        inputs, outputs = build_request(self._module, batch, self._outputs)
+    def _send(self, call: Call) -> tuple[list[Any], list[str]]:
+        """Every chunk of the call, one after another; (answers, request ids)."""
+        info = self.info(call.model)
+        answers, ids = [], []
+        for rows, request_id in call.chunks(info):
+            ids.append(request_id)
+            answers.append(self._infer(call, rows, request_id, info))
+            call.progress(rows.stop)
+        return answers, ids
+
+    def _infer(self, call: Call, rows: slice, request_id: str, info: ModelInfo) -> Any:
+        inputs, outputs = self._request(call, rows, info)
         attempt = 0
         while True:
             attempt += 1
             try:
-                return self._call(self._client.infer, self.model, inputs, outputs=outputs,
-                                  headers=self._headers(), **opts.infer_kwargs(request_id))
+                return self._call(self._client.infer, call.model, inputs, outputs=outputs,
+                                  headers=self._headers(), **call.options.infer_kwargs(request_id))
             except TritonClientError as err:
-                delay = self._retry_delay(attempt, err, deadline)
+                delay = self._retry_delay(attempt, err, call.deadline)
                 if delay is None:
                     raise
                 time.sleep(delay)

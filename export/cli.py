@@ -1,4 +1,4 @@
-"""Command line: `python -m export minilm [--repository DIR] [--format F ...] [--force]`."""
+"""`tmr export NAME` and `tmr add NAME --family F --from SOURCE` (also `python -m export`)."""
 
 from __future__ import annotations
 
@@ -9,65 +9,110 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from export.layout import DEFAULT_REPOSITORY, FORMATS
+from server.settings import DEFAULT_REPOSITORY
 
 
-def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the `minilm` export options to a parser and make run_cli its handler."""
-    parser.add_argument(
-        "--repository", type=Path, default=DEFAULT_REPOSITORY,
-        help=f"model repository to write into (default: {DEFAULT_REPOSITORY})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--format", dest="formats", action="extend", nargs="+", choices=FORMATS,
-        help="formats to export, repeatable (default: all of %(choices)s)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--force", action="store_true", help="write a new version even if the latest is up to date"
-    )
+def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export", help="export a model of the repository into new version folders")
+    parser.add_argument("name", nargs="?",
+                        help="the model (its base name, front or encoder), e.g. minilm")
+    parser.add_argument("--all", action="store_true", help="every model of the repository")
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    parser.add_argument("--format", dest="formats", action="extend", nargs="+",
+                        help="formats to export, repeatable (default: every format)")
+    parser.add_argument("--force", action="store_true",
+                        help="write a new version even if the latest is up to date")
     parser.add_argument("--threads", type=int, default=2, help="torch/onnxruntime threads")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
-    parser.set_defaults(handler=run_cli)
-    return parser
+    parser.set_defaults(func=export_command)
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register the `minilm` subcommand on an existing subparsers object."""
+def add_add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "minilm", help="export all-MiniLM-L6-v2 as ONNX, TorchScript and INT8 ONNX"
-    )
-    return configure_parser(parser)
+        "add", help="add a model of a known family: export, configure, wire to its front")
+    parser.add_argument("name", help="the new model's name; its encoders are NAME_<format>")
+    parser.add_argument("--family", required=True, help="e.g. text_embedding")
+    parser.add_argument("--from", dest="source", required=True,
+                        help="a model folder, an installed distribution, or parts:NAME-{001..N}")
+    parser.add_argument("--front", default=None, help="the front model's name (default: NAME)")
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--url", default=None,
+                        help="a running server (explicit mode) that should load the new models")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
+    parser.set_defaults(func=add_command)
 
 
 def _print(result: object) -> None:
     print(result.summary(), flush=True)  # type: ignore[attr-defined]
 
 
-def run_cli(args: argparse.Namespace) -> int:
-    """Run the export from parsed arguments, printing one line per model; 0 ok, 1 check failed."""
+def _logging(verbose: bool) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.verbose:
+    if verbose:
         logging.getLogger("export").setLevel(logging.INFO)
-    from export.errors import ExportCheckError
-    from export.minilm import export_minilm  # imports torch: only when exporting
 
+
+def export_command(args: argparse.Namespace) -> int:
+    """Export from parsed arguments, a line per format; 0 ok, 1 a check failed, 2 bad name."""
+    _logging(args.verbose)
+    from export.errors import ExportCheckError
+    from export.pipeline import export_model  # imports torch: only when exporting
+    from python_backends.families.catalog import UnknownModelError, catalog, find
+
+    if bool(args.name) == bool(args.all):
+        print("error: name one model, or --all", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     try:
-        export_minilm(
-            args.repository, tuple(args.formats or FORMATS), force=args.force,
-            threads=args.threads, on_result=_print,
-        )  # fmt: skip
+        models = catalog(args.repository) if args.all else [find(args.repository, args.name)]
+        for model in models:
+            export_model(args.repository, model, args.formats, force=args.force,
+                         threads=args.threads, on_result=_print)
+    except (UnknownModelError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except ExportCheckError as exc:
-        print(f"export failed, nothing written for this model: {exc}", file=sys.stderr)
+        print(f"export failed, nothing written for this format: {exc}", file=sys.stderr)
         return 1
     print(f"done in {time.perf_counter() - started:.1f}s")
     return 0
 
 
+def add_command(args: argparse.Namespace) -> int:
+    """`tmr add`; 0 added (or already there), 1 a check failed, 2 refused."""
+    _logging(args.verbose)
+    from export.errors import ExportCheckError
+    from export.pipeline import AddError, add_model
+    from export.sources import SourceError
+
+    started = time.perf_counter()
+    try:
+        add_model(args.repository, args.name, args.family, args.source, args.front,
+                  args.threads, on_result=_print)
+    except (AddError, SourceError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ExportCheckError as exc:
+        print(f"tmr add failed, nothing was added: {exc}", file=sys.stderr)
+        return 1
+    print(f"added '{args.name}' ({args.family}) to {args.repository} in "
+          f"{time.perf_counter() - started:.1f}s")
+    if args.url:
+        from python_backends.families.catalog import find
+        from server.admin import load_models
+
+        loaded = load_models(args.url, find(args.repository, args.name).models)
+        print(f"loaded on {args.url}: {', '.join(loaded)}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m export`."""
+    """Entry point of `python -m export`: the `export` and `add` commands."""
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    add_parser(subparsers)
+    add_export_parser(subparsers)
+    add_add_parser(subparsers)
     args = parser.parse_args(argv)
-    return args.handler(args)
+    return args.func(args)

@@ -1,18 +1,12 @@
-"""Dynamic INT8 quantization of the FP32 ONNX model, with named variants and a latency probe."""
+"""Dynamic INT8 quantization of an FP32 ONNX model, in named variants tried in order."""
 
 from __future__ import annotations
 
 import logging
-import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
 from onnxruntime.quantization import QuantType, quantize_dynamic
-
-from export.inference import onnx_fn
 
 
 @dataclass(frozen=True)
@@ -60,25 +54,3 @@ def quantize_int8(source: Path, target: Path, variant: QuantVariant) -> None:
         )
     finally:
         root.removeFilter(hint_filter)
-
-
-def latency_ms(
-    session: ort.InferenceSession,
-    batch: int = 16,
-    tokens: int = 32,
-    runs: int = 30,
-    seed: int = 0,
-) -> float:
-    """Median wall time (ms) of one inference on a random [batch, tokens] full-length batch."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(1000, 29000, size=(batch, tokens), dtype=np.int64)
-    mask = np.ones_like(ids)
-    run = onnx_fn(session)
-    for _ in range(3):
-        run(ids, mask)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        run(ids, mask)
-        times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)

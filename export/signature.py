@@ -1,7 +1,9 @@
-"""The I/O contract every MiniLM artifact must honour, and checks against it.
+"""The I/O contract an exported artifact must honour, and checks against it.
 
-Inputs `input_ids` and `attention_mask` are int64 [batch, sequence]; the output `embedding`
-is float32 [batch, 384]. Triton's configs rely on exactly these names.
+The contract comes from the model's family (python_backends/families): the encoder's
+input and output names and types, with a dynamic batch axis, dynamic axes where the
+family's dims are -1, and the model's own dimension. Triton's configs rely on exactly
+these names.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from dataclasses import dataclass
 import onnx
 
 from export.errors import ExportCheckError
+from python_backends.families import DIM, Family
+
+ONNX_TYPES = {"TYPE_INT64": onnx.TensorProto.INT64, "TYPE_FP32": onnx.TensorProto.FLOAT,
+              "TYPE_INT32": onnx.TensorProto.INT32}
 
 
 @dataclass(frozen=True)
@@ -23,25 +29,39 @@ class TensorSpec:
     dims: tuple[str | int, ...]
 
 
-EMBEDDING_DIM = 384
+@dataclass(frozen=True)
+class Signature:
+    """The encoder's inputs and outputs as an export must write them."""
 
-INPUTS: tuple[TensorSpec, ...] = (
-    TensorSpec("input_ids", onnx.TensorProto.INT64, ("batch", "sequence")),
-    TensorSpec("attention_mask", onnx.TensorProto.INT64, ("batch", "sequence")),
-)
-OUTPUTS: tuple[TensorSpec, ...] = (
-    TensorSpec("embedding", onnx.TensorProto.FLOAT, ("batch", EMBEDDING_DIM)),
-)
-INPUT_NAMES = [spec.name for spec in INPUTS]
-OUTPUT_NAMES = [spec.name for spec in OUTPUTS]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [spec.name for spec in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [spec.name for spec in self.outputs]
+
+    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+        """The `dynamic_axes` argument of torch.onnx.export for this contract."""
+        return {spec.name: {i: d for i, d in enumerate(spec.dims) if isinstance(d, str)}
+                for spec in (*self.inputs, *self.outputs)}
 
 
-def dynamic_axes() -> dict[str, dict[int, str]]:
-    """The `dynamic_axes` argument of torch.onnx.export for this contract."""
-    return {
-        spec.name: {i: d for i, d in enumerate(spec.dims) if isinstance(d, str)}
-        for spec in (*INPUTS, *OUTPUTS)
-    }
+def signature(family: Family, dimension: int) -> Signature:
+    """The family's encoder contract for a model of `dimension` (batch axis first)."""
+    def spec(name: str, data_type: str, dims: tuple, axis: str) -> TensorSpec:
+        shape = tuple(dimension if d == DIM else ((axis if i == 0 else f"{axis}{i}")
+                                                   if d == -1 else d)
+                      for i, d in enumerate(dims))
+        return TensorSpec(name, ONNX_TYPES[data_type], ("batch", *shape))
+
+    return Signature(
+        tuple(spec(t.name, t.data_type, t.dims, "sequence") for t in family.encoder_inputs),
+        (spec(family.encoder_output.name, family.encoder_output.data_type,
+              family.encoder_output.dims, "axis"),))
 
 
 def _describe(value: onnx.ValueInfoProto) -> TensorSpec:
@@ -64,14 +84,15 @@ def _dims_match(expected: tuple[str | int, ...], actual: tuple[str | int, ...]) 
     )
 
 
-def check_onnx_signature(model: onnx.ModelProto) -> None:
-    """Raise ExportCheckError unless the graph's inputs/outputs match INPUTS/OUTPUTS."""
+def check_onnx_signature(model: onnx.ModelProto, contract: Signature) -> None:
+    """Raise ExportCheckError unless the graph's inputs/outputs match the contract."""
     initializers = {i.name for i in model.graph.initializer}
     actual = (
         tuple(_describe(v) for v in model.graph.input if v.name not in initializers),
         tuple(_describe(v) for v in model.graph.output),
     )
-    for kind, expected, got in zip(("inputs", "outputs"), (INPUTS, OUTPUTS), actual, strict=True):
+    expected_both = (contract.inputs, contract.outputs)
+    for kind, expected, got in zip(("inputs", "outputs"), expected_both, actual, strict=True):
         same = len(expected) == len(got) and all(
             (w.name, w.elem_type) == (g.name, g.elem_type) and _dims_match(w.dims, g.dims)
             for w, g in zip(expected, got, strict=False)
@@ -80,11 +101,9 @@ def check_onnx_signature(model: onnx.ModelProto) -> None:
             raise ExportCheckError(f"ONNX {kind}", list(got), list(expected))
 
 
-def check_forward_arguments(argument_names: Sequence[str]) -> None:
-    """Raise ExportCheckError unless a TorchScript forward takes (self,) input_ids, attention_mask.
-
-    Triton's libtorch backend maps inputs to forward-argument names, so they must not change.
-    """
+def check_forward_arguments(argument_names: Sequence[str], contract: Signature) -> None:
+    """Raise ExportCheckError unless a TorchScript forward takes (self,) the contract's
+    inputs in order: Triton's libtorch backend maps inputs to forward-argument names."""
     names = [n for n in argument_names if n != "self"]
-    if names != INPUT_NAMES:
-        raise ExportCheckError("TorchScript forward arguments", names, INPUT_NAMES)
+    if names != contract.input_names:
+        raise ExportCheckError("TorchScript forward arguments", names, contract.input_names)

@@ -32,7 +32,7 @@ from perf import perf_analyzer
 from perf.knee import find_knee
 from perf.profile import profile
 from perf.profile import report as profile_report
-from perf.serving_benchmark import build_repository, counts, latest_onnx, texts
+from perf.subjects import build_repository, counts, served_artifact, text_model, texts, tokenizer
 from perf.sweep import plot as plot_sweep
 from server.launcher import TritonServer, free_port
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
@@ -43,18 +43,14 @@ INPUTS = PROJECT_ROOT / "perf" / "inputs"
 NO_BATCHING = [("embed", r"dynamic_batching \{.*?\n\}\n", "")]
 
 
-def _worker(onnx_path: str, batch: int, waste: float, seconds: float, queue: mp.Queue) -> None:
+def _worker(onnx_path: str, front: str, batch: int, waste: float, seconds: float,
+            queue: mp.Queue) -> None:
     from python_backends.batching import length_buckets
-    from python_backends.tensor_model import onnx_session
-    from python_backends.tokenization import (
-        TextEncoder,
-        TextLimits,
-        default_tokenizer_path,
-        pad_batch,
-    )
+    from python_backends.runners import onnx_session
+    from python_backends.tokenization import pad_batch
 
     session = onnx_session(onnx_path, 1)
-    encoder = TextEncoder(default_tokenizer_path(), TextLimits())
+    encoder = tokenizer(DEFAULT_REPOSITORY, front)
     pool = texts()
     done, began, i = 0, time.perf_counter(), 0
     while time.perf_counter() - began < seconds:
@@ -66,7 +62,7 @@ def _worker(onnx_path: str, batch: int, waste: float, seconds: float, queue: mp.
     queue.put(done / (time.perf_counter() - began))
 
 
-def ceiling(onnx_path: Path, seconds: float = 4.0) -> tuple[float, int, float]:
+def ceiling(onnx_path: Path, front: str, seconds: float = 4.0) -> tuple[float, int, float]:
     """(seq/s, batch, waste): one single-thread process per core, summed; the best batch
     size, each batch padded whole (waste -1) or in length buckets as `embed` does."""
     best = (0.0, 0, -1.0)
@@ -74,7 +70,7 @@ def ceiling(onnx_path: Path, seconds: float = 4.0) -> tuple[float, int, float]:
         for waste in (-1.0, 0.25):
             queue: mp.Queue = mp.Queue()
             procs = [mp.Process(target=_worker,
-                                args=(str(onnx_path), batch, waste, seconds, queue))
+                                args=(str(onnx_path), front, batch, waste, seconds, queue))
                      for _ in range(mp.cpu_count())]
             for p in procs:
                 p.start()
@@ -127,7 +123,9 @@ def serve(repo: Path, log: Path) -> TritonServer:
 
 
 def run(out: Path) -> dict:
-    results: dict = {"ceiling": ceiling(latest_onnx(DEFAULT_REPOSITORY))}
+    model = text_model()
+    primary = model.encoder(model.family.primary)
+    results: dict = {"ceiling": ceiling(served_artifact(DEFAULT_REPOSITORY, primary), model.front)}
     with tempfile.TemporaryDirectory() as tmp:
         server = serve(build_repository(Path(tmp) / "a", []), out / "triton-main.log")
         try:

@@ -26,7 +26,7 @@ import numpy as np
 
 from perf.perf_analyzer import PerfRow
 from perf.planning import BatchPoint, Plan, check_table, plan
-from server import versions as v
+from python_backends import versions as v
 from server.settings import DEFAULT_REPOSITORY
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -77,7 +77,7 @@ def check_with_sweep(model: str, proposal_text: str) -> tuple[PerfRow, float]:
     """The proposal served on a copy of the repository and swept at concurrency = the
     preferred batch: perf_analyzer's row, and the executed batch size from statistics."""
     from perf import perf_analyzer
-    from perf.serving_benchmark import counts
+    from perf.subjects import counts
     from server.launcher import TritonServer, free_port
     from server.repository import copy_repository
     from server.settings import Ports, ServerOptions

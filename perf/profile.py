@@ -27,7 +27,7 @@ from pathlib import Path
 
 from client.prometheus import metric_value
 from perf import perf_analyzer
-from perf.serving_benchmark import build_repository
+from perf.subjects import build_repository
 from server.launcher import TritonServer, free_port, stub_processes
 from server.repository import set_parameter
 from server.settings import PROJECT_ROOT, Ports, ServerOptions

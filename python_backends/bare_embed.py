@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from python_backends import contracts
-from python_backends.embed import EmbedModel
+from python_backends.embed import EmbedModel, Encoder
 from python_backends.errors import ModelError
 from python_backends.params import parameter, positive_int
-from python_backends.tensor_model import onnx_session, run_session
+from python_backends.runners import onnx_runner
 
 
 class BareEmbedModel(EmbedModel):
@@ -23,8 +22,7 @@ class BareEmbedModel(EmbedModel):
         path = parameter(self.config, "onnx_path", "", str)
         if not path:
             raise ModelError("embed_bare needs the parameter onnx_path")
-        self.session = onnx_session(path, threads)
+        self.session = onnx_runner(path, threads)
 
-    def call_encoder(self, name: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        output = contracts.ENCODER_OUTPUTS[name]
-        return run_session(self.session, [output], feeds)[output]
+    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        return self.session(feeds)[encoder.output]

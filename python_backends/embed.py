@@ -1,28 +1,36 @@
-"""`embed`: TEXT in, sentence EMBEDDING and SERVED_BY out; the degradation router.
+"""The text-embedding front model: TEXT in, sentence EMBEDDING and SERVED_BY out; the
+degradation router.
 
-Validates and tokenizes every request of a dynamic batch, then serves the valid ones at
-the current degradation level (python_backends/degradation.py): the batch to the primary
-encoder when all is well, one BLS call per length bucket (`length_bucket_waste`); smaller
-calls, the CPU INT8 fallback and cached answers as pressure rises, UNAVAILABLE only when
-an operator says so. Priority is Triton's business: its queues serve level 1 first. A
-primary that is gone (unloaded, dead stub) fails over to the fallback within the batch.
-Every row says what served it in SERVED_BY: "<model>:<version>:<precision>:L<level>".
+Validates and tokenizes every request of a dynamic batch, asks the ladder for the level
+(python_backends/degradation.py) and the router for a plan (python_backends/routing.py),
+then executes it: the batch to the primary encoder when all is well, one BLS call per
+length bucket; smaller calls, the CPU INT8 fallback and cached answers as pressure rises,
+UNAVAILABLE only when an operator says so. Priority is Triton's business: its queues
+serve level 1 first. A primary that is gone (unloaded, dead stub) fails over to the
+fallback within the batch. Every row says what served it in SERVED_BY:
+"<model>:<version>:<precision>:L<level>".
+
+Everything about the encoders comes from the repository at initialize: their names from
+this model's `primary_model`/`fallback_model` parameters, their output tensor and
+precision from their own configs; the versions they serve are re-read by a background
+thread, never on the request path.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from python_backends import contracts
+from python_backends import versions
 from python_backends.base import error_response, ok_response
 from python_backends.batching import length_buckets, split_outputs
-from python_backends.bls import bls_infer, failure_reason
+from python_backends.bls import bls_infer
 from python_backends.degradation import (
     DegradationPolicy,
     EmbeddingCache,
@@ -33,15 +41,19 @@ from python_backends.degradation import (
     throttled,
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
-from python_backends.metrics import Counter, CounterFamily, Gauge
-from python_backends.params import one_of, parameter
-from python_backends.queues import queue_capacities
+from python_backends.params import ConfigError, parameter
+from python_backends.router_metrics import RouterMetrics
+from python_backends.routing import Plan, plan_batch
 from python_backends.text_model import TextModel, TextRequest
 from python_backends.tokenization import pad_batch
 
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
+VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
-OUT_OF_SERVICE = "out of service"
+ENCODER_INPUTS = ("input_ids", "attention_mask")
+EMBEDDING_OUTPUT = "EMBEDDING"
+SERVED_BY_OUTPUT = "SERVED_BY"
+TOKENS_OUTPUT = "TOKENS"
 
 
 def rss_mb() -> float:
@@ -62,18 +74,48 @@ def gpu_memory_reader() -> Any:
     return lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
 
 
-_SPECIFIC = re.compile(r"specific\s*:?\s*\{\s*versions\s*:\s*\[?\s*([\d,\s]+)\]?")
+@dataclass(frozen=True)
+class Encoder:
+    """An encoder model as the router calls it: its name, output tensor and precision."""
+
+    name: str
+    output: str
+    precision: str
+
+    @classmethod
+    def from_repository(cls, repository: Path, name: str) -> Encoder:
+        """Read from the encoder's own config.pbtxt (once, at initialize)."""
+        try:
+            config = versions.read_config(repository / name)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"encoder {name!r} has no readable config in {repository}: "
+                              f"{err}") from err
+        fmt = config.parameters["format"].string_value if "format" in config.parameters else ""
+        return cls(name, config.output[0].name, "int8" if fmt == "int8" else "fp32")
 
 
-def served_version(model_dir: Path) -> str:
-    """The version a model serves: its `specific` version_policy (what `tmr promote` and
-    `tmr rollback` write), else the highest version folder, as `latest` picks."""
-    on_disk = [int(p.name) for p in model_dir.iterdir() if p.name.isdigit()]
-    config = model_dir / "config.pbtxt"
-    match = _SPECIFIC.search(config.read_text()) if config.exists() else None
-    if match:
-        on_disk = [int(n) for n in re.findall(r"\d+", match.group(1)) if int(n) in on_disk]
-    return str(max(on_disk)) if on_disk else "?"
+class ServedVersions(threading.Thread):
+    """The version each encoder serves, re-read from the repository every
+    VERSION_REFRESH_S in the background (a release edits the policy on disk)."""
+
+    def __init__(self, repository: Path, names: list[str]) -> None:
+        super().__init__(name="tmr-served-versions", daemon=True)
+        self.repository, self.names = repository, names
+        self.current: dict[str, str] = {}
+        self.stopped = threading.Event()
+        self.refresh()
+
+    def refresh(self) -> None:
+        for name in self.names:
+            try:
+                version = versions.served_version(self.repository / name)
+            except (OSError, ValueError):
+                continue  # a config being rewritten: keep the last answer
+            self.current[name] = "?" if version is None else str(version)
+
+    def run(self) -> None:
+        while not self.stopped.wait(VERSION_REFRESH_S):
+            self.refresh()
 
 
 class EmbedModel(TextModel):
@@ -81,54 +123,32 @@ class EmbedModel(TextModel):
 
     def setup(self, args: dict[str, str]) -> None:
         super().setup(args)
-        choice = one_of(*contracts.ENCODER_MODELS)
-        self.encoders = {
-            "primary": parameter(self.config, "primary_model", "minilm_onnx", choice),
-            "fallback": parameter(self.config, "fallback_model", "minilm_int8", choice),
-        }
+        repository = self.model_dir.parent
+        self.encoders = {role: Encoder.from_repository(repository, parameter(
+            self.config, f"{role}_model", "", str)) for role in ("primary", "fallback")}
         self.settings = PolicySettings.from_config(self.config)
         self.levels = ladder(self.settings.small_batch_rows)
         self.policy = DegradationPolicy(self.settings, since=time.monotonic())
         self.cache = EmbeddingCache(parameter(self.config, "cache_entries", 4096, int))
         self.max_batch = max(int(self.config.get("max_batch_size", 1)), 1)
-        self._versions: dict[str, tuple[float, str]] = {}
         # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
         self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
-        # Rows of one batch are sent to the encoder in groups of similar length, so padding
+        # Rows of one batch go to the encoder in groups of similar length, so padding
         # wastes at most this share of real tokens; -1 pads the whole batch as one call.
         self.bucket_waste = parameter(self.config, "length_bucket_waste", -1.0, float)
-        base = {"model": self.name}
-        instance = args.get("model_instance_name", "0")
-        self.level_gauge = Gauge("tmr_degradation_level", "Current degradation level of embed",
-                                 {**base, "instance": instance})
-        self.level_gauge.set(self.policy.level)
-        self.transitions = CounterFamily("tmr_degradation_transitions_total",
-                                         "Degradation level changes", base)
-        self.fallbacks = CounterFamily("tmr_degradation_fallbacks_total",
-                                       "Encoder failures that sent a batch elsewhere, by reason",
-                                       base)
-        self.cache_hits = Counter("tmr_router_cache_hits_total",
-                                  "Texts answered from the router's cache", base)
-        self.rejections = CounterFamily("tmr_rejections_total",
-                                        "Requests refused by the router, by reason", base)
-        self._export_queue_capacity(base)
+        self.metrics = RouterMetrics(self.name, args.get("model_instance_name", "0"), self.config)
+        self.metrics.level.set(self.policy.level)
+        self.served = ServedVersions(repository, [e.name for e in self.encoders.values()])
+        self.served.start()
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
 
-    def _export_queue_capacity(self, base: dict[str, str]) -> None:
-        """`tmr_queue_capacity` per priority from this model's own queue policies, and the
-        rejection counter at zero, so rates and ratios exist at once."""
-        self.queue_capacity = []  # kept: a metric goes away with its Python object
-        for priority, size in queue_capacities(self.config).items():
-            gauge = Gauge("tmr_queue_capacity", "max_queue_size of the model's queue, per priority",
-                          {**base, "priority": priority})
-            gauge.set(size)
-            self.queue_capacity.append(gauge)
-        self.rejections.inc(0, reason=OUT_OF_SERVICE)
+    def finalize(self) -> None:
+        self.served.stopped.set()
+        super().finalize()
 
     def degradation_level(self) -> int | None:
         return self.policy.level
 
-    # -- the ladder -------------------------------------------------------------------
     def current_level(self) -> Level:
         self.policy.observe_memory(self.memory_mb())
         self._record(self.policy.decide(time.monotonic()))
@@ -137,8 +157,7 @@ class EmbedModel(TextModel):
     def _record(self, transition: Transition | None) -> None:
         if transition is None:
             return
-        self.transitions.inc(**{"from": str(transition.old), "to": str(transition.new)})
-        self.level_gauge.set(transition.new)
+        self.metrics.transition(transition)
         self.log.warning(f"degradation level {transition.old} -> {transition.new}: "
                          f"{transition.reason}")
 
@@ -146,99 +165,79 @@ class EmbedModel(TextModel):
         level = self.current_level()
         responses, valid = self.tokenize_requests(requests)
         self.policy.observe_batch([len(r.rows) for r in valid.values()], self.max_batch)
-        if level.encoder is None:
-            for i in valid:
-                responses[i] = self._refuse(level, OUT_OF_SERVICE)
-            return responses
-        if level.use_cache:
-            valid = self._answer_from_cache(valid, responses)
-        if valid:
-            self._encode(level, valid, responses)
+        plan = plan_batch(level, valid, self.cache, self.bucket_waste)
+        for i, reason in plan.refused.items():
+            self.metrics.rejections.inc(reason=reason)
+            responses[i] = error_response(UnavailableError(
+                f"{self.name} is degraded to level {level.number} ({level.name}): {reason}"))
+        for i, hits in plan.cached.items():
+            self.metrics.cache_hits.inc(len(hits))
+            responses[i] = self._respond([h[0] for h in hits], [f"{h[1]}:cached" for h in hits],
+                                         valid[i])
+        if plan.encoded:
+            self._encode(level, plan, valid, responses)
         return responses
 
-    def _refuse(self, level: Level, reason: str) -> Any:
-        self.rejections.inc(reason=reason)
-        return error_response(UnavailableError(
-            f"embed is degraded to level {level.number} ({level.name}): {reason}"))
+    def _respond(self, vectors: Any, served_by: list[str], request: TextRequest) -> Any:
+        """EMBEDDING, SERVED_BY and TOKENS (each text's tokens, as the model counted them)."""
+        tokens = np.array([[len(row)] for row in request.rows], dtype=np.int32)
+        return ok_response({EMBEDDING_OUTPUT: np.asarray(vectors),
+                            SERVED_BY_OUTPUT: served_by_array(served_by), TOKENS_OUTPUT: tokens})
 
-    def _answer_from_cache(self, valid: dict[int, TextRequest],
-                           responses: list[Any]) -> dict[int, TextRequest]:
-        """Answer the requests whose texts are all cached; return the others."""
-        misses = {}
-        for i, request in valid.items():
-            hits = [self.cache.get(t) for t in request.texts]
-            if any(h is None for h in hits):
-                misses[i] = request
-                continue
-            self.cache_hits.inc(len(hits))
-            responses[i] = ok_response({
-                contracts.EMBEDDING_OUTPUT: np.stack([h[0] for h in hits]),
-                contracts.SERVED_BY_OUTPUT: served_by_array([f"{h[1]}:cached" for h in hits]),
-            })
-        return misses
-
-    # -- encoding ---------------------------------------------------------------------
-    def _encode(self, level: Level, valid: dict[int, TextRequest],
+    def _encode(self, level: Level, plan: Plan, valid: dict[int, TextRequest],
                 responses: list[Any]) -> None:
-        rows = [row for request in valid.values() for row in request.rows]
+        rows = plan.rows(valid)
         try:
-            embeddings, served = self._run_level(level, rows)
+            embeddings, served = self._run_plan(level, plan, rows)
         except ModelError as err:
-            for i in valid:
+            for i in plan.encoded:
                 responses[i] = error_response(err)
             return
-        sizes = [len(request.rows) for request in valid.values()]
-        parts = split_outputs({contracts.EMBEDDING_OUTPUT: embeddings}, sizes)
-        for (i, request), part in zip(valid.items(), parts):
-            for text, vector in zip(request.texts, part[contracts.EMBEDDING_OUTPUT]):
+        sizes = [len(valid[i].rows) for i in plan.encoded]
+        parts = split_outputs({EMBEDDING_OUTPUT: embeddings}, sizes)
+        for i, part in zip(plan.encoded, parts):
+            for text, vector in zip(valid[i].texts, part[EMBEDDING_OUTPUT]):
                 self.cache.put(text, vector, served)
-            part[contracts.SERVED_BY_OUTPUT] = served_by_array([served] * len(request.texts))
-            responses[i] = ok_response(part)
+            responses[i] = self._respond(part[EMBEDDING_OUTPUT], [served] * len(valid[i].texts),
+                                         valid[i])
 
-    def _run_level(self, level: Level, rows: list[list[int]]) -> tuple[np.ndarray, str]:
-        """Embeddings from the level's encoder; a vanished primary fails over at once."""
-        name = self.encoders[level.encoder or "fallback"]
+    def _run_plan(self, level: Level, plan: Plan, rows: list) -> tuple[np.ndarray, str]:
+        """Embeddings from the plan's encoder; a vanished primary fails over at once."""
+        encoder = self.encoders[plan.encoder or "fallback"]
         try:
-            return self._call(name, rows, level.max_rows), self._served_by(name, level)
+            return self._call(encoder, rows, plan.calls), self._served_by(encoder, level)
         except ChildModelError as err:
-            self.fallbacks.inc(reason=failure_reason(err.child_message))
+            self.metrics.fallbacks.inc(reason=err.kind)
             self.policy.observe_failure()
-            if err.code != "UNAVAILABLE" or name == self.encoders["fallback"]:
+            if not err.unavailable or encoder == self.encoders["fallback"]:
                 raise
-            self._record(self.policy.fail_over(f"primary {name} failed: {err.child_message}",
-                                               time.monotonic()))
+            self._record(self.policy.fail_over(f"primary {encoder.name} failed: "
+                                               f"{err.child_message}", time.monotonic()))
             fallback = self.encoders["fallback"]
-            return self._call(fallback, rows, None), self._served_by(fallback, self.levels[2])
+            calls = length_buckets([len(r) for r in rows], self.bucket_waste)
+            return self._call(fallback, rows, calls), self._served_by(fallback, self.levels[2])
 
-    def _call(self, name: str, rows: list[list[int]], max_rows: int | None) -> np.ndarray:
-        """The batch through `name`, in length buckets of at most `max_rows` rows."""
+    def _call(self, encoder: Encoder, rows: list, calls: list[list[int]]) -> np.ndarray:
+        """One BLS call per group of `calls` (row indices), results back in row order."""
         out: np.ndarray | None = None
-        for group in length_buckets([len(r) for r in rows], self.bucket_waste, max_rows):
+        for group in calls:
             ids, mask = pad_batch([rows[i] for i in group], self.encoder.pad_id)
-            part = self.call_encoder(name, dict(zip(contracts.ENCODER_INPUTS, (ids, mask))))
+            part = self.call_encoder(encoder, dict(zip(ENCODER_INPUTS, (ids, mask))))
             if out is None:
                 out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
             out[group] = part
         self.policy.observe_success()
-        assert out is not None, "a batch has at least one row"
+        if out is None:
+            raise ModelError("the router planned no encoder call for a batch with rows")
         return out
 
-    def call_encoder(self, name: str, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """One encoder call: BLS (the bare benchmark fixture overrides it)."""
-        output = contracts.ENCODER_OUTPUTS[name]
-        return bls_infer(name, feeds, [output])[output]
+        return bls_infer(encoder.name, feeds, [encoder.output])[encoder.output]
 
-    def _served_by(self, name: str, level: Level) -> str:
-        return f"{name}:{self._version(name)}:{contracts.PRECISION[name]}:L{level.number}"
-
-    def _version(self, name: str) -> str:
-        """The encoder's served version, re-read from its folder at most once a second."""
-        now = time.monotonic()
-        cached = self._versions.get(name)
-        if cached is None or now - cached[0] > 1.0:
-            cached = (now, served_version(self.model_dir.parent / name))
-            self._versions[name] = cached
-        return cached[1]
+    def _served_by(self, encoder: Encoder, level: Level) -> str:
+        version = self.served.current.get(encoder.name, "?")
+        return f"{encoder.name}:{version}:{encoder.precision}:L{level.number}"
 
 
 def served_by_array(values: list[str]) -> np.ndarray:

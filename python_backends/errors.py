@@ -28,9 +28,20 @@ class UnavailableError(ModelError):
 
 
 class ChildModelError(ModelError):
-    """A BLS call failed; the message names the child model and repeats its error."""
+    """A BLS call failed; the message names the child model and repeats its error.
 
-    def __init__(self, model: str, message: str) -> None:
+    `kind` is what the child's message reports (client.triton_messages: queue_full,
+    not_found, stub_unhealthy...; "error" otherwise); `code` is UNAVAILABLE when the child
+    cannot serve now and another model might, INTERNAL otherwise."""
+
+    def __init__(self, model: str, message: str, kind: str = "error",
+                 code: str = "INTERNAL") -> None:
         super().__init__(f"model '{model}' failed: {message}")
         self.model = model
         self.child_message = message
+        self.kind = kind
+        self.code = code
+
+    @property
+    def unavailable(self) -> bool:
+        return self.code == "UNAVAILABLE"

@@ -1,9 +1,10 @@
 """`health`: a deep health check from inside Triton, one real inference per model.
 
 `/v2/health/ready` stays 200 while a dead Python stub fails every request (Triton 2.51
-does not restart stubs), so readiness alone proves nothing. This model sends a tiny real
-request to each model named in its `check_models` parameter and answers with a JSON
-report: {"healthy": bool, "models": {name: {"ok": bool, "ms": float, "error": str}}}.
+does not restart stubs), so readiness alone proves nothing. At initialize this model
+finds every family model of its repository (their configs say which family) and builds
+each one's probe as its family describes it; any request then gets REPORT, the JSON of
+{"healthy": bool, "models": {name: {"ok": bool, "ms": float, "error": str}}}.
 """
 
 from __future__ import annotations
@@ -14,44 +15,41 @@ from typing import Any
 
 import numpy as np
 
-from python_backends import contracts
 from python_backends.base import BaseModel, ok_response
 from python_backends.bls import bls_infer
 from python_backends.errors import ModelError
-from python_backends.params import parameter
-
-# "health check" tokenized by the MiniLM tokenizer: [CLS] health check [SEP]
-PROBE_IDS = np.array([[101, 2740, 4638, 102]], dtype=np.int64)
-
-
-def probe(model: str) -> tuple[dict[str, np.ndarray], list[str]]:
-    """A minimal valid request for `model` and the outputs to ask for."""
-    if model in contracts.ENCODER_OUTPUTS:
-        feeds = dict(zip(contracts.ENCODER_INPUTS, (PROBE_IDS, np.ones_like(PROBE_IDS))))
-        return feeds, [contracts.ENCODER_OUTPUTS[model]]
-    text = np.array([[b"health check"]], dtype=np.object_)
-    return {contracts.TEXT_INPUT: text}, [contracts.EMBEDDING_OUTPUT]
+from python_backends.families.catalog import catalog
+from python_backends.families.configs import parameters_of
+from python_backends.versions import read_config
 
 
 class HealthModel(BaseModel):
-    """Any request gets REPORT: the JSON result of probing every checked model."""
+    """Any request gets REPORT: the JSON result of probing every family model."""
 
     def setup(self, args: dict[str, str]) -> None:
-        names = parameter(self.config, "check_models", "embed", str)
-        self.models = [n.strip() for n in names.split(",") if n.strip()]
+        repository = self.model_dir.parent
+        self.probes = {}
+        for model in catalog(repository):
+            for name in model.models:
+                config = read_config(repository / name)
+                params = {**parameters_of(config), "output": config.output[0].name}
+                probe = (model.family.front_probe if name == model.front
+                         else model.family.encoder_probe)
+                self.probes[name] = (model.family, params, *probe(params))
+        self.log.info(f"probes {sorted(self.probes)}")
 
-    def check(self, model: str) -> dict[str, Any]:
+    def check(self, name: str) -> dict[str, Any]:
+        family, params, feeds, outputs = self.probes[name]
         began = time.monotonic()
         try:
-            feeds, outputs = probe(model)
-            bls_infer(model, feeds, outputs)
+            problem = family.check_probe(bls_infer(name, feeds, outputs)[outputs[0]], params)
         except ModelError as err:
-            return {"ok": False, "ms": round((time.monotonic() - began) * 1000, 1),
-                    "error": str(err)}
-        return {"ok": True, "ms": round((time.monotonic() - began) * 1000, 1), "error": ""}
+            problem = str(err)
+        return {"ok": problem is None, "ms": round((time.monotonic() - began) * 1000, 1),
+                "error": problem or ""}
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
-        models = {name: self.check(name) for name in self.models}
+        models = {name: self.check(name) for name in self.probes}
         report = {"healthy": all(m["ok"] for m in models.values()), "models": models}
         array = np.array([json.dumps(report).encode()], dtype=np.object_)
         return [ok_response({"REPORT": array}) for _ in requests]

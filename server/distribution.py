@@ -14,13 +14,10 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from server.errors import DistributionError
 from server.settings import PROJECT_ROOT
 
 PYTHON_BASED_BACKENDS = PROJECT_ROOT / "python_backends" / "backends"
-
-
-class DistributionError(RuntimeError):
-    """Raised when the Triton binary or a matching Python stub cannot be found."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from server.errors import FrontDoorError
 from server.launcher import stop_process
 from server.settings import API_KEYS_ENV, DEV_API_KEYS, FrontDoorSettings
 
@@ -48,10 +49,6 @@ STOP_TIMEOUT_S = 10.0
 _PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _KEY = re.compile(r"[A-Za-z0-9_.~+/=-]{8,}")
-
-
-class FrontDoorError(RuntimeError):
-    """nginx is missing, its config is refused, or it did not start or stop cleanly."""
 
 
 def placeholders(template: str) -> list[str]:

@@ -1,11 +1,13 @@
 """`tmr gate MODEL VERSION`: the release gate a candidate version must pass before promotion.
 
-Fidelity: the candidate's embeddings of a fixed evaluation set (every 16th text of the
-export corpus) against eager PyTorch and against the currently selected version, with
-the cosine thresholds of the model's `gate_*` config parameters. Performance: candidate
-and current in-process with the server's thread setting, interleaved in the same run;
-refused if throughput falls below `gate_min_throughput_ratio` or p99 rises above
-`gate_max_p99_ratio`. The result is written to `gate.json` in the candidate's folder.
+Quality: the candidate's outputs on the family's evaluation set (its recipe's
+`gate_batches`) against eager PyTorch and against the version served now (never the
+candidate itself), judged by the family's metric with the model's `gate_*` config
+parameters: for text embeddings, the mean and minimum row cosine. Performance:
+candidate and served version in-process with the server's thread setting, interleaved
+in the same run on typical serving batches; refused if throughput falls below
+`gate_min_throughput_ratio` or p99 rises above `gate_max_p99_ratio`. The result is
+written to `gate.json` in the candidate's folder.
 """
 
 from __future__ import annotations
@@ -18,30 +20,30 @@ from pathlib import Path
 
 import numpy as np
 
-from server import versions as v
+from python_backends import versions as v
+from python_backends.families import family
+from python_backends.families.configs import encoder_spec, parameters_of
+from python_backends.runners import Runner, artifact_runner
 
-EVAL_STRIDE = 16
-BATCH = 16
 PERF_ROUNDS = 8
 PERF_BATCH = 4  # the batches a served encoder sees at moderate load (docs/benchmarks.md)
 
 
 @dataclass(frozen=True)
 class GateSettings:
-    mean_cosine: float
-    min_cosine: float
+    """The model's `gate_*` parameters as numbers."""
+
+    quality: dict[str, float]  # the family metric's thresholds, e.g. gate_mean_cosine
     min_throughput_ratio: float
     max_p99_ratio: float
 
     @classmethod
-    def from_config(cls, model_dir: Path) -> GateSettings:
-        params = v.parse_config((model_dir / "config.pbtxt").read_text()).parameters
-
-        def number(key: str, default: float) -> float:
-            return float(params[key].string_value) if key in params else default
-
-        return cls(number("gate_mean_cosine", 0.9999), number("gate_min_cosine", 0.999),
-                   number("gate_min_throughput_ratio", 0.8), number("gate_max_p99_ratio", 1.5))
+    def from_params(cls, params: dict[str, str]) -> GateSettings:
+        gates = {k: float(val) for k, val in params.items() if k.startswith("gate_")}
+        return cls({k: val for k, val in gates.items()
+                    if k not in ("gate_min_throughput_ratio", "gate_max_p99_ratio")},
+                   gates.get("gate_min_throughput_ratio", 0.8),
+                   gates.get("gate_max_p99_ratio", 1.5))
 
 
 @dataclass
@@ -50,7 +52,7 @@ class GateResult:
     candidate: int
     current: int | None
     settings: GateSettings
-    fidelity: dict[str, dict[str, float]] = field(default_factory=dict)
+    quality: dict[str, dict[str, float]] = field(default_factory=dict)
     performance: dict[str, float] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
 
@@ -60,114 +62,95 @@ class GateResult:
 
     def table(self) -> str:
         against = (f"against v{self.current}, the served version" if self.current is not None
-                   else "against no other version: fidelity vs PyTorch only, speed not compared")
+                   else "against no other version: quality vs PyTorch only, speed not compared")
         rows = [f"gate {self.model} v{self.candidate} ({against}): "
                 f"{'PASS' if self.passed else 'FAIL'}"]
-        for against, stats in self.fidelity.items():
-            rows.append(f"  cosine vs {against:<9} mean {stats['mean']:.5f}  "
-                        f"min {stats['min']:.5f}  (need {self.settings.mean_cosine} / "
-                        f"{self.settings.min_cosine})")
+        for other, stats in self.quality.items():
+            figures = "  ".join(f"{k} {val:.5f}" for k, val in stats.items())
+            rows.append(f"  vs {other:<9} {figures}  (need {self.settings.quality})")
         for key, value in self.performance.items():
             rows.append(f"  {key:<26} {value:.3f}")
         rows += [f"  refused: {r}" for r in self.reasons]
         return "\n".join(rows)
 
 
-def runner(artifact: Path, threads: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """An in-process forward function for an ONNX or TorchScript artifact."""
-    if artifact.suffix == ".onnx":
-        from python_backends.tensor_model import onnx_session
+def cosine_quality(reference: np.ndarray, candidate: np.ndarray,
+                   gates: dict[str, float]) -> tuple[dict[str, float], str | None]:
+    """Row cosines (text embeddings): mean and minimum against their thresholds."""
+    from export.parity import fidelity
 
-        session = onnx_session(str(artifact), threads)
-        return lambda ids, mask: session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-    import torch
-
-    torch.set_num_threads(threads)
-    module = torch.jit.load(str(artifact), map_location="cpu").eval()
-
-    def forward(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()
-
-    return forward
+    stats = fidelity(reference, candidate)
+    need_mean, need_min = gates["gate_mean_cosine"], gates["gate_min_cosine"]
+    failed = stats.mean < need_mean or stats.min < need_min
+    why = (f"mean cosine {stats.mean:.5f} / min {stats.min:.5f} under {need_mean} / {need_min}"
+           if failed else None)
+    return {"mean_cosine": stats.mean, "min_cosine": stats.min}, why
 
 
-def evaluation_batches() -> list[tuple[np.ndarray, np.ndarray]]:
-    from export.corpus import build_corpus
-    from export.embedder import load_tokenizer
-    from python_backends.tokenization import pad_batch
-
-    texts = build_corpus()[::EVAL_STRIDE]
-    tokenizer = load_tokenizer()
-    # Length-sorted, so a batch pads little: the same texts at a fraction of the compute.
-    rows = sorted((e.ids for e in tokenizer.encode_batch(texts)), key=len)
-    return [pad_batch(rows[i:i + BATCH]) for i in range(0, len(rows), BATCH)]
+QUALITY: dict[str, Callable[..., tuple[dict[str, float], str | None]]] = {
+    "cosine": cosine_quality,
+}
 
 
-def embed_all(fn: Callable, batches: list) -> np.ndarray:
-    return np.concatenate([fn(ids, mask) for ids, mask in batches])
+def outputs_of(run: Callable[[dict], dict], batches: list[dict], output: str) -> np.ndarray:
+    return np.concatenate([run(feeds)[output] for feeds in batches])
 
 
-def reference(batches: list) -> np.ndarray:
-    import torch
-
-    from export.embedder import load_embedder
-
-    model = load_embedder()
-    with torch.inference_mode():
-        return np.concatenate([model(torch.from_numpy(i), torch.from_numpy(m)).numpy()
-                               for i, m in batches])
+def serving_batches(batches: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Batches of PERF_BATCH rows cut from the middle evaluation batch: the requests a
+    served encoder typically sees, not the extremes."""
+    middle = batches[len(batches) // 2]
+    rows = len(next(iter(middle.values())))
+    return [{k: a[i:i + PERF_BATCH] for k, a in middle.items()}
+            for i in range(0, rows, PERF_BATCH)] * 2
 
 
-def timings(fns: dict[str, Callable], batches: list) -> dict[str, list[float]]:
-    """Per function, seconds per batch, interleaved round by round (same noise for both)."""
-    timing_batches = serving_batches(batches)
-    times: dict[str, list[float]] = {name: [] for name in fns}
+def timings(runs: dict[str, Runner], batches: list[dict]) -> dict[str, list[float]]:
+    """Per runner, seconds per batch, interleaved round by round (same noise for both)."""
+    typical = serving_batches(batches)
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(PERF_ROUNDS):
-        for name, fn in fns.items():
-            for ids, mask in timing_batches:
+        for name, run in runs.items():
+            for feeds in typical:
                 began = time.perf_counter()
-                fn(ids, mask)
+                run(feeds)
                 times[name].append(time.perf_counter() - began)
     return times
 
 
-def serving_batches(batches: list) -> list:
-    """Eight batches of PERF_BATCH rows from the middle of the length range: the requests a
-    served encoder typically sees, not the extremes."""
-    from python_backends.tokenization import pad_batch
-
-    middle = batches[len(batches) // 2]
-    rows = [list(ids[mask == 1]) for ids, mask in zip(*middle)]
-    return [pad_batch(rows[i:i + PERF_BATCH]) for i in range(0, len(rows), PERF_BATCH)] * 2
-
-
 def artifact_of(model_dir: Path, version: int) -> Path:
-    provenance = v.read_provenance(model_dir / str(version))
+    provenance = v.read_provenance(model_dir / str(version)) or {}
     return model_dir / str(version) / provenance["artifact"]["file"]
 
 
 def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
-    from export.parity import fidelity
+    from export.pipeline import recipe_for
 
-    settings = GateSettings.from_config(model_dir)
+    config = v.read_config(model_dir)
+    params, spec = parameters_of(config), encoder_spec(config)
+    fam = family(spec.family)
+    settings = GateSettings.from_params(params)
     result = GateResult(model_dir.name, candidate, v.gate_baseline(model_dir, candidate), settings)
-    batches = evaluation_batches()
-    fns = {"candidate": runner(artifact_of(model_dir, candidate), threads)}
-    outputs = {"candidate": embed_all(fns["candidate"], batches), "reference": reference(batches)}
+    recipe = recipe_for(fam, spec.source, threads)
+    inputs, output = recipe.contract.input_names, config.output[0].name
+    batches = recipe.gate_batches()
+    runs = {"candidate": artifact_runner(artifact_of(model_dir, candidate), threads, inputs,
+                                         [output])}
+    outputs = {"candidate": outputs_of(runs["candidate"], batches, output),
+               "reference": outputs_of(recipe.eager, batches, recipe.contract.output_names[0])}
     if result.current is not None:
-        fns["current"] = runner(artifact_of(model_dir, result.current), threads)
-        outputs["current"] = embed_all(fns["current"], batches)
+        runs["current"] = artifact_runner(artifact_of(model_dir, result.current), threads,
+                                          inputs, [output])
+        outputs["current"] = outputs_of(runs["current"], batches, output)
+    judge = QUALITY[fam.gate_metric]
     for against in ("reference", "current"):
         if against in outputs:
-            stats = fidelity(outputs[against], outputs["candidate"])
-            result.fidelity[against] = {"mean": stats.mean, "min": stats.min}
-            if stats.mean < settings.mean_cosine or stats.min < settings.min_cosine:
-                result.reasons.append(f"fidelity vs {against}: mean {stats.mean:.5f} / min "
-                                      f"{stats.min:.5f} under {settings.mean_cosine} / "
-                                      f"{settings.min_cosine}")
-    if "current" in fns:
-        judge_performance(result, timings(fns, batches))
+            stats, why = judge(outputs[against], outputs["candidate"], settings.quality)
+            result.quality[against] = stats
+            if why:
+                result.reasons.append(f"quality vs {against}: {why}")
+    if "current" in runs:
+        judge_performance(result, timings(runs, batches))
     (model_dir / str(candidate) / "gate.json").write_text(json.dumps(
         {**asdict(result), "passed": result.passed}, indent=1, default=str) + "\n")
     return result

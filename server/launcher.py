@@ -23,29 +23,13 @@ from pathlib import Path
 from typing import IO
 
 from server.distribution import ServerHome, prepare_home
+from server.errors import ModelLoadError, PortInUseError, ServerStartError
 from server.settings import PROJECT_ROOT, ServerOptions, server_flags
 
 HOME_DIR = PROJECT_ROOT / ".triton"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version (\d+): (.*?)\"?$")
 _LOAD_FAILURE_NO_VERSION = re.compile(r"failed to load model '([^']+)'(): (.*?)\"?$")
 _UNAVAILABLE_MODEL = re.compile(r"\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*UNAVAILABLE: (.*?)\s*\|\s*$")
-
-
-class ServerStartError(RuntimeError):
-    """Raised when the server cannot start: a port in use, a model that fails to load."""
-
-
-class PortInUseError(ServerStartError):
-    """Raised before start when one of the server's ports is already taken."""
-
-
-class ModelLoadError(ServerStartError):
-    """Raised when Triton reports that a model failed to load; names the model and reason."""
-
-    def __init__(self, failures: dict[str, str], log_path: Path) -> None:
-        self.failures = failures
-        lines = "; ".join(f"model '{m}': {why}" for m, why in failures.items())
-        super().__init__(f"{lines} (full log: {log_path})")
 
 
 def stub_environment(base: dict[str, str] | None = None) -> dict[str, str]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from server.errors import PrometheusError, TemplateError
 from server.launcher import free_port, stop_process
 from server.settings import PROJECT_ROOT
 
@@ -53,14 +54,6 @@ _PROMQL_STRIP = [
     re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"),
 ]
 _PROMQL_NAME = re.compile(r"(?<![\w.$])[A-Za-z_:][A-Za-z0-9_:]*")
-
-
-class TemplateError(ValueError):
-    """A template names a placeholder that was given no value."""
-
-
-class PrometheusError(RuntimeError):
-    """Prometheus did not start, or answered a query with an error."""
 
 
 def render_template(text: str, values: dict[str, str]) -> str:

@@ -19,12 +19,8 @@ import tritonclient.http as httpclient
 from google.protobuf.json_format import MessageToDict
 
 from client.auth import key_headers
-from export.versions import artifact_intact
-from server import versions as v
-
-
-class ReleaseError(RuntimeError):
-    """A promotion or rollback that did not happen; the old version still serves."""
+from python_backends import versions as v
+from server.errors import ReleaseError
 
 
 @dataclass(frozen=True)
@@ -50,7 +46,7 @@ def check_candidate(model_dir: Path, version: int) -> None:
     provenance = v.read_provenance(version_dir)
     if not provenance:
         raise v.VersionError(f"{version_dir} has no provenance.json")
-    if not artifact_intact(version_dir, provenance):
+    if not v.artifact_intact(version_dir, provenance):
         raise v.VersionError(f"{version_dir}: artifact missing or its sha256 differs from "
                              "provenance.json (corrupt)")
 
@@ -67,8 +63,8 @@ def index_states(url: str, model: str) -> dict[int, tuple[str, str]]:
 
 
 def serves(url: str, model: str, version: int) -> bool:
-    """A request pinned to `version` is answered with a sane embedding."""
-    from client.admin import probe_model
+    """A request pinned to `version` is answered, and sanely (its family's probe check)."""
+    from server.admin import probe_model
 
     client = httpclient.InferenceServerClient(url)
     try:

@@ -6,8 +6,8 @@ import argparse
 import sys
 import time
 
+from python_backends import versions as v
 from server import release
-from server import versions as v
 
 
 def versions_command(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from python_backends.families.catalog import catalog, missing_exports
 from server.front_door import FrontDoor, FrontDoorError
 from server.launcher import HOME_DIR, ServerStartError, TritonServer
 from server.observability import (
@@ -20,8 +21,6 @@ from server.observability import (
 from server.settings import API_KEY_HEADER, API_KEYS_ENV, FrontDoorSettings, Ports, ServerOptions
 from server.watchdog import Watchdog
 
-ENCODERS = ("minilm_onnx", "minilm_torchscript", "minilm_int8")
-WATCHED_MODELS = ["embed", *ENCODERS]
 WATCHDOG_PORT_OFFSET = 100  # metrics 8002 -> watchdog 8102
 
 
@@ -34,16 +33,6 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         log_verbose=args.log_verbose,
         extra=tuple(args.extra),
     )
-
-
-def missing_exports(repository: Path) -> list[str]:
-    """Encoder models of the repository that have no version folder yet."""
-    missing = []
-    for name in ENCODERS:
-        model_dir = repository / name
-        if model_dir.is_dir() and not any(p.name.isdigit() for p in model_dir.iterdir()):
-            missing.append(name)
-    return missing
 
 
 def tmr_command() -> str:
@@ -72,13 +61,22 @@ def banner(server: TritonServer) -> str:
     ])
 
 
-def example_call(server: TritonServer) -> str:
+def embed_example(server: TritonServer, front: str) -> str:
     from client import EmbedClient
 
-    with EmbedClient(server.http_url, protocol="http") as client:
+    with EmbedClient(server.http_url, protocol="http", model=front) as client:
         vector = client.embed(["Triton serves sentence embeddings."])[0]
     norm = float((vector**2).sum() ** 0.5)
-    return f"embed answered: dim={vector.shape[0]} norm={norm:.4f} first={vector[:4].round(4)}"
+    return f"{front} answered: dim={vector.shape[0]} norm={norm:.4f} first={vector[:4].round(4)}"
+
+
+EXAMPLES = {"embed": embed_example}  # a family's SDK method -> one real call through it
+
+
+def example_calls(server: TritonServer) -> list[str]:
+    """One real call through the front model of every family model the server holds."""
+    return [EXAMPLES[model.family.sdk_method](server, model.front)
+            for model in catalog(server.opts.repository) if model.front]
 
 
 def start_watchdog(server: TritonServer, args: argparse.Namespace) -> Watchdog | None:
@@ -87,7 +85,7 @@ def start_watchdog(server: TritonServer, args: argparse.Namespace) -> Watchdog |
         return None
     port = server.opts.ports.metrics + WATCHDOG_PORT_OFFSET
     watchdog = Watchdog(f"localhost:{server.opts.ports.http}", server.metrics_url,
-                        WATCHED_MODELS, interval_s=5.0, metrics_port=port)
+                        interval_s=5.0, metrics_port=port)
     watchdog.start()
     print(f"  watchdog    http://localhost:{port}/metrics  (reloads dead or stalled models)",
           flush=True)
@@ -142,8 +140,8 @@ def serve(args: argparse.Namespace) -> int:
     opts = options_from_args(args)
     missing = missing_exports(opts.repository)
     if missing:
-        print(f"error: no exported version for {', '.join(missing)}; run `tmr export minilm` "
-              "(or `make setup`) first", file=sys.stderr)
+        print(f"error: no exported version for {', '.join(missing)}; run `tmr export NAME` "
+              "for its model (or `make setup`) first", file=sys.stderr)
         return 2
     server = TritonServer(opts)
     stopping = False
@@ -169,7 +167,8 @@ def serve(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if not args.no_check:
-        print(example_call(server), flush=True)
+        for line in example_calls(server):
+            print(line, flush=True)
     watchdog = start_watchdog(server, args)
     prometheus = start_prometheus(server, args)
     while not stopping and server.process is not None and server.process.poll() is None:

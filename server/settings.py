@@ -8,10 +8,21 @@ launcher (`server.launcher`) and `docker-compose.yml` both use exactly these fla
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+# The keys' names are the SDK's (it ships alone); the server side uses the same.
+from client.auth import (  # noqa: F401  (re-exported for server code and compose tests)
+    ADMIN_KEY_ENV,
+    ADMIN_KEY_HEADER,
+    API_KEY_ENV,
+    API_KEY_HEADER,
+    DEV_ADMIN_KEY,
+    GRPC_ADMIN_KEY_HEADER,
+    admin_key_header,
+    default_admin_key,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -34,17 +45,7 @@ ControlMode = Literal["explicit", "poll"]
 # the admin key (HTTP 403, gRPC UNAVAILABLE). Inference, metadata and health stay open.
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace",
                    "logging")
-ADMIN_KEY_HEADER = "admin-key"
-# Triton 2.51's gRPC frontend expects the restricted key under this prefix (measured:
-# "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'").
-GRPC_ADMIN_KEY_HEADER = f"triton-grpc-protocol-{ADMIN_KEY_HEADER}"
-ADMIN_KEY_ENV = "TMR_ADMIN_KEY"
-DEV_ADMIN_KEY = "tmr-dev-admin-key"  # the CPU dev server's key when TMR_ADMIN_KEY is unset
-
-
-def admin_key() -> str:
-    """The admin key: TMR_ADMIN_KEY, or the dev default (compose requires the variable)."""
-    return os.environ.get(ADMIN_KEY_ENV) or DEV_ADMIN_KEY
+admin_key = default_admin_key
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,6 @@ def control_mode_flags(mode: ControlMode) -> list[str]:
     raise ValueError(f"unknown model control mode {mode!r}; expected 'explicit' or 'poll'")
 
 
-def admin_key_header(protocol: str) -> str:
-    """The header (HTTP) or metadata key (gRPC) that carries the admin key."""
-    return GRPC_ADMIN_KEY_HEADER if protocol == "grpc" else ADMIN_KEY_HEADER
-
-
 def restricted_api_flags(key: str) -> list[str]:
     """Restrict the admin APIs on both protocols to requests carrying `admin-key: <key>`."""
     if not key:
@@ -122,10 +118,8 @@ def restricted_api_flags(key: str) -> list[str]:
 
 # The front door (nginx, server/front_door.py). Clients authenticate with API_KEY_HEADER;
 # the keys come from TMR_API_KEYS ("name:key,name:key"), the dev default otherwise.
-API_KEY_HEADER = "x-api-key"
 API_KEYS_ENV = "TMR_API_KEYS"
 DEV_API_KEYS = "dev:tmr-dev-key"
-API_KEY_ENV = "TMR_API_KEY"  # the one key a client (the SDK, `tmr`) sends
 # The largest valid request is a full batch of the longest texts: embed's max_batch_size
 # (64) x max_text_bytes (16384) = 1 MiB of UTF-8. JSON may escape it to 3x (a 4-byte emoji
 # becomes the 12 characters of a \uXXXX\uXXXX pair), 3 MiB, plus 1 MiB for the envelope.

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from client.auth import key_headers
 from client.prometheus import samples
+from server.admin import ProbeTarget, probe, probe_targets
 
 log = logging.getLogger("tmr.watchdog")
 DEAD_STUB = "is not healthy"
@@ -86,11 +87,13 @@ def triton_counters(metrics_url: str) -> dict[str, tuple[float, float]]:
 class Watchdog(threading.Thread):
     """Runs the probe/decide/reload loop until `stop()`; reloads only in explicit mode."""
 
-    def __init__(self, http_url: str, metrics_url: str, models: list[str],
+    def __init__(self, http_url: str, metrics_url: str, models: list[str] | None = None,
                  interval_s: float = 2.0, metrics_port: int | None = None,
                  detector: StallDetector | None = None) -> None:
         super().__init__(name="tmr-watchdog", daemon=True)
-        self.http_url, self.metrics_url, self.models = http_url, metrics_url, models
+        self.http_url, self.metrics_url = http_url, metrics_url
+        self.only = models  # None: every family model the server loaded (see `watched`)
+        self.targets: dict[str, ProbeTarget] = {}
         self.interval_s = interval_s
         self.detector = detector or StallDetector()
         self.registry = CollectorRegistry()
@@ -104,19 +107,35 @@ class Watchdog(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
 
-    def run(self) -> None:
-        from client.admin import probe_model
+    def watched(self, client: httpclient.InferenceServerClient) -> list[ProbeTarget]:
+        """The family models to watch: each one the server has loaded (READY) since the
+        watchdog started, until an operator unloads it (state "unloaded")."""
+        index = client.get_model_repository_index(headers=key_headers(admin=True))
+        for entry in index:
+            name, state = entry["name"], entry.get("state", "")
+            if self.only is not None and name not in self.only:
+                continue
+            if state == "READY" and name not in self.targets:
+                found = probe_targets(client, [name])
+                if found:
+                    self.targets[name] = found[0]
+            elif state == "UNAVAILABLE" and entry.get("reason") == "unloaded":
+                self.targets.pop(name, None)
+        return list(self.targets.values())
 
+    def run(self) -> None:
         client = httpclient.InferenceServerClient(self.http_url)
         try:
             while not self._stop_event.wait(self.interval_s):
                 try:
                     counters = triton_counters(self.metrics_url)
-                except OSError as err:
-                    log.warning("watchdog cannot read %s: %s", self.metrics_url, err)
+                    targets = self.watched(client)
+                except Exception as err:  # the server restarting, the admin key refused...
+                    log.warning("watchdog cannot read the server's state: %s", err)
                     continue
-                for model in self.models:
-                    check = probe_model(client, model)
+                for target in targets:
+                    model = target.model
+                    check = probe(client, target)
                     pending, execs = counters.get(model, (0.0, 0.0))
                     reason = self.detector.decide(
                         model, Sample(check.ok, "" if check.ok else check.detail, pending, execs))

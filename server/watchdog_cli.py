@@ -12,7 +12,7 @@ import signal
 import threading
 from types import FrameType
 
-from server.serve import WATCHDOG_PORT_OFFSET, WATCHED_MODELS
+from server.serve import WATCHDOG_PORT_OFFSET
 from server.settings import Ports
 
 WATCHDOG_INTERVAL_S = 5.0
@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--port", type=int, default=defaults.metrics + WATCHDOG_PORT_OFFSET,
                         help="where the watchdog serves its own /metrics")
     parser.add_argument("--interval-s", type=float, default=WATCHDOG_INTERVAL_S)
-    parser.add_argument("--models", nargs="+", default=WATCHED_MODELS)
+    parser.add_argument("--models", nargs="+", default=None,
+                        help="only these (default: every family model the server loads)")
     parser.set_defaults(func=watchdog_command)
 
 
@@ -42,10 +43,11 @@ def watchdog_command(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    watchdog = Watchdog(args.url, args.metrics_url, list(args.models),
+    watchdog = Watchdog(args.url, args.metrics_url, args.models,
                         interval_s=args.interval_s, metrics_port=args.port)
     watchdog.start()
-    print(f"watchdog: probing {', '.join(args.models)} on {args.url} every "
+    watched = ", ".join(args.models or ["every family model"])
+    print(f"watchdog: probing {watched} on {args.url} every "
           f"{args.interval_s:g} s; reloads counted on http://0.0.0.0:{args.port}/metrics",
           flush=True)
     while not stopping.wait(0.5) and watchdog.is_alive():

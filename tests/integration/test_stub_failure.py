@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from client import UnavailableError
-from client.admin import AUTO, deep_health, wait_for_level
+from server.admin import AUTO, deep_health, wait_for_level
 from server.launcher import TritonServer, stub_processes
 from server.repository import copy_repository
 from server.watchdog import Watchdog

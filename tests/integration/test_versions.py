@@ -18,8 +18,8 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 
-from export.versions import sha256_file
-from server import versions as v
+from python_backends import versions as v
+from python_backends.versions import sha256_file
 from server.launcher import TritonServer
 from server.repository import copy_repository
 from server.settings import PROJECT_ROOT
@@ -255,7 +255,7 @@ def test_gate_refuses_a_degraded_candidate(explicit) -> None:
     add_version(repo / MODEL, 6, noisy_copy(source, 0.1))
     refused = tmr("promote", MODEL, "6", "--url", server.http_url, "--repository", str(repo))
     assert refused.returncode == 1, refused.stdout
-    assert "refused by the gate" in refused.stderr and "fidelity vs reference" in refused.stdout
+    assert "refused by the gate" in refused.stderr and "quality vs reference" in refused.stdout
     assert json.loads((repo / MODEL / "6" / "gate.json").read_text())["passed"] is False
 
 
@@ -296,7 +296,7 @@ def test_a_new_export_takes_no_traffic_until_promoted_and_is_gated_against_the_s
     assert "against v1, the served version" in gated.stdout
     report = json.loads((repo / MODEL / "2" / "gate.json").read_text())
     assert report["current"] == 1 and report["passed"] is True
-    assert set(report["fidelity"]) == {"reference", "current"}
+    assert set(report["quality"]) == {"reference", "current"}
     assert report["performance"]["throughput_ratio"] > 0
 
 

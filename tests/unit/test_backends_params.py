@@ -1,4 +1,4 @@
-"""python_backends.params, bls.child_error_code and stub_env.environment_info (no Triton)."""
+"""python_backends.params, bls.child_failure and stub_env.environment_info (no Triton)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from python_backends.bls import UNAVAILABLE_MARKERS, child_error_code
+from python_backends.bls import child_failure
 from python_backends.params import ConfigError, one_of, parameter, positive_int, tensor_names
 from python_backends.pb import pb_utils
 from python_backends.stub_env import environment_info
@@ -77,31 +77,32 @@ def test_pb_utils_is_none_outside_triton_so_bls_imports():
     assert pb_utils is None
 
 
-@pytest.mark.parametrize("message", [
-    "Exceeds maximum queue size",
-    "Request timeout expired",
-    "Request for unknown model: 'minilm_onnx' is not found",
-    "Request for unknown model: 'minilm_onnx' version 3 is not found",
-    "Model 'minilm_onnx' is not ready",
-    "Stub process 'minilm_onnx_0_0' is not healthy.",
-    "Model 'minilm_onnx' has been unloaded",
+@pytest.mark.parametrize(("message", "kind"), [
+    ("Exceeds maximum queue size", "queue_full"),
+    ("Request timeout expired", "timeout"),
+    ("Request for unknown model: 'minilm_onnx' is not found", "not_found"),
+    ("Request for unknown model: 'minilm_onnx' version 3 is not found", "not_found"),
+    ("Request for unknown model: 'minilm_onnx' version 2 is not at ready state", "not_ready"),
+    ("Model 'minilm_onnx' is not ready", "not_ready"),
+    ("Stub process 'minilm_onnx_0_0' is not healthy.", "stub_unhealthy"),
+    ("Model 'minilm_onnx' has been unloaded", "not_ready"),
+    ("Server not ready", "server_stopping"),
 ])
-def test_child_error_code_is_unavailable_for_overload_absence_and_dead_stubs(message):
-    assert child_error_code(message) == "UNAVAILABLE"
-
-
-def test_child_error_code_covers_every_unavailable_marker():
-    for marker in UNAVAILABLE_MARKERS:
-        assert child_error_code(f"child failed: {marker}.") == "UNAVAILABLE", marker
+def test_a_child_that_cannot_serve_now_is_unavailable_of_its_kind(message, kind):
+    failure = child_failure("minilm_onnx", message)
+    assert (failure.kind, failure.code, failure.unavailable) == (kind, "UNAVAILABLE", True)
+    assert str(failure) == f"model 'minilm_onnx' failed: {message}"
 
 
 @pytest.mark.parametrize("message", [
     "onnxruntime execute failure 2: Non-zero status code returned while running Gather node",
     "unexpected shape for input 'input_ids' for model 'minilm_onnx'",
+    "CUDA out of memory",
     "",
 ])
-def test_child_error_code_is_internal_for_any_other_failure(message):
-    assert child_error_code(message) == "INTERNAL"
+def test_any_other_child_failure_is_internal(message):
+    failure = child_failure("minilm_onnx", message)
+    assert failure.code == "INTERNAL" and not failure.unavailable
 
 
 def test_environment_info_reports_interpreter_numpy_and_search_path():
@@ -119,12 +120,3 @@ def test_environment_info_reports_interpreter_numpy_and_search_path():
 def test_environment_info_is_json_serialisable_and_shows_numpy_below_2():
     info = json.loads(json.dumps(environment_info()))
     assert int(info["numpy_version"].split(".")[0]) < 2
-
-
-def test_failure_reason_labels_child_errors_for_metrics() -> None:
-    from python_backends.bls import failure_reason
-
-    assert failure_reason("Request for unknown model: 'minilm_onnx' is not found") == "not_found"
-    assert failure_reason("Exceeds maximum queue size") == "queue_full"
-    assert failure_reason("Stub process 'minilm_onnx_0_0' is not healthy.") == "stub_unhealthy"
-    assert failure_reason("something else") == "error"

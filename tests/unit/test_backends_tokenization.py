@@ -13,9 +13,12 @@ from python_backends.tokenization import (
     TextLimits,
     apply_token_limit,
     decode_texts,
-    default_tokenizer_path,
     pad_batch,
+    padding_id,
 )
+from tests.conftest import MINILM_SOURCE
+
+TOKENIZER = MINILM_SOURCE / "tokenizer.json"
 
 CLS_ID, SEP_ID, PAD_ID = 101, 102, 0
 
@@ -31,7 +34,7 @@ def texts_tensor(*items: bytes) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def shipped_tokenizer() -> Tokenizer:
-    return Tokenizer.from_file(str(default_tokenizer_path()))
+    return Tokenizer.from_file(str(TOKENIZER))
 
 
 def test_text_limits_from_config_without_parameters_uses_defaults():
@@ -114,9 +117,15 @@ def test_pad_batch_refuses_an_empty_batch():
         pad_batch([])
 
 
-def test_text_encoder_pads_a_batch_to_its_longest_text_not_to_128():
-    encoder = TextEncoder(default_tokenizer_path(), TextLimits())
-    ids, mask = encoder.encode(["hi", "Triton serves sentence embeddings."])
+def encode(encoder: TextEncoder, limits: TextLimits, texts: list[str]) -> tuple:
+    """What a text front model does with a batch: ids, the token limit, padding."""
+    rows = [apply_token_limit(r, limits, i) for i, r in enumerate(encoder.token_ids(texts))]
+    return pad_batch(rows, encoder.pad_id)
+
+
+def test_a_batch_is_padded_to_its_longest_text_not_to_128():
+    encoder = TextEncoder(TOKENIZER)
+    ids, mask = encode(encoder, TextLimits(), ["hi", "Triton serves sentence embeddings."])
     longest = len(encoder.token_ids(["Triton serves sentence embeddings."])[0])
     assert ids.shape == mask.shape == (2, longest)
     assert longest < 128
@@ -126,30 +135,40 @@ def test_text_encoder_pads_a_batch_to_its_longest_text_not_to_128():
 
 
 def test_text_encoder_ids_of_one_text_equal_the_tokenizers_own_encoding(shipped_tokenizer):
-    text = "A versioned Triton model repository for MiniLM sentence embeddings."
+    text = "A versioned Triton model repository for sentence embeddings."
     own = shipped_tokenizer.encode(text)
     own_ids = own.ids[: sum(own.attention_mask)]  # tokenizer.json pads to a fixed 128
-    ids, mask = TextEncoder(default_tokenizer_path(), TextLimits()).encode([text])
+    ids, mask = encode(TextEncoder(TOKENIZER), TextLimits(), [text])
     assert ids[0].tolist() == own_ids
     assert mask[0].tolist() == [1] * len(own_ids)
 
 
-def test_text_encoder_keeps_texts_longer_than_128_tokens_within_max_tokens():
-    ids, _ = TextEncoder(default_tokenizer_path(), TextLimits()).encode(["word " * 200])
+def test_texts_longer_than_128_tokens_are_kept_within_max_tokens():
+    ids, _ = encode(TextEncoder(TOKENIZER), TextLimits(), ["word " * 200])
     assert ids.shape == (1, 202)
 
 
-def test_text_encoder_truncate_policy_caps_at_max_tokens_and_ends_with_sep():
+def test_truncate_policy_caps_at_max_tokens_and_ends_with_sep():
     limits = TextLimits(max_tokens=16, overlength="truncate")
-    encoder = TextEncoder(default_tokenizer_path(), limits)
+    encoder = TextEncoder(TOKENIZER)
     full = encoder.token_ids(["many words " * 20])[0]
-    ids, mask = encoder.encode(["many words " * 20, "short"])
+    ids, mask = encode(encoder, limits, ["many words " * 20, "short"])
     assert ids.shape == (2, 16)
     assert ids[0].tolist() == [*full[:15], SEP_ID]
     assert mask[0].all()
 
 
-def test_text_encoder_reject_policy_names_the_overlong_text():
-    encoder = TextEncoder(default_tokenizer_path(), TextLimits(max_tokens=8))
+def test_reject_policy_names_the_overlong_text():
     with pytest.raises(InvalidInputError, match=r"^TEXT\[1\] is \d+ tokens, over the limit of 8"):
-        encoder.encode(["ok", "a text that is clearly longer than eight tokens in total"])
+        encode(TextEncoder(TOKENIZER), TextLimits(max_tokens=8),
+               ["ok", "a text that is clearly longer than eight tokens in total"])
+
+
+@pytest.mark.parametrize(("tokenizer_json", "pad"), [
+    ({"padding": {"pad_id": 1, "pad_token": "<pad>"}}, 1),
+    ({"added_tokens": [{"id": 0, "content": "[PAD]"}]}, 0),
+    ({"added_tokens": [{"id": 3, "content": "<unk>"}, {"id": 1, "content": "<pad>"}]}, 1),
+    ({}, 0),
+])
+def test_the_pad_id_is_the_one_the_tokenizer_declares(tokenizer_json, pad):
+    assert padding_id(tokenizer_json) == pad

@@ -156,7 +156,7 @@ def python_stub_shm_bound() -> int:
     64 texts of max_text_bytes in, and per row two INT64 max_tokens inputs and one FP32
     384 embedding out to the encoder, plus the EMBEDDING and SERVED_BY outputs back.
     """
-    from server.versions import parse_config
+    from python_backends.versions import parse_config
 
     repo = PROJECT_ROOT / "model_repository"
     embed = parse_config((repo / "embed" / "config.pbtxt").read_text())

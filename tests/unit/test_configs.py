@@ -1,4 +1,9 @@
-"""Every config.pbtxt, parsed exactly as Triton parses it, against contracts.py and the exports."""
+"""Every config.pbtxt, parsed exactly as Triton parses it, against its family and the exports.
+
+The family models' configs are generated (python_backends/families/configs.py): each
+must be exactly what its family makes of what varies per model, so no two can drift.
+Every parameter any config sets must be read by some code.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +14,27 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from python_backends import contracts
+from python_backends.degradation import PolicySettings
+from python_backends.families import FAMILIES
+from python_backends.families.catalog import catalog
+from python_backends.families.configs import (
+    GPU,
+    encoder_config,
+    encoder_spec,
+    front_config,
+    front_spec,
+    gpu_spec,
+    parameters_of,
+)
 from server.settings import DEFAULT_REPOSITORY as REPO
+from server.settings import PROJECT_ROOT
 
 CPU_CORES = 2  # this machine's cores: CPU encoders must not oversubscribe them
 MAIN_CONFIGS = sorted(REPO.glob("*/config.pbtxt"))
 PROFILES = sorted(REPO.glob("*/configs/*.pbtxt"))
-THREAD_KEYS = {"onnxruntime": "intra_op_thread_count", "pytorch": "INTRA_OP_THREAD_COUNT"}
+MODELS = catalog(REPO)
+FRONTS = [m.front for m in MODELS if m.front]
+ENCODERS = [name for m in MODELS for name in m.encoders.values()]
 
 
 def parse(path: Path) -> mc.ModelConfig:
@@ -30,9 +49,11 @@ def folder_of(path: Path) -> str:
     return path.parent.name if path.name == "config.pbtxt" else path.parent.parent.name
 
 
-def test_the_repository_has_configs_for_embed_and_every_encoder():
-    expected = {contracts.EMBED_MODEL, *contracts.ENCODER_MODELS}
-    assert {p.parent.name for p in MAIN_CONFIGS} >= expected
+def test_the_repository_holds_a_complete_model_of_every_family_it_names():
+    assert MODELS, "no family model in the repository"
+    for model in MODELS:
+        assert model.front, f"{model.base} has no front model"
+        assert set(model.encoders) == {f.name for f in model.family.formats}, model
 
 
 @pytest.mark.parametrize("path", MAIN_CONFIGS + PROFILES, ids=lambda p: str(p.relative_to(REPO)))
@@ -40,76 +61,21 @@ def test_config_parses_and_its_name_equals_its_folder(path):
     assert parse(path).name == folder_of(path)
 
 
-def test_embed_io_matches_contracts():
-    embed = config(contracts.EMBED_MODEL)
-    assert [(t.name, t.data_type, list(t.dims)) for t in embed.input] == \
-        [(contracts.TEXT_INPUT, mc.TYPE_STRING, [1])]
-    assert [(t.name, t.data_type, list(t.dims)) for t in embed.output] == \
-        [(contracts.EMBEDDING_OUTPUT, mc.TYPE_FP32, [contracts.EMBEDDING_DIM]),
-         (contracts.SERVED_BY_OUTPUT, mc.TYPE_STRING, [1])]
+@pytest.mark.parametrize("name", ENCODERS)
+def test_encoder_config_and_gpu_profile_are_what_the_family_generates(name):
+    cpu = config(name)
+    spec = encoder_spec(cpu)
+    assert encoder_config(spec) == cpu
+    profile = REPO / name / "configs" / "gpu.pbtxt"
+    if profile.exists():
+        gpu = parse(profile)
+        assert encoder_config(gpu_spec(spec, gpu), GPU) == gpu
 
 
-def test_embed_primary_and_fallback_are_known_encoders_and_differ():
-    params = config("embed").parameters
-    primary = params["primary_model"].string_value
-    fallback = params["fallback_model"].string_value
-    assert {primary, fallback} <= set(contracts.ENCODER_MODELS) and primary != fallback
-    assert contracts.PRECISION[fallback] == "int8"  # the cheaper model of the ladder
-
-
-def test_embed_degradation_settings_parse_with_the_policy_reader():
-    from google.protobuf.json_format import MessageToDict
-
-    from python_backends.degradation import PolicySettings
-
-    settings = PolicySettings.from_config(MessageToDict(config("embed"),
-                                                        preserving_proto_field_name=True))
-    assert settings.forced_level is None  # signals decide unless an operator forces a level
-    assert 0 < settings.down_ratio < 1 and 0 < settings.queue_ratio <= 1
-    assert settings.min_dwell_s > settings.recover_dwell_s > 0  # rise slowly, fall fast
-
-
-@pytest.mark.parametrize("name", contracts.ENCODER_MODELS)
-def test_encoder_io_matches_contracts(name):
-    encoder = config(name)
-    assert [(t.name, t.data_type, list(t.dims)) for t in encoder.input] == \
-        [(n, mc.TYPE_INT64, [-1]) for n in contracts.ENCODER_INPUTS]
-    assert [(t.name, t.data_type, list(t.dims)) for t in encoder.output] == \
-        [(contracts.ENCODER_OUTPUTS[name], mc.TYPE_FP32, [contracts.EMBEDDING_DIM])]
-
-
-@pytest.mark.parametrize("name", contracts.ENCODER_MODELS)
-def test_encoder_takes_a_whole_embed_batch_in_one_bls_call(name):
-    assert config(name).max_batch_size >= config("embed").max_batch_size
-
-
-def test_embed_has_priority_levels_each_with_a_timeout_policy_and_low_sheds_first():
-    batching = config("embed").dynamic_batching
-    levels = batching.priority_levels
-    assert levels >= 2
-    assert 1 <= batching.default_priority_level <= levels
-    policies = batching.priority_queue_policy
-    assert set(policies) == set(range(1, levels + 1))
-    for level, policy in policies.items():
-        assert policy.default_timeout_microseconds > 0, level
-        assert policy.allow_timeout_override, level
-    assert policies[levels].max_queue_size < policies[1].max_queue_size
-
-
-def test_embed_has_at_least_two_instances_because_one_stalls_with_priorities_on_2_51():
-    assert sum(g.count for g in config("embed").instance_group) >= 2
-
-
-@pytest.mark.parametrize("name", contracts.ENCODER_MODELS)
-def test_cpu_encoder_sets_its_threads_and_fits_the_machines_cores(name):
-    encoder = config(name)
-    key = THREAD_KEYS["pytorch" if encoder.platform == "pytorch_libtorch" else encoder.backend]
-    assert key in encoder.parameters, f"{name} has no {key} parameter"
-    threads = int(encoder.parameters[key].string_value)
-    groups = encoder.instance_group
-    assert groups and all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in groups)
-    instances = sum(g.count for g in groups)
-    assert instances * threads <= CPU_CORES
+@pytest.mark.parametrize("name", FRONTS)
+def test_front_config_is_what_the_family_generates(name):
+    front = config(name)
+    assert front_config(front_spec(front)) == front
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: str(p.relative_to(REPO)))
@@ -121,6 +87,86 @@ def test_gpu_profile_differs_from_config_only_in_instance_group_and_parameters(p
         message.ClearField("instance_group")
         message.ClearField("parameters")
     assert profile == main
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.base)
+def test_front_and_encoder_tensors_are_the_familys(model):
+    fam = model.family
+    front = config(model.front)
+    dim = int(front.output[0].dims[-1])
+    io = [(t.name, mc.DataType.Value(t.data_type), list(t.resolved(dim)))
+          for t in (*fam.front_inputs, *fam.front_outputs)]
+    assert [(t.name, t.data_type, list(t.dims)) for t in (*front.input, *front.output)] == io
+    for fmt, name in model.encoders.items():
+        suffix = fam.format(fmt).output_suffix
+        encoder = config(name)
+        assert [t.name for t in encoder.input] == [t.name for t in fam.encoder_inputs]
+        assert [(t.name, list(t.dims)) for t in encoder.output] == \
+            [(fam.encoder_output.name + suffix, [dim])]
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.base)
+def test_front_calls_its_own_encoders_and_falls_back_to_the_cheaper_precision(model):
+    params = parameters_of(config(model.front))
+    fam = model.family
+    assert params["primary_model"] == model.encoder(fam.primary)
+    assert params["fallback_model"] == model.encoder(fam.fallback)
+    assert fam.format(fam.fallback).precision == "int8"
+
+
+@pytest.mark.parametrize("name", FRONTS)
+def test_front_degradation_settings_parse_with_the_policy_reader(name):
+    from google.protobuf.json_format import MessageToDict
+
+    settings = PolicySettings.from_config(MessageToDict(config(name),
+                                                        preserving_proto_field_name=True))
+    assert settings.forced_level is None  # signals decide unless an operator forces a level
+    assert 0 < settings.down_ratio < 1 and 0 < settings.queue_ratio <= 1
+    assert settings.min_dwell_s > settings.recover_dwell_s > 0  # rise slowly, fall fast
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_encoder_takes_a_whole_front_batch_in_one_bls_call(name):
+    fronts = [m.front for m in MODELS if name in m.encoders.values()]
+    assert config(name).max_batch_size >= config(fronts[0]).max_batch_size
+
+
+@pytest.mark.parametrize("name", FRONTS)
+def test_front_has_priority_levels_each_with_a_timeout_policy_and_low_sheds_first(name):
+    batching = config(name).dynamic_batching
+    levels = batching.priority_levels
+    assert levels >= 2
+    assert 1 <= batching.default_priority_level <= levels
+    policies = batching.priority_queue_policy
+    assert set(policies) == set(range(1, levels + 1))
+    for level, policy in policies.items():
+        assert policy.default_timeout_microseconds > 0, level
+        assert policy.allow_timeout_override, level
+    assert policies[levels].max_queue_size < policies[1].max_queue_size
+
+
+@pytest.mark.parametrize("name", FRONTS)
+def test_front_has_at_least_two_instances_because_one_stalls_with_priorities_on_2_51(name):
+    assert sum(g.count for g in config(name).instance_group) >= 2
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_cpu_encoder_sets_its_threads_and_fits_the_machines_cores(name):
+    encoder = config(name)
+    params = parameters_of(encoder)
+    fam = FAMILIES[params["family"]]
+    key = fam.format(params["format"]).threads_parameter
+    assert key in params, f"{name} has no {key} parameter"
+    groups = encoder.instance_group
+    assert groups and all(g.kind == mc.ModelInstanceGroup.KIND_CPU for g in groups)
+    assert sum(g.count for g in groups) * int(params[key]) <= CPU_CORES
+
+
+@pytest.mark.parametrize("name", FRONTS)
+def test_a_front_is_served_by_its_familys_python_based_backend_with_no_model_py(name):
+    front = config(name)
+    assert (PROJECT_ROOT / "python_backends" / "backends" / front.backend / "model.py").is_file()
+    assert not list((REPO / name).glob("*/model.py")), "a front needs no model.py shim"
 
 
 @pytest.mark.parametrize("path", [p for p in MAIN_CONFIGS if parse(p).backend == "python"],
@@ -153,3 +199,35 @@ def test_onnx_export_graph_names_equal_the_configs(path):
         assert [i.name for i in graph.input if i.name not in initializers] == \
             [t.name for t in cfg.input], export
         assert [o.name for o in graph.output] == [t.name for t in cfg.output], export
+
+
+def keys_read_by_code() -> set[str]:
+    """String literals the code reads with: a call argument (parameter(config, "key"),
+    params.get("key")), a subscript (params["key"]), a membership test ("key" in p), or a
+    class attribute naming the key a class reads (`threads_parameter = "KEY"`). Literal
+    dict keys (the families' defaults) are definitions, not reads."""
+    read: set[str] = set()
+    for folder in ("python_backends", "server", "export", "perf"):
+        for path in (PROJECT_ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                values: list[ast.AST] = []
+                if isinstance(node, ast.Call):
+                    values = list(node.args)
+                elif isinstance(node, ast.Subscript):
+                    values = [node.slice]
+                elif isinstance(node, ast.Compare):
+                    values = [node.left, *node.comparators]
+                elif isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id.endswith("_parameter")
+                        for t in node.targets):
+                    values = [node.value]
+                read |= {v.value for v in values
+                         if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+    return read
+
+
+def test_every_parameter_a_config_sets_is_read_by_some_code():
+    read = keys_read_by_code()
+    unread = {f"{folder_of(path)}: {key}" for path in MAIN_CONFIGS + PROFILES
+              for key in parse(path).parameters if key not in read}
+    assert unread == set(), "parameters set in configs but read nowhere"

@@ -1,4 +1,4 @@
-"""export.signature: the I/O contract checks on ONNX graphs and TorchScript forward arguments."""
+"""export.signature: the family's I/O contract, checked on ONNX graphs and TorchScript forwards."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from export.errors import ExportCheckError
-from export.signature import check_forward_arguments, check_onnx_signature, dynamic_axes
+from export.signature import check_forward_arguments, check_onnx_signature, signature
+from python_backends.families import TEXT_EMBEDDING
 
 INT64, FLOAT = TensorProto.INT64, TensorProto.FLOAT
+CONTRACT = signature(TEXT_EMBEDDING, 384)  # a text-embedding model of 384 dimensions
 
 
 def _model(
@@ -30,48 +32,49 @@ GOOD_INPUTS = [("input_ids", INT64, ["b", "s"]), ("attention_mask", INT64, ["b",
 
 
 def test_contract_graph_passes() -> None:
-    check_onnx_signature(_model(GOOD_INPUTS, [("embedding", FLOAT, ["b", 384])]))
+    check_onnx_signature(_model(GOOD_INPUTS, [("embedding", FLOAT, ["b", 384])]), CONTRACT)
 
 
 def test_dynamic_embedding_width_is_accepted() -> None:
-    check_onnx_signature(_model(GOOD_INPUTS, [("embedding", FLOAT, ["b", "w"])]))
+    check_onnx_signature(_model(GOOD_INPUTS, [("embedding", FLOAT, ["b", "w"])]), CONTRACT)
 
 
 def test_renamed_input_fails() -> None:
     inputs = [("ids", INT64, ["b", "s"]), GOOD_INPUTS[1]]
     with pytest.raises(ExportCheckError, match="ONNX inputs"):
-        check_onnx_signature(_model(inputs, [("embedding", FLOAT, ["b", 384])]))
+        check_onnx_signature(_model(inputs, [("embedding", FLOAT, ["b", 384])]), CONTRACT)
 
 
 def test_int32_inputs_fail() -> None:
     inputs = [("input_ids", TensorProto.INT32, ["b", "s"]), GOOD_INPUTS[1]]
     with pytest.raises(ExportCheckError, match="ONNX inputs"):
-        check_onnx_signature(_model(inputs, [("embedding", FLOAT, ["b", 384])]))
+        check_onnx_signature(_model(inputs, [("embedding", FLOAT, ["b", 384])]), CONTRACT)
 
 
 def test_fixed_batch_dimension_fails() -> None:
     inputs = [("input_ids", INT64, [1, "s"]), GOOD_INPUTS[1]]
     with pytest.raises(ExportCheckError, match="ONNX inputs"):
-        check_onnx_signature(_model(inputs, [("embedding", FLOAT, ["b", 384])]))
+        check_onnx_signature(_model(inputs, [("embedding", FLOAT, ["b", 384])]), CONTRACT)
 
 
 def test_wrong_output_rank_fails() -> None:
     with pytest.raises(ExportCheckError, match="ONNX outputs"):
-        check_onnx_signature(_model(GOOD_INPUTS, [("embedding", FLOAT, ["b", "s", 384])]))
+        check_onnx_signature(_model(GOOD_INPUTS, [("embedding", FLOAT, ["b", "s", 384])]), CONTRACT)
 
 
 def test_wrong_embedding_width_fails() -> None:
     with pytest.raises(ExportCheckError, match="ONNX outputs"):
-        check_onnx_signature(_model(GOOD_INPUTS, [("embedding", FLOAT, ["b", 768])]))
+        check_onnx_signature(_model(GOOD_INPUTS, [("embedding", FLOAT, ["b", 768])]), CONTRACT)
 
 
 def test_float16_output_fails() -> None:
     with pytest.raises(ExportCheckError, match="ONNX outputs"):
-        check_onnx_signature(_model(GOOD_INPUTS, [("embedding", TensorProto.FLOAT16, ["b", 384])]))
+        check_onnx_signature(
+            _model(GOOD_INPUTS, [("embedding", TensorProto.FLOAT16, ["b", 384])]), CONTRACT)
 
 
 def test_dynamic_axes_cover_batch_and_sequence_of_inputs_and_batch_of_output() -> None:
-    assert dynamic_axes() == {
+    assert CONTRACT.dynamic_axes() == {
         "input_ids": {0: "batch", 1: "sequence"},
         "attention_mask": {0: "batch", 1: "sequence"},
         "embedding": {0: "batch"},
@@ -79,8 +82,8 @@ def test_dynamic_axes_cover_batch_and_sequence_of_inputs_and_batch_of_output() -
 
 
 def test_forward_arguments_must_be_input_ids_then_attention_mask() -> None:
-    check_forward_arguments(["self", "input_ids", "attention_mask"])
+    check_forward_arguments(["self", "input_ids", "attention_mask"], CONTRACT)
     with pytest.raises(ExportCheckError, match="TorchScript forward arguments"):
-        check_forward_arguments(["self", "x", "mask"])
+        check_forward_arguments(["self", "x", "mask"], CONTRACT)
     with pytest.raises(ExportCheckError, match="TorchScript forward arguments"):
-        check_forward_arguments(["self", "attention_mask", "input_ids"])
+        check_forward_arguments(["self", "attention_mask", "input_ids"], CONTRACT)

@@ -6,13 +6,15 @@ import hashlib
 import json
 from pathlib import Path
 
-from export.versions import (
+from python_backends.versions import (
     is_up_to_date,
-    list_versions,
     next_version,
     read_provenance,
     sha256_file,
     write_provenance,
+)
+from python_backends.versions import (
+    versions_on_disk as list_versions,
 )
 
 

@@ -11,7 +11,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from client.auth import key_headers
-from client.core import wanted_outputs
+from client.core import output_names
 from client.errors import (
     AccessDeniedError,
     InvalidInputError,
@@ -220,9 +220,9 @@ def test_a_restricted_api_is_not_retried_but_a_rate_limit_is():
 
 def test_outputs_come_from_the_metadata_when_the_config_is_restricted():
     http = {"name": "embed", "outputs": [{"name": "EMBEDDING"}, {"name": "SERVED_BY"}]}
-    assert wanted_outputs(http) == ["EMBEDDING", "SERVED_BY"]
+    assert output_names(http) == ["EMBEDDING", "SERVED_BY"]
     grpc = service_pb2.ModelMetadataResponse(
         name="embed", outputs=[service_pb2.ModelMetadataResponse.TensorMetadata(name="EMBEDDING")])
-    assert wanted_outputs(grpc) == ["EMBEDDING"]
-    assert wanted_outputs(service_pb2.ModelConfigResponse(config=embed_config())) == [
-        "EMBEDDING", "SERVED_BY"]
+    assert output_names(grpc) == ["EMBEDDING"]
+    assert output_names(service_pb2.ModelConfigResponse(config=embed_config())) == [
+        "EMBEDDING", "SERVED_BY", "TOKENS"]

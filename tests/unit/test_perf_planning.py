@@ -55,7 +55,7 @@ def test_plan_respects_memory_and_latency_budgets() -> None:
 def test_the_proposal_is_a_config_triton_parses_with_the_planned_values() -> None:
     from perf.plan_cli import proposed_config
     from perf.planning import Plan
-    from server import versions as v
+    from python_backends import versions as v
     from server.settings import DEFAULT_REPOSITORY
 
     text = (DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt").read_text()

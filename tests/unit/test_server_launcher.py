@@ -1,4 +1,4 @@
-"""server.launcher helpers (log parsing, ports, stub environment) and serve.missing_exports."""
+"""server.launcher helpers: log parsing, ports, the stub environment."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from server.launcher import (
     load_failures,
     stub_environment,
 )
-from server.serve import ENCODERS, missing_exports
 from server.settings import PROJECT_ROOT
 
 # Observed verbatim in Triton 2.51 logs.
@@ -135,22 +134,6 @@ def test_stub_environment_puts_the_venv_bin_first_on_path_and_disables_user_site
     assert "PYTHONHOME" not in env
     assert env["KEEP"] == "1"
     assert base == {"PATH": "/usr/bin:/bin", "PYTHONHOME": "/opt/py", "KEEP": "1"}
-
-
-def test_missing_exports_lists_encoders_without_a_version_folder(tmp_path):
-    (tmp_path / "minilm_onnx" / "configs").mkdir(parents=True)
-    (tmp_path / "minilm_onnx" / "config.pbtxt").write_text('name: "minilm_onnx"\n')
-    (tmp_path / "minilm_int8" / "1").mkdir(parents=True)
-    (tmp_path / "minilm_torchscript").mkdir()
-    (tmp_path / "embed" / "1").mkdir(parents=True)
-    assert missing_exports(tmp_path) == ["minilm_onnx", "minilm_torchscript"]
-
-
-def test_missing_exports_ignores_encoders_absent_from_the_repository(tmp_path):
-    for name in ENCODERS:
-        (tmp_path / name / "3").mkdir(parents=True)
-    assert missing_exports(tmp_path) == []
-    assert missing_exports(tmp_path / "empty_subdir_that_does_not_exist") == []
 
 
 def test_load_failures_reads_repository_manager_errors_without_a_version() -> None:

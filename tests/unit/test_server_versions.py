@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from python_backends.embed import served_version
-from server import versions as v
+from python_backends import versions as v
 from server.settings import DEFAULT_REPOSITORY
 
 CONFIG = (DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt").read_text()
@@ -71,9 +70,11 @@ def test_rollback_without_a_target_goes_to_the_previously_promoted_version(tmp_p
 
 def test_router_reports_the_version_the_policy_selects(tmp_path: Path) -> None:
     folder = model_dir(tmp_path, [1, 2])
-    assert served_version(folder) == "1"
+    assert v.served_version(folder) == 1
     v.set_version(folder, 2)
-    assert served_version(folder) == "2"
+    assert v.served_version(folder) == 2
+    (folder / "config.pbtxt").write_text(CONFIG.replace(SHIPPED_POLICY, "# " + SHIPPED_POLICY))
+    assert v.served_version(folder) == 2  # a commented-out policy is no policy: latest
 
 
 def test_pinning_before_an_export_turns_latest_into_the_version_served_now(tmp_path) -> None:

@@ -1,8 +1,15 @@
-"""Versions of a model in the repository: what is on disk, what `version_policy` selects,
-and atomic, validated edits of that policy (pure file logic; no server calls)."""
+"""Versions of a model in the repository, in one place: integer version folders, what
+`version_policy` selects, provenance, and atomic, validated edits of the policy.
+
+Pure file logic, no server calls. Used by export (next version, up-to-date, pin), by the
+release commands (select, history, gate baseline), and inside the stub by the router
+(the version an encoder serves, read off the request path). Configs are parsed with
+Triton's own protobuf (`tritonclient.grpc.model_config_pb2`), exactly as Triton reads them.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -14,6 +21,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 HISTORY = "version_history.json"
+PROVENANCE_FILE = "provenance.json"
 _POLICY = re.compile(r"^version_policy\s*:?\s*\{.*\}\s*$", re.MULTILINE)
 
 
@@ -26,8 +34,22 @@ def parse_config(text: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
 
 
+def read_config(model_dir: Path) -> model_config_pb2.ModelConfig:
+    return parse_config((model_dir / "config.pbtxt").read_text(encoding="utf-8"))
+
+
 def versions_on_disk(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    """Sorted integer-named subfolders of model_dir (Triton's versions); [] if it is absent."""
+    if not model_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in model_dir.iterdir()
+                  if p.is_dir() and p.name.isascii() and p.name.isdigit() and int(p.name) > 0)
+
+
+def next_version(model_dir: Path) -> int:
+    """One more than the highest existing version, or 1."""
+    versions = versions_on_disk(model_dir)
+    return versions[-1] + 1 if versions else 1
 
 
 def selected_versions(config: model_config_pb2.ModelConfig, on_disk: list[int]) -> list[int]:
@@ -41,9 +63,60 @@ def selected_versions(config: model_config_pb2.ModelConfig, on_disk: list[int]) 
     return on_disk[-(latest or 1):]
 
 
-def read_provenance(version_dir: Path) -> dict[str, Any]:
-    path = version_dir / "provenance.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+def served_version(model_dir: Path) -> int | None:
+    """The (newest) version the model's policy selects on disk, or None."""
+    selected = selected_versions(read_config(model_dir), versions_on_disk(model_dir))
+    return selected[-1] if selected else None
+
+
+def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_provenance(version_dir: Path) -> dict[str, Any] | None:
+    """The parsed provenance.json of a version folder, or None if missing or unreadable."""
+    try:
+        data = json.loads((Path(version_dir) / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_provenance(version_dir: Path, provenance: dict[str, Any]) -> Path:
+    """Write provenance.json (sorted keys, indented) into version_dir."""
+    path = Path(version_dir) / PROVENANCE_FILE
+    path.write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def artifact_intact(version_dir: Path, provenance: dict[str, Any]) -> bool:
+    """True if the artifact named in provenance exists with the recorded sha256."""
+    artifact = provenance.get("artifact")
+    if not isinstance(artifact, dict) or not artifact.get("file") or not artifact.get("sha256"):
+        return False
+    path = Path(version_dir) / str(artifact["file"])
+    return path.is_file() and sha256_file(path) == artifact["sha256"]
+
+
+def is_up_to_date(model_dir: Path, fingerprint: str) -> int | None:
+    """The latest version, if it was built from `fingerprint` and its artifact is intact.
+
+    Only the latest version counts: an older matching version would not be the newest
+    export, which is what `tmr export` compares against.
+    """
+    versions = versions_on_disk(model_dir)
+    if not versions:
+        return None
+    version_dir = Path(model_dir) / str(versions[-1])
+    provenance = read_provenance(version_dir)
+    if provenance is None or provenance.get("source_fingerprint") != fingerprint:
+        return None
+    return versions[-1] if artifact_intact(version_dir, provenance) else None
 
 
 def policy_line(version: int) -> str:
@@ -93,7 +166,7 @@ def pin_served_version(model_dir: Path) -> int | None:
     """
     if not (model_dir / "config.pbtxt").exists():
         return None  # a folder Triton does not serve (an export outside a repository)
-    config = parse_config((model_dir / "config.pbtxt").read_text())
+    config = read_config(model_dir)
     selected = selected_versions(config, versions_on_disk(model_dir))
     if selected and not config.version_policy.HasField("specific"):
         set_version(model_dir, selected[-1])
@@ -105,7 +178,7 @@ def gate_baseline(model_dir: Path, candidate: int) -> int | None:
     selects), or, when the candidate is that version, the one promoted before it; never
     the candidate itself. None when there is no other version."""
     on_disk = versions_on_disk(model_dir)
-    selected = selected_versions(parse_config((model_dir / "config.pbtxt").read_text()), on_disk)
+    selected = selected_versions(read_config(model_dir), on_disk)
     if selected and selected[-1] != candidate:
         return selected[-1]
     earlier = [e.version for e in read_history(model_dir)

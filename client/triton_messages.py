@@ -1,0 +1,51 @@
+"""Triton's error messages, in one table: what each marker in a message means.
+
+Triton 2.51 reports most failures by message, not by a code the caller can branch on: a
+BLS call's failure comes back as INTERNAL whatever it was, and HTTP and gRPC differ in
+status. Both the SDK (client.errors) and the router (python_backends.bls) turn a message
+into one of these kinds with `kind_of`, then branch on the kind. No imports: the SDK ships
+alone, and the Python backend imports this module as it is.
+"""
+
+from __future__ import annotations
+
+RESTRICTED = "restricted"  # an admin API without the admin key
+RATE_LIMITED = "rate_limited"  # the front door's per-key rate
+TOO_LARGE = "too_large"  # the front door's body limit
+QUEUE_FULL = "queue_full"
+TIMEOUT = "timeout"  # a queue timeout or a deadline
+NOT_READY = "not_ready"  # known, but loading, unloading or unloaded
+NOT_FOUND = "not_found"
+STUB_UNHEALTHY = "stub_unhealthy"  # a dead Python stub (2.51 never restarts one)
+OUT_OF_MEMORY = "out_of_memory"
+SERVER_STOPPING = "server_stopping"
+UNREACHABLE = "unreachable"  # no connection
+
+# First match wins: "unknown model ... is not at ready state" is a version not ready.
+MARKERS: tuple[tuple[str, str], ...] = (
+    ("is restricted, expecting header", RESTRICTED),
+    ("rate limit exceeded", RATE_LIMITED),
+    ("over the front door limit", TOO_LARGE),
+    ("exceeds maximum queue size", QUEUE_FULL),
+    ("request timeout expired", TIMEOUT),
+    ("deadline exceeded", TIMEOUT),
+    ("is not at ready state", NOT_READY),
+    ("is not ready", NOT_READY),
+    ("has been unloaded", NOT_READY),
+    ("is not healthy", STUB_UNHEALTHY),
+    ("out of memory", OUT_OF_MEMORY),
+    ("outofmemory", OUT_OF_MEMORY),
+    ("server not ready", SERVER_STOPPING),
+    ("stopped accepting new inference requests", SERVER_STOPPING),
+    ("unknown model", NOT_FOUND),
+    ("is not found", NOT_FOUND),
+    ("failed to connect", UNREACHABLE),
+    ("connection refused", UNREACHABLE),
+    ("socket closed", UNREACHABLE),
+)
+
+
+def kind_of(message: str) -> str | None:
+    """The kind of failure a Triton (or front door) message reports, or None."""
+    lowered = message.lower()
+    return next((kind for marker, kind in MARKERS if marker in lowered), None)

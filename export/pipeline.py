@@ -1,0 +1,173 @@
+"""Exporting a family model into the repository, and adding a new one (`tmr add`).
+
+Every format is built in `<model_dir>/.tmp-<pid>`, checked by the family's recipe, given
+a provenance.json and only then renamed to the next integer version, so Triton never sees
+a half-written version; the version policy is pinned first, so the new version serves
+only once promoted. A model is added in a staging folder beside the repository's models
+and moved in only when every format passed its checks: a bad source leaves nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from export.provenance import build_provenance, source_fingerprint, tool_versions
+from export.sources import resolve
+from python_backends import versions as v
+from python_backends.families import Family, family
+from python_backends.families.catalog import FamilyModel, UnknownModelError, find
+from python_backends.families.configs import (
+    EncoderSpec,
+    FrontSpec,
+    encoder_spec,
+    write_encoder,
+    write_front,
+)
+
+FRONT_VERSION = "1"  # a front model's files (its tokenizer) live in version 1
+
+
+class AddError(ValueError):
+    """`tmr add` refused: the name is taken by something else, or the family is unknown."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What happened to one model: a new version written, or already up to date."""
+
+    model_name: str
+    version: int
+    action: str  # "written" | "up to date"
+    path: Path
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        figures = " ".join(f"{k}={val}" for k, val in self.figures.items())
+        action = self.action if self.action == "written" else f"up to date (version {self.version})"
+        return f"{self.model_name:<24} v{self.version:<3} {action:<22} {figures}".rstrip()
+
+
+def recipe_for(fam: Family, source: str, threads: int) -> Any:
+    """The family's export recipe for a source (folder, distribution or parts:...)."""
+    module = importlib.import_module(fam.export_recipe)
+    return module.recipe(resolve(source), threads)
+
+
+def publish(recipe: Any, model_dir: Path, fmt: str, fingerprint: str) -> ExportResult:
+    """Build, check and publish one new version of a format (see the module docstring)."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    work = model_dir / f".tmp-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    started = time.perf_counter()
+    try:
+        checks, figures = recipe.build(fmt, work)
+        artifact = work / recipe.family.format(fmt).artifact
+        version = v.next_version(model_dir)
+        v.write_provenance(work, build_provenance(
+            model_name=model_dir.name, version=version, weights=recipe.facts.weights,
+            weights_sha256=recipe.weights_sha256, artifact=artifact,
+            artifact_sha256=v.sha256_file(artifact), export_format=fmt, opset=recipe.opset(fmt),
+            tools=tool_versions(), settings=recipe.settings(fmt), checks=checks))
+        size_mib = artifact.stat().st_size / 2**20
+        final = model_dir / str(version)
+        v.pin_served_version(model_dir)  # the new version serves only once promoted
+        work.rename(final)  # atomic on one filesystem; fails if the version appeared meanwhile
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figures = {**figures, "size": f"{size_mib:.1f}MiB",
+               "took": f"{time.perf_counter() - started:.1f}s"}
+    return ExportResult(model_dir.name, version, "written", final, figures)
+
+
+def write_front_files(recipe: Any, front_dir: Path) -> None:
+    """The front model's files (its tokenizer), each replaced atomically."""
+    folder = front_dir / FRONT_VERSION
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in recipe.front_files().items():
+        tmp = folder / f".{name}.tmp"
+        shutil.copyfile(source, tmp)
+        tmp.replace(folder / name)
+
+
+def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | None = None,
+                 force: bool = False, threads: int = 2,
+                 on_result: Callable[[ExportResult], None] | None = None) -> list[ExportResult]:
+    """Export the model's formats (all by default), skipping those up to date unless
+    `force`; then its front model's files. Raises ExportCheckError on a failed check."""
+    fam = model.family
+    wanted = list(dict.fromkeys(formats or [f.name for f in fam.formats]))
+    unknown = [f for f in wanted if f not in model.encoders]
+    if unknown:
+        raise ValueError(f"{model.base} has no encoder for {unknown}; it has "
+                         f"{sorted(model.encoders)}")
+    spec = encoder_spec(v.read_config(repository / model.encoder(wanted[0])))
+    recipe = recipe_for(fam, spec.source, threads)
+    tools = tool_versions()
+    results = []
+    for fmt in wanted:
+        model_dir = repository / model.encoder(fmt)
+        fingerprint = source_fingerprint(recipe.weights_sha256, fmt, recipe.opset(fmt), tools,
+                                         recipe.settings(fmt))
+        current = None if force else v.is_up_to_date(model_dir, fingerprint)
+        result = (ExportResult(model_dir.name, current, "up to date", model_dir / str(current))
+                  if current is not None else publish(recipe, model_dir, fmt, fingerprint))
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    if model.front:
+        write_front_files(recipe, repository / model.front)
+    return results
+
+
+def add_model(repository: Path, name: str, family_name: str, source: str,
+              front: str | None = None, threads: int = 2,
+              on_result: Callable[[ExportResult], None] | None = None) -> list[ExportResult]:
+    """`tmr add`: a new model of a known family, exported, configured and wired to its front
+    model; run again with the same arguments, it only checks that all is up to date."""
+    fam = family(family_name)
+    front = front or name
+    try:
+        existing = find(repository, name)
+    except UnknownModelError:
+        existing = None
+    if existing is not None:
+        return readd(repository, existing, fam, source, threads, on_result)
+    taken = [m for m in [front, *(fam.encoder_name(name, f.name) for f in fam.formats)]
+             if (repository / m).exists()]
+    if taken:
+        raise AddError(f"{', '.join(taken)} already in {repository} and not a {fam.name} "
+                       f"model of '{name}': choose another name")
+    recipe = recipe_for(fam, source, threads)  # validates the source before anything is written
+    staging = repository / f".add-{name}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for fmt in fam.formats:
+            write_encoder(staging, EncoderSpec(fam.name, name, fmt.name,
+                                               recipe.facts.dimension, source))
+        write_front(staging, FrontSpec(fam.name, front, name, recipe.facts.dimension,
+                                       recipe.facts.front_parameters))
+        staged = find(staging, name)
+        results = export_model(staging, staged, threads=threads, on_result=on_result)
+        for folder in [*staged.encoders.values(), front]:  # the front last: it loads its
+            (staging / folder).rename(repository / folder)  # encoders' configs at start
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return results
+
+
+def readd(repository: Path, model: FamilyModel, fam: Family, source: str, threads: int,
+          on_result: Callable[[ExportResult], None] | None) -> list[ExportResult]:
+    """The model exists: the same family and source make `tmr add` a check; others refuse."""
+    spec = encoder_spec(v.read_config(repository / next(iter(model.encoders.values()))))
+    if model.family.name != fam.name or spec.source != source:
+        raise AddError(f"'{model.base}' already exists as a {model.family.name} model from "
+                       f"{spec.source!r}; remove its folders first to add it from {source!r}")
+    return export_model(repository, model, threads=threads, on_result=on_result)

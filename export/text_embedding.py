@@ -1,0 +1,325 @@
+"""Export recipe of the text-embedding family: any sentence-transformers model folder.
+
+What the model is comes from its folder, never from code: the architecture and hidden
+size from `config.json`, the pooling (mean, CLS or max) from `1_Pooling/config.json`, the
+normalisation from a Normalize module in `modules.json`, the maximum length from
+`sentence_bert_config.json`, the padding token from `tokenizer.json`. The encoder graph
+is the transformer with that pooling and normalisation, so every served format returns
+the sentence embedding itself.
+
+Formats: ONNX FP32 and TorchScript, each within PARITY_MAX_ABS_DIFF of eager PyTorch on
+parity batches; ONNX INT8 by dynamic quantization, the first variant whose cosines
+against FP32 pass the family's int8 gate (mean and minimum) on the fidelity corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import nn
+
+from export import onnx_fp32, quantize, torchscript
+from export.corpus import build_corpus, corpus_sha256, parity_batches
+from export.errors import ExportCheckError
+from export.parity import check_fidelity, check_max_abs_diff, fidelity, max_abs_diff
+from export.quiet import quiet_export
+from export.signature import signature
+from python_backends.families import TEXT_EMBEDDING
+from python_backends.runners import Runner, onnx_runner, torchscript_runner
+from python_backends.versions import sha256_file
+
+log = logging.getLogger(__name__)
+FAMILY = TEXT_EMBEDDING
+RECIPE_VERSION = 2  # bump when the recipe changes in a way the fingerprint would not see
+PARITY_MAX_ABS_DIFF = 1e-5
+FIDELITY_STRIDE = 4  # every 4th corpus text (about 1,000) judges INT8 against FP32
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
+                 "pooling_mode_max_tokens": "max"}
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a sentence-transformers folder says about its model."""
+
+    folder: Path
+    weights: Path
+    architecture: str
+    dimension: int
+    max_tokens: int
+    pooling: str
+    normalize: bool
+    pad_id: int
+
+    @property
+    def front_parameters(self) -> dict[str, str]:
+        return {"max_tokens": str(self.max_tokens), "normalize": str(self.normalize).lower()}
+
+    def settings(self) -> dict[str, Any]:
+        return {"architecture": self.architecture, "pooling": self.pooling,
+                "normalize": self.normalize, "max_tokens": self.max_tokens}
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ExportCheckError(f"reading {path.name}", str(err), "a readable JSON file") from None
+
+
+def read_facts(folder: Path) -> ModelFacts:
+    """The model facts of a sentence-transformers folder; ExportCheckError names what is
+    missing or unusable."""
+    weights = next((folder / f for f in WEIGHT_FILES if (folder / f).is_file()), None)
+    for required, present in (("config.json", (folder / "config.json").is_file()),
+                              ("tokenizer.json", (folder / "tokenizer.json").is_file()),
+                              (" or ".join(WEIGHT_FILES), weights is not None)):
+        if not present:
+            raise ExportCheckError(f"source folder {folder}", f"no {required}",
+                                   "a sentence-transformers model folder")
+    config = read_json(folder / "config.json")
+    pooling_file = next(iter(sorted(folder.glob("*Pooling/config.json"))), None)
+    pooling = read_json(pooling_file) if pooling_file else {"pooling_mode_mean_tokens": True}
+    modes = [mode for key, mode in POOLING_MODES.items() if pooling.get(key)]
+    if len(modes) != 1:
+        raise ExportCheckError("pooling", pooling, "exactly one of mean, CLS or max tokens")
+    modules = read_json(folder / "modules.json") if (folder / "modules.json").is_file() else []
+    bert = (read_json(folder / "sentence_bert_config.json")
+            if (folder / "sentence_bert_config.json").is_file() else {})
+    tokenizer = read_json(folder / "tokenizer.json")
+    return ModelFacts(
+        folder=folder, weights=weights,
+        architecture=(config.get("architectures") or [config.get("model_type", "?")])[0],
+        dimension=int(pooling.get("word_embedding_dimension") or config["hidden_size"]),
+        max_tokens=int(bert.get("max_seq_length") or config["max_position_embeddings"] - 2),
+        pooling=modes[0],
+        normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules),
+        pad_id=int((tokenizer.get("padding") or {}).get("pad_id", config.get("pad_token_id", 0)
+                                                            or 0)))
+
+
+class SentenceEmbedder(nn.Module):
+    """Transformer + pooling (+ L2 normalisation): (input_ids, attention_mask) -> [B, D].
+
+    The embeddings and the encoder are called with an additive mask built here, instead of
+    the model's forward, whose mask helper bakes `device="cpu"` into a trace."""
+
+    def __init__(self, transformer: nn.Module, pooling: str, normalize: bool) -> None:
+        super().__init__()
+        self.transformer, self.pooling, self.normalize = transformer, pooling, normalize
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        embedded = self.transformer.embeddings(input_ids=input_ids)
+        keep = attention_mask[:, None, None, :].to(embedded.dtype)
+        additive = (1.0 - keep) * torch.finfo(embedded.dtype).min
+        hidden = self.transformer.encoder(embedded, attention_mask=additive)[0]
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        elif self.pooling == "max":
+            pooled = (hidden + (1.0 - mask) * torch.finfo(hidden.dtype).min).amax(dim=1)
+        else:
+            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        return F.normalize(pooled, p=2.0, dim=1) if self.normalize else pooled
+
+
+def load_embedder(facts: ModelFacts) -> SentenceEmbedder:
+    """The local weights (no network) as an eval-mode SentenceEmbedder."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModel
+
+    with quiet_export():
+        try:
+            transformer = AutoModel.from_pretrained(str(facts.folder), attn_implementation="eager",
+                                                    add_pooling_layer=False)
+        except TypeError:  # an architecture without a pooling layer to leave out
+            transformer = AutoModel.from_pretrained(str(facts.folder), attn_implementation="eager")
+    model = SentenceEmbedder(transformer, facts.pooling, facts.normalize).eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return model
+
+
+def load_tokenizer(facts: ModelFacts) -> Tokenizer:
+    """The folder's tokenizer, truncating at the model's length, no padding (ours pads)."""
+    tok = Tokenizer.from_file(str(facts.folder / "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    tok.enable_truncation(max_length=facts.max_tokens)
+    return tok
+
+
+def encode(tokenizer: Tokenizer, texts: list[str], pad_id: int) -> tuple[np.ndarray, ...]:
+    """input_ids and attention_mask, int64 [B, L], padded to the longest text."""
+    from python_backends.tokenization import pad_batch
+
+    return pad_batch([e.ids for e in tokenizer.encode_batch(list(texts))], pad_id)
+
+
+class TextEmbeddingRecipe:
+    """Exports one sentence-transformers folder in every format of the family."""
+
+    family = FAMILY
+
+    def __init__(self, folder: Path, threads: int = 2) -> None:
+        self.facts = read_facts(folder)
+        self.threads = threads
+        self.contract = signature(FAMILY, self.facts.dimension)
+        torch.set_num_threads(threads)
+
+    @cached_property
+    def weights_sha256(self) -> str:
+        return sha256_file(self.facts.weights)
+
+    @cached_property
+    def embedder(self) -> SentenceEmbedder:
+        return load_embedder(self.facts)
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.facts)
+
+    @cached_property
+    def corpus(self) -> list[str]:
+        # Length-sorted, so corpus batches carry little padding; deterministic.
+        return sorted(build_corpus(), key=lambda t: (len(t), t))
+
+    @cached_property
+    def fidelity_texts(self) -> list[str]:
+        return self.corpus[::FIDELITY_STRIDE]
+
+    def feeds(self, texts: list[str]) -> dict[str, np.ndarray]:
+        return dict(zip(self.contract.input_names,
+                        encode(self.tokenizer, texts, self.facts.pad_id)))
+
+    def settings(self, fmt: str) -> dict[str, Any]:
+        """What, with the weights and the tools, determines a format's artifact."""
+        settings = {"recipe": RECIPE_VERSION, "model": self.facts.settings()}
+        if fmt == "torchscript":
+            return {**settings, "torchscript": torchscript.export_settings()}
+        settings["onnx"] = onnx_fp32.export_settings(self.contract)
+        if fmt == "int8":
+            gate = FAMILY.format("int8").gate
+            settings |= {"quantization_candidates": [v.settings() for v in quantize.VARIANTS],
+                         "fidelity": {"stride": FIDELITY_STRIDE,
+                                      "mean_cosine": gate["gate_mean_cosine"],
+                                      "min_cosine": gate["gate_min_cosine"]}}
+        return settings
+
+    def opset(self, fmt: str) -> int | None:
+        return None if fmt == "torchscript" else onnx_fp32.OPSET
+
+    @property
+    def sample(self) -> tuple[torch.Tensor, ...]:
+        feeds = self.feeds(parity_batches(self.corpus)[1])
+        return tuple(torch.from_numpy(feeds[n]) for n in self.contract.input_names)
+
+    def embed(self, run: Runner, texts: list[str], batch: int = 32) -> np.ndarray:
+        output = self.contract.output_names[0]
+        return np.concatenate([run(self.feeds(texts[i:i + batch]))[output]
+                               for i in range(0, len(texts), batch)])
+
+    def eager(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.inference_mode():
+            out = self.embedder(*(torch.from_numpy(feeds[n]) for n in self.contract.input_names))
+        return {self.contract.output_names[0]: out.numpy()}
+
+    def check_parity(self, run: Runner, name: str) -> dict[str, float]:
+        """Max abs diff vs eager PyTorch on each parity batch; raise over the threshold."""
+        output, diffs = self.contract.output_names[0], {}
+        for texts in parity_batches(self.corpus):
+            feeds = self.feeds(texts)
+            case = "batch{}x{}".format(*feeds[self.contract.input_names[0]].shape)
+            diffs[case] = max_abs_diff(self.eager(feeds)[output], run(feeds)[output])
+            check_max_abs_diff(f"{name} {case}", diffs[case], PARITY_MAX_ABS_DIFF)
+        return diffs
+
+    def build(self, fmt: str, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Write the format's artifact into `work`; (checks for provenance, figures)."""
+        return {"onnx": self._onnx, "torchscript": self._torchscript, "int8": self._int8}[fmt](
+            work, FAMILY.format(fmt).artifact)
+
+    def _onnx(self, work: Path, artifact: str) -> tuple[dict, dict]:
+        path = work / artifact
+        onnx_fp32.export_onnx(self.embedder, path, self.sample, self.contract)
+        onnx_fp32.verify_onnx(path, self.contract)
+        diffs = self.check_parity(onnx_runner(path, self.threads), "onnx")
+        return ({"parity_max_abs_diff": diffs, "thresholds": {"max_abs_diff": PARITY_MAX_ABS_DIFF}},
+                {"max_abs_diff": f"{max(diffs.values()):.2e}"})
+
+    def _torchscript(self, work: Path, artifact: str) -> tuple[dict, dict]:
+        path = work / artifact
+        torchscript.export_torchscript(self.embedder, path, self.sample)
+        torchscript.load_torchscript(path, self.contract)
+        run = torchscript_runner(path, self.threads, self.contract.input_names,
+                                 self.contract.output_names)
+        diffs = self.check_parity(run, "torchscript")
+        return ({"parity_max_abs_diff": diffs, "thresholds": {"max_abs_diff": PARITY_MAX_ABS_DIFF}},
+                {"max_abs_diff": f"{max(diffs.values()):.2e}"})
+
+    def _int8(self, work: Path, artifact: str) -> tuple[dict, dict]:
+        gate = FAMILY.format("int8").gate
+        mean, minimum = float(gate["gate_mean_cosine"]), float(gate["gate_min_cosine"])
+        fp32, target = work / "fp32.onnx", work / artifact
+        onnx_fp32.export_onnx(self.embedder, fp32, self.sample, self.contract)
+        onnx_fp32.verify_onnx(fp32, self.contract)
+        fp32_run = onnx_runner(fp32, self.threads)
+        diffs = self.check_parity(fp32_run, "int8 reference onnx")
+        reference = self.embed(fp32_run, self.fidelity_texts)
+        attempts = []
+        for variant in quantize.VARIANTS:
+            quantize.quantize_int8(fp32, target, variant)
+            onnx_fp32.verify_onnx(target, self.contract)
+            stats = fidelity(reference, self.embed(onnx_runner(target, self.threads),
+                                                   self.fidelity_texts))
+            attempt = {"variant": variant.settings(), "fidelity": stats.as_dict(),
+                       "size_bytes": target.stat().st_size}
+            try:
+                check_fidelity(f"int8 {variant.name}", stats, mean, minimum)
+                attempt["passed"] = True
+            except ExportCheckError as exc:
+                attempt["passed"], attempt["failure"] = False, str(exc)
+            log.info("int8 %s: %s", variant.name, attempt)
+            attempts.append(attempt)
+            if attempt["passed"]:
+                break
+            target.unlink()
+        else:
+            best = max(attempts, key=lambda a: a["fidelity"]["mean"])
+            raise ExportCheckError("int8 fidelity (every variant)", best["fidelity"],
+                                   {"mean": mean, "min": minimum}, best["failure"])
+        fp32.unlink()
+        chosen = attempts[-1]
+        stats = chosen["fidelity"]
+        checks = {"reference_parity_max_abs_diff": diffs, "fidelity_vs_fp32_onnx": stats,
+                  "corpus": {"n": len(self.fidelity_texts),
+                             "sha256": corpus_sha256(self.fidelity_texts)},
+                  "thresholds": {"mean_cosine": mean, "min_cosine": minimum},
+                  "quantization": {"chosen": chosen["variant"]["name"], "attempts": attempts}}
+        figures = {"variant": chosen["variant"]["name"], "cos_mean": f"{stats['mean']:.4f}",
+                   "cos_min": f"{stats['min']:.4f}", "n": stats["n"]}
+        return checks, figures
+
+    def front_files(self) -> dict[str, Path]:
+        """Files the front model's version folder holds: the tokenizer it tokenizes with."""
+        return {"tokenizer.json": self.facts.folder / "tokenizer.json"}
+
+    # -- the release gate -----------------------------------------------------------
+    def gate_batches(self, stride: int = 16, batch: int = 16) -> list[dict[str, np.ndarray]]:
+        """Every `stride`-th corpus text, length-sorted into batches (little padding)."""
+        texts = sorted(build_corpus()[::stride], key=len)
+        return [self.feeds(texts[i:i + batch]) for i in range(0, len(texts), batch)]
+
+
+def recipe(folder: Path, threads: int = 2) -> TextEmbeddingRecipe:
+    return TextEmbeddingRecipe(folder, threads)

@@ -1,0 +1,79 @@
+"""What the benchmarks measure, found in the repository (no model is named in perf code).
+
+`text_model()` is the repository's text-embedding model (the first, or one by name);
+its front model, encoders, served artifact and tokenizer come from its configs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from python_backends import versions as v
+from python_backends.families import TEXT_EMBEDDING
+from python_backends.families.catalog import FamilyModel, catalog, find
+from python_backends.tokenization import TextEncoder
+from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
+
+INPUTS = PROJECT_ROOT / "perf" / "inputs"
+
+
+def text_model(repository: Path = DEFAULT_REPOSITORY, name: str | None = None) -> FamilyModel:
+    """The named model, or the repository's first text-embedding model."""
+    if name:
+        return find(repository, name)
+    models = [m for m in catalog(repository) if m.family is TEXT_EMBEDDING and m.front]
+    if not models:
+        raise LookupError(f"no text-embedding model in {repository}")
+    return models[0]
+
+
+def served_artifact(repository: Path, encoder: str) -> Path:
+    """The artifact of the version the encoder serves."""
+    model_dir = repository / encoder
+    version = v.served_version(model_dir)
+    provenance = v.read_provenance(model_dir / str(version)) or {}
+    return model_dir / str(version) / provenance["artifact"]["file"]
+
+
+def tokenizer(repository: Path, front: str) -> TextEncoder:
+    """The front model's own tokenizer (its version folder's tokenizer.json)."""
+    return TextEncoder(repository / front / "1" / "tokenizer.json")
+
+
+def texts(family_inputs: str = TEXT_EMBEDDING.perf_inputs) -> list[str]:
+    """The texts of the family's perf_analyzer input data."""
+    data = json.loads((INPUTS / family_inputs).read_text())["data"]
+    return [d["TEXT"]["content"][0] for d in data]
+
+
+FIXTURES = PROJECT_ROOT / "perf" / "fixtures"
+
+
+def build_repository(root: Path, edits: list[tuple[str, str, str]],
+                     source: Path = DEFAULT_REPOSITORY) -> Path:
+    """The repository and the benchmark fixtures (perf/fixtures) in `root`, with config
+    edits (model, regex, replacement) applied; `embed_bare` runs the served primary."""
+    from server.repository import copy_repository, edit_config, set_parameter
+
+    repo = copy_repository([source, FIXTURES], root / "repository")
+    model = text_model(source)
+    primary = model.encoder(model.family.primary)
+    set_parameter(repo, "embed_bare", "onnx_path", str(served_artifact(source, primary)))
+    for name, pattern, replacement in edits:
+        edit_config(repo, name, pattern, replacement)
+    return repo
+
+
+def counts(http_url: str, model: str) -> tuple[int, int]:
+    """(inferences, executions) of a model so far, from Triton's statistics (restricted)."""
+    import urllib.request
+
+    from client.auth import key_headers
+
+    request = urllib.request.Request(f"http://{http_url}/v2/models/{model}/stats",
+                                     headers=key_headers(admin=True))
+    with urllib.request.urlopen(request, timeout=10) as r:
+        stats = json.loads(r.read())["model_stats"]
+    return (sum(int(s["inference_count"]) for s in stats),
+            sum(int(s["execution_count"]) for s in stats))

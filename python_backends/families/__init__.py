@@ -1,0 +1,20 @@
+"""The model families this repository serves, by name (see families/spec.py)."""
+
+from __future__ import annotations
+
+from python_backends.families.spec import DIM, Family, Format, Tensor
+from python_backends.families.text_embedding import TEXT_EMBEDDING
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (TEXT_EMBEDDING,)}
+
+
+def family(name: str) -> Family:
+    """The family called `name`, or a KeyError naming the known ones."""
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise KeyError(f"unknown model family {name!r}; known: "
+                       f"{', '.join(sorted(FAMILIES))}") from None
+
+
+__all__ = ["DIM", "FAMILIES", "Family", "Format", "Tensor", "family"]

@@ -1,0 +1,77 @@
+"""Which family models a repository holds, read from its configs (nothing is named in code).
+
+A model of a family is a front model plus its encoders, one per format; their configs
+say so in their parameters (`family`, `format`, `front_model`). `tmr serve`, export, the
+release commands, health, the watchdog, perf and the tests all find models here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from python_backends.families import Family, family
+from python_backends.families.configs import parameters_of
+from python_backends.versions import read_config, versions_on_disk
+
+
+class UnknownModelError(KeyError):
+    """A name that is neither a model nor a front model of any family in the repository."""
+
+
+@dataclass(frozen=True)
+class FamilyModel:
+    """A model of a family in a repository: its front model and its encoders by format."""
+
+    family: Family
+    base: str
+    front: str | None
+    encoders: dict[str, str] = field(default_factory=dict)  # format -> model folder
+
+    @property
+    def models(self) -> list[str]:
+        """The front first, then the encoders in the family's order of formats."""
+        ordered = [self.encoders[f.name] for f in self.family.formats if f.name in self.encoders]
+        return ([self.front] if self.front else []) + ordered
+
+    def encoder(self, fmt: str) -> str:
+        return self.encoders[fmt]
+
+
+def catalog(repository: Path) -> list[FamilyModel]:
+    """Every family model of `repository`, sorted by name."""
+    fronts: dict[str, tuple[Family, str]] = {}  # front -> (family, base)
+    found: dict[tuple[str, str], FamilyModel] = {}
+    for path in sorted(repository.glob("*/config.pbtxt")):
+        params = parameters_of(read_config(path.parent))
+        if "family" not in params:
+            continue
+        fam = family(params["family"])
+        if "format" in params:
+            base = path.parent.name.removesuffix("_" + params["format"])
+            model = found.setdefault((fam.name, base), FamilyModel(fam, base, None))
+            model.encoders[params["format"]] = path.parent.name
+        elif "primary_model" in params:
+            fronts[path.parent.name] = (fam, params["primary_model"].removesuffix(
+                "_" + fam.primary))
+    models = []
+    for (fam_name, base), model in sorted(found.items()):
+        front = next((f for f, (fam, b) in fronts.items() if fam.name == fam_name and b == base),
+                     None)
+        models.append(FamilyModel(model.family, base, front, model.encoders))
+    return models
+
+
+def find(repository: Path, name: str) -> FamilyModel:
+    """The family model called `name` (its base name, its front or one of its encoders)."""
+    for model in catalog(repository):
+        if name == model.base or name in model.models:
+            return model
+    known = ", ".join(m.base for m in catalog(repository)) or "none"
+    raise UnknownModelError(f"no model {name!r} in {repository}; its models: {known}")
+
+
+def missing_exports(repository: Path) -> list[str]:
+    """Encoders (and fronts) of the repository that have no version folder yet."""
+    return [name for model in catalog(repository) for name in model.models
+            if not versions_on_disk(repository / name)]

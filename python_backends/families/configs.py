@@ -1,0 +1,203 @@
+"""The config.pbtxt of every family model, generated from its family (no copies).
+
+A front or encoder config is Triton's `ModelConfig` built from the family description
+plus a small spec of what varies per model (its name, dimension, instances, parameters),
+and written with Triton's own protobuf text format. `encoder_spec`/`front_spec` read the
+spec back from a config; `tests/unit/test_configs.py` checks that every config of the
+repository is exactly what its family generates from its spec, so no two configs can
+drift apart, and that the GPU profile differs only where the family says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from python_backends.families import Family, Tensor, family
+from python_backends.versions import policy_line
+
+CPU, GPU = "cpu", "gpu"
+FRONT_ARTIFACT = "tokenizer.json"  # what a front's version folder holds (text fronts)
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What varies between two encoders of a family."""
+
+    family: str
+    base: str  # the model's name: encoders are "<base>_<format>"
+    format: str
+    dimension: int
+    source: str  # what `tmr export` reads (a folder, a package, parts of one)
+    version: int | None = 1  # the served version (version_policy), None: latest
+    instances: int = 2  # CPU instances, each with `threads` intra-op threads
+    threads: int = 1
+    gpu_instances: int = 1
+    gate: Mapping[str, str] = field(default_factory=dict)  # overrides of the family's
+
+    @property
+    def name(self) -> str:
+        return family(self.family).encoder_name(self.base, self.format)
+
+
+@dataclass(frozen=True)
+class FrontSpec:
+    """What varies between two front models of a family."""
+
+    family: str
+    name: str
+    base: str  # the model whose encoders it calls
+    dimension: int
+    parameters: Mapping[str, str] = field(default_factory=dict)  # the family's + the model's
+    instances: int | None = None  # None: the family's
+
+
+def tensors(specs: tuple[Tensor, ...], dimension: int, suffix: str = "") -> list[dict]:
+    return [{"name": t.name + suffix, "data_type": t.data_type,
+             "dims": list(t.resolved(dimension))} for t in specs]
+
+
+def params(values: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    return {key: {"string_value": str(value)} for key, value in values.items()}
+
+
+def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
+    """The encoder's config (CPU), or its GPU profile: KIND_GPU, no CPU thread setting, no
+    gate (the gate reads the main config)."""
+    fam = family(spec.family)
+    fmt = fam.format(spec.format)
+    values = {"family": fam.name, "format": fmt.name, "source": spec.source}
+    if profile == CPU:
+        values |= {fmt.threads_parameter: str(spec.threads), **fmt.gate, **spec.gate}
+    config = {
+        "name": spec.name, "max_batch_size": fam.max_batch_size,
+        "input": tensors(fam.encoder_inputs, spec.dimension),
+        "output": tensors((fam.encoder_output,), spec.dimension, fmt.output_suffix),
+        "instance_group": [{"count": spec.instances, "kind": "KIND_CPU"} if profile == CPU
+                           else {"count": spec.gpu_instances, "kind": "KIND_GPU"}],
+        "dynamic_batching": {}, "parameters": params(values),
+        "default_model_filename": fmt.artifact,
+    }
+    config |= {"backend": fmt.backend} if fmt.backend else {"platform": fmt.platform}
+    if spec.version is not None:
+        config["version_policy"] = {"specific": {"versions": [spec.version]}}
+    return json_format.ParseDict(config, mc.ModelConfig())
+
+
+def front_config(spec: FrontSpec) -> mc.ModelConfig:
+    """The front model's config: the family's Python-based backend on the CPU."""
+    fam = family(spec.family)
+    values = {**fam.front_parameters, **spec.parameters, "family": fam.name,
+              "primary_model": fam.encoder_name(spec.base, fam.primary),
+              "fallback_model": fam.encoder_name(spec.base, fam.fallback)}
+    return json_format.ParseDict({
+        "name": spec.name, "backend": fam.backend, "max_batch_size": fam.max_batch_size,
+        "input": tensors(fam.front_inputs, spec.dimension),
+        "output": tensors(fam.front_outputs, spec.dimension),
+        "instance_group": [{"count": spec.instances or fam.front_instances, "kind": "KIND_CPU"}],
+        "dynamic_batching": dict(fam.front_batching), "parameters": params(values),
+        "default_model_filename": FRONT_ARTIFACT,
+    }, mc.ModelConfig())
+
+
+def parameters_of(config: mc.ModelConfig) -> dict[str, str]:
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+def encoder_spec(config: mc.ModelConfig) -> EncoderSpec:
+    """Read back what varies from an encoder config (CPU): the inverse of encoder_config."""
+    p = parameters_of(config)
+    fam = family(p["family"])
+    fmt = fam.format(p["format"])
+    suffix = "_" + fmt.name
+    gate = {k: v for k, v in p.items() if k.startswith("gate_") and fmt.gate.get(k) != v}
+    cpu = [g.count for g in config.instance_group if g.kind == mc.ModelInstanceGroup.KIND_CPU]
+    policy = config.version_policy
+    return EncoderSpec(
+        family=fam.name, base=config.name.removesuffix(suffix), format=fmt.name,
+        dimension=int(config.output[0].dims[-1]), source=p["source"],
+        version=list(policy.specific.versions)[-1] if policy.HasField("specific") else None,
+        instances=sum(cpu) or 1, threads=int(p.get(fmt.threads_parameter, "1")), gate=gate)
+
+
+def front_spec(config: mc.ModelConfig) -> FrontSpec:
+    """Read back what varies from a front config: the inverse of front_config."""
+    p = parameters_of(config)
+    fam = family(p["family"])
+    base = p["primary_model"].removesuffix("_" + fam.primary)
+    derived = ("family", "primary_model", "fallback_model")
+    return FrontSpec(family=fam.name, name=config.name, base=base,
+                     dimension=int(config.output[0].dims[-1]),
+                     parameters={k: v for k, v in p.items() if k not in derived},
+                     instances=sum(g.count for g in config.instance_group))
+
+
+def gpu_spec(spec: EncoderSpec, gpu: mc.ModelConfig) -> EncoderSpec:
+    """The spec with the GPU profile's instance count."""
+    return replace(spec, gpu_instances=sum(g.count for g in gpu.instance_group) or 1)
+
+
+def render(config: mc.ModelConfig, header: str) -> str:
+    """config.pbtxt text: a comment header, then Triton's text format, with the version
+    policy (what `tmr promote` and `tmr rollback` edit) and each parameter (what
+    `tmr degrade --poll` edits) on one line of its own."""
+    body = mc.ModelConfig()
+    body.CopyFrom(config)
+    body.ClearField("version_policy")
+    body.ClearField("parameters")
+    text = text_format.MessageToString(body)
+    if config.HasField("version_policy"):
+        version = list(config.version_policy.specific.versions)[-1]
+        text = text.replace("\ninput {", f"\n{policy_line(version)}\ninput {{", 1)
+    text += "".join(f"parameters {{ key: {json.dumps(key)} value: {{ string_value: "
+                    f"{json.dumps(value)} }} }}\n"
+                    for key, value in sorted(parameters_of(config).items()))
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    return "\n".join(lines) + "\n" + text
+
+
+def encoder_header(spec: EncoderSpec, profile: str = CPU) -> str:
+    what = "its GPU profile (--model-config-name=gpu)" if profile == GPU else "its config"
+    return (f"{spec.name}: the {spec.format} form of the {spec.family} model "
+            f"'{spec.base}', {what}.\nGenerated by `tmr add` from python_backends/families/. "
+            "The version policy is edited by\n`tmr promote` and `tmr rollback` only: a new "
+            "export serves once promoted.")
+
+
+def front_header(spec: FrontSpec) -> str:
+    return (f"{spec.name}: the front model of the {spec.family} model '{spec.base}'.\n"
+            "Generated by `tmr add` from python_backends/families/; the parameters are the "
+            "model's\nsettings (docs/serving.md has the measurements behind them).")
+
+
+def family_of(config: mc.ModelConfig) -> Family | None:
+    """The config's family, or None for a model outside every family (health, stub_env)."""
+    name = parameters_of(config).get("family")
+    return family(name) if name else None
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename: Triton never reads half a config."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write_encoder(repository: Path, spec: EncoderSpec) -> None:
+    """config.pbtxt and, where the format runs on a GPU, configs/gpu.pbtxt."""
+    folder = repository / spec.name
+    write_text(folder / "config.pbtxt", render(encoder_config(spec), encoder_header(spec)))
+    if family(spec.family).format(spec.format).gpu:
+        write_text(folder / "configs" / "gpu.pbtxt",
+                   render(encoder_config(spec, GPU), encoder_header(spec, GPU)))
+
+
+def write_front(repository: Path, spec: FrontSpec) -> None:
+    write_text(repository / spec.name / "config.pbtxt",
+               render(front_config(spec), front_header(spec)))

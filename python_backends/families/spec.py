@@ -1,0 +1,85 @@
+"""What a model family is: tensors, formats and the front model that serves them (pure).
+
+A family describes a kind of model once; the repository holds the models of that kind
+(their `config.pbtxt` parameters carry every model-specific value). Export, the release
+commands, health and the watchdog, `tmr serve`, perf and the tests read both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+DIM = "dim"  # a tensor dimension that is the model's own (its embedding size, its classes)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input or output: name, Triton data type and dims without the batch dimension."""
+
+    name: str
+    data_type: str  # Triton's TYPE_* name
+    dims: tuple[int | str, ...]
+
+    def resolved(self, dim: int) -> tuple[int, ...]:
+        return tuple(dim if d == DIM else int(d) for d in self.dims)
+
+
+@dataclass(frozen=True)
+class Format:
+    """One exported form of a family's network, served by one Triton backend."""
+
+    name: str  # the model folder is "<base>_<name>"
+    precision: str  # "fp32" or "int8", what SERVED_BY reports
+    artifact: str  # the file in each version folder
+    backend: str = ""  # `backend:` of the config (onnxruntime), or
+    platform: str = ""  # `platform:` (pytorch_libtorch)
+    output_suffix: str = ""  # libtorch wants outputs named "<name>__<index>"
+    threads_parameter: str = "intra_op_thread_count"  # the CPU backend's thread setting
+    gpu: bool = True  # has a GPU profile (configs/gpu.pbtxt)
+    gate: Mapping[str, str] = field(default_factory=dict)  # default gate_* parameters
+
+
+# A health probe: (front or encoder config parameters) -> (inputs, outputs to ask for).
+Probe = Callable[[Mapping[str, str]], tuple[dict[str, np.ndarray], list[str]]]
+# Checks a probe's first output: None when sane, else what is wrong.
+ProbeCheck = Callable[[np.ndarray, Mapping[str, str]], str | None]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One description of a kind of model; see the module docstring."""
+
+    name: str
+    backend: str  # the Python-based backend (python_backends/backends/<name>) of its fronts
+    front_inputs: tuple[Tensor, ...]
+    front_outputs: tuple[Tensor, ...]
+    encoder_inputs: tuple[Tensor, ...]
+    encoder_output: Tensor
+    formats: tuple[Format, ...]
+    primary: str  # the format the front calls normally
+    fallback: str  # ... and when degraded
+    front_parameters: Mapping[str, str]  # defaults of a new front config
+    front_batching: Mapping[str, Any]  # its dynamic_batching, as Triton's JSON form
+    front_instances: int
+    max_batch_size: int
+    export_recipe: str  # the module that exports a model of the family (imports torch)
+    sdk_method: str  # the SDK call that serves it
+    perf_inputs: str  # perf_analyzer input data of a front, under perf/inputs/
+    front_probe: Probe
+    encoder_probe: Probe
+    check_probe: ProbeCheck
+    gate_metric: str  # what the release gate compares: "cosine" or "top1"
+
+    def format(self, name: str) -> Format:
+        for fmt in self.formats:
+            if fmt.name == name:
+                return fmt
+        raise KeyError(f"family {self.name!r} has no format {name!r}; it has "
+                       f"{', '.join(f.name for f in self.formats)}")
+
+    def encoder_name(self, base: str, fmt: str) -> str:
+        return f"{base}_{self.format(fmt).name}"

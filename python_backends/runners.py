@@ -1,0 +1,75 @@
+"""Running an exported artifact in-process: one way for the CPU backends, export and gate.
+
+A runner takes named input arrays and returns named output arrays. ONNX artifacts run in
+an onnxruntime CPU session (the session options of the served encoders); TorchScript
+artifacts through torch.jit with inputs passed positionally in the given order (Triton's
+libtorch backend maps them by the forward()'s argument names, which export checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+class RunnerError(RuntimeError):
+    """The runtime refused the inputs or failed while running them."""
+
+
+def onnx_session(path: str | Path, threads: int) -> Any:
+    """A CPU onnxruntime session with `threads` intra-op threads and no inter-op pool."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def onnx_runner(path: str | Path, threads: int, outputs: Sequence[str] | None = None) -> Runner:
+    session = onnx_session(path, threads)
+    names = list(outputs or [o.name for o in session.get_outputs()])
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            values = session.run(names, feeds)
+        except Exception as err:  # onnxruntime raises its own non-standard exception types
+            raise RunnerError(str(err)) from err
+        return dict(zip(names, values))
+
+    return run
+
+
+def torchscript_runner(path: str | Path, threads: int, inputs: Sequence[str],
+                       outputs: Sequence[str]) -> Runner:
+    import torch
+
+    torch.set_num_threads(threads)
+    module = torch.jit.load(str(path), map_location="cpu").eval()
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in inputs]
+        try:
+            with torch.inference_mode():
+                result = module(*args)
+        except RuntimeError as err:
+            raise RunnerError(str(err)) from err
+        values = result if isinstance(result, (tuple, list)) else (result,)
+        return {name: v.numpy() for name, v in zip(outputs, values)}
+
+    return run
+
+
+def artifact_runner(path: Path, threads: int, inputs: Sequence[str],
+                    outputs: Sequence[str]) -> Runner:
+    """The runner for an artifact, by its kind (.onnx or TorchScript)."""
+    if path.suffix == ".onnx":
+        return onnx_runner(path, threads, outputs)
+    return torchscript_runner(path, threads, inputs, outputs)

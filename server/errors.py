@@ -1,0 +1,52 @@
+"""Every error the server-side tooling raises, in one tree:
+
+    ServerStartError       the server cannot start
+    ├── PortInUseError     something listens on one of its ports
+    └── ModelLoadError     Triton reported a model that failed to load (named, with why)
+    DistributionError      the Triton binary or a Python stub for this interpreter is missing
+    FrontDoorError         nginx is missing, refuses its config, or did not start or stop
+    PrometheusError        Prometheus did not start, or answered a query with an error
+    TemplateError          a config template names a placeholder that was given no value
+    ReleaseError           a promotion or rollback that did not happen (the old version serves)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ServerStartError(RuntimeError):
+    """Raised when the server cannot start: a port in use, a model that fails to load."""
+
+
+class PortInUseError(ServerStartError):
+    """Raised before start when one of the server's ports is already taken."""
+
+
+class ModelLoadError(ServerStartError):
+    """Raised when Triton reports that a model failed to load; names the model and reason."""
+
+    def __init__(self, failures: dict[str, str], log_path: Path) -> None:
+        self.failures = failures
+        lines = "; ".join(f"model '{m}': {why}" for m, why in failures.items())
+        super().__init__(f"{lines} (full log: {log_path})")
+
+
+class DistributionError(RuntimeError):
+    """Raised when the Triton binary or a matching Python stub cannot be found."""
+
+
+class FrontDoorError(RuntimeError):
+    """nginx is missing, its config is refused, or it did not start or stop cleanly."""
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus did not start, or answered a query with an error."""
+
+
+class TemplateError(ValueError):
+    """A template names a placeholder that was given no value."""
+
+
+class ReleaseError(RuntimeError):
+    """A promotion or rollback that did not happen; the old version still serves."""

@@ -1,0 +1,114 @@
+"""`tmr add` on a copy of the repository: a second text-embedding model served with no code
+change, its embeddings equal to sentence-transformers' own (eager PyTorch).
+
+CI adds a smaller second model built here from real weights: all-MiniLM-L6-v2 cut to its
+first 3 layers, with CLS pooling and no normalisation, a maximum of 128 tokens, so every
+model fact the family reads from a folder differs from the shipped model's. The same
+test adds all-mpnet-base-v2 (MPNet, 768-d, 440 MB, assembled from five packages) when
+`TMR_ADD_SOURCE` names it, which `make test-mpnet` does: too slow for CI (docs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from client import EmbedClient
+from export.sources import resolve
+from python_backends.families.catalog import find
+from python_backends.versions import versions_on_disk
+from server.launcher import TritonServer
+from server.repository import copy_repository
+from server.settings import PROJECT_ROOT
+from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server
+from tests.integration.test_embed_serving import TEXTS, sentence_transformers_embeddings
+
+NAME = os.environ.get("TMR_ADD_NAME", "small")
+
+
+def smaller_model(folder: Path) -> Path:
+    """all-MiniLM-L6-v2 cut to 3 layers, CLS pooling, unnormalised, 128 tokens (a real ST
+    folder: sentence-transformers loads it as it is)."""
+    shutil.copytree(MINILM_SOURCE, folder)
+    edits = {
+        "config.json": {"num_hidden_layers": 3},
+        "1_Pooling/config.json": {"pooling_mode_mean_tokens": False,
+                                  "pooling_mode_cls_token": True},
+        "sentence_bert_config.json": {"max_seq_length": 128},
+    }
+    for name, changes in edits.items():
+        data = json.loads((folder / name).read_text())
+        (folder / name).write_text(json.dumps({**data, **changes}, indent=1))
+    modules = [m for m in json.loads((folder / "modules.json").read_text())
+               if not m["type"].endswith("Normalize")]
+    (folder / "modules.json").write_text(json.dumps(modules, indent=1))
+    return folder
+
+
+def tmr(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=3000)
+
+
+@pytest.fixture(scope="module")
+def added(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonServer, Path, Path]]:
+    root = tmp_path_factory.mktemp("add")
+    repo = copy_repository([REPOSITORY], root / "repository")
+    source = os.environ.get("TMR_ADD_SOURCE") or str(smaller_model(root / "source"))
+    out = tmr("add", NAME, "--family", "text_embedding", "--from", source,
+              "--repository", str(repo))
+    assert out.returncode == 0, out.stdout + out.stderr
+    server = start_server(repo, root / "tritonserver.log")
+    yield server, repo, resolve(source)
+    assert server.stop() == 0
+
+
+@pytest.mark.timeout(3600)
+def test_an_added_model_is_served_with_no_code_change_and_equals_eager_pytorch(added) -> None:
+    server, repo, folder = added
+    model = find(repo, NAME)
+    assert model.front == NAME and sorted(model.encoders) == ["int8", "onnx", "torchscript"]
+    reference = sentence_transformers_embeddings(folder, TEXTS)
+    with EmbedClient(server.grpc_url, protocol="grpc") as client:
+        result = client.embed_with_info(TEXTS, model=NAME)
+        shipped = client.embed(TEXTS)  # the default model still serves beside it
+    got = result.embeddings
+    assert got.shape == reference.shape and shipped.shape[0] == len(TEXTS)
+    cosine = (got * reference).sum(1) / (np.linalg.norm(got, axis=1)
+                                          * np.linalg.norm(reference, axis=1))
+    print(f"\n{NAME}: dim {got.shape[1]}, cosine vs sentence-transformers min {cosine.min():.6f}")
+    assert cosine.min() >= 0.9999
+    assert np.allclose(np.linalg.norm(got, axis=1), np.linalg.norm(reference, axis=1),
+                       rtol=1e-3)  # the same normalisation (or none)
+    assert result.served_by == [f"{NAME}_onnx:1:fp32:L0"] * len(TEXTS)
+
+
+@pytest.mark.timeout(3600)
+def test_adding_it_again_changes_nothing_and_a_bad_source_leaves_nothing(added) -> None:
+    _, repo, folder = added
+    model = find(repo, NAME)
+    before = {m: versions_on_disk(repo / m) for m in model.models}
+    again = tmr("add", NAME, "--family", "text_embedding", "--from", str(folder),
+                "--repository", str(repo))
+    if again.returncode != 0:  # added from parts:...: the folder is another source string
+        assert "already exists" in again.stderr
+    else:
+        assert again.stdout.count("up to date") == 3, again.stdout
+    assert {m: versions_on_disk(repo / m) for m in model.models} == before
+    empty = repo.parent / "not_a_model"
+    empty.mkdir()
+    bad = tmr("add", "broken", "--family", "text_embedding", "--from", str(empty),
+              "--repository", str(repo))
+    assert bad.returncode == 2 and "no config.json" in bad.stderr, bad.stderr
+    assert not [p for p in repo.iterdir() if "broken" in p.name]
+    unknown = tmr("add", "other", "--family", "audio", "--from", str(folder),
+                  "--repository", str(repo))
+    assert unknown.returncode == 2 and "unknown model family 'audio'" in unknown.stderr
