@@ -2,14 +2,16 @@
 
 A model's `model.py` is a shim that imports its class from here. Subclasses override
 `setup()` and `execute_requests()` (filling `self.batch` as they go); parsing the config,
-logging, the per-batch structured log line and turning a `ModelError` into a per-request
-`TritonError` live here once.
+logging, the per-batch structured log line and the one error path live here once: a
+`ModelError` for one request becomes that request's `TritonError`, and whatever else goes
+wrong, `execute` still returns exactly one response per request (`one_per_request`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,6 @@ class BaseModel:
         self.config: dict[str, Any] = json.loads(args["model_config"])
         self.name = args["model_name"]
         self.version = args["model_version"]
-        self.instance_kind = args.get("model_instance_kind", "CPU")
         self.model_dir = Path(args["model_repository"])
         self.log = Log(f"{self.name}/{self.version}")
         self.batch_log = BatchLog(self.log, self.name, self.version, parameter(
@@ -51,10 +52,23 @@ class BaseModel:
         return self.model_dir / self.version / filename
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        """`execute_requests`, then the batch's structured log line (when it is due)."""
+        """`execute_requests`, then the batch's structured log line (when it is due).
+
+        The one error path: an exception escaping `execute_requests` answers every request
+        of the batch with it (INTERNAL, or the ModelError's own code); a missing or extra
+        response is made good, so Triton always gets one response per request."""
         began = time.monotonic()
         self.batch = BatchFacts()
-        responses = self.execute_requests(requests)
+        try:
+            responses = self.execute_requests(requests)
+        except Exception as err:  # the one place every failure of a batch is answered
+            self.log.error(f"{type(err).__name__} while executing {len(requests)} "
+                           f"request(s): {err}")
+            failure = err if isinstance(err, ModelError) else ModelError(
+                f"{self.name} failed: {type(err).__name__}: {err}")
+            responses = [error_response(failure) for _ in requests]
+        responses = one_per_request(responses, len(requests), lambda: error_response(
+            ModelError(f"{self.name} produced no response for this request")))
         self.batch_log.emit(requests, responses, self.batch, began, self.degradation_level())
         self.gc.flush()
         return responses
@@ -99,6 +113,13 @@ class GcMetrics:
                                  generation=str(generation))
         self.longest.set(self.pauses.longest_s)
         self.sent = (list(counts), list(seconds))
+
+
+def one_per_request(responses: Any, count: int, missing: Callable[[], Any]) -> list[Any]:
+    """Exactly `count` responses: a None or absent one becomes `missing()`, extras are cut."""
+    given = list(responses or [])[:count]
+    given += [None] * (count - len(given))
+    return [r if r is not None else missing() for r in given]
 
 
 def input_array(request: Any, name: str) -> np.ndarray:

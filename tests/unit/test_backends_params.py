@@ -120,3 +120,15 @@ def test_environment_info_reports_interpreter_numpy_and_search_path():
 def test_environment_info_is_json_serialisable_and_shows_numpy_below_2():
     info = json.loads(json.dumps(environment_info()))
     assert int(info["numpy_version"].split(".")[0]) < 2
+
+
+def test_one_response_per_request_fills_the_missing_and_cuts_the_extra() -> None:
+    from python_backends.base import one_per_request
+
+    def missing() -> str:
+        return "filled"
+
+    assert one_per_request(["a", None, "c"], 3, missing) == ["a", "filled", "c"]
+    assert one_per_request(["a"], 3, missing) == ["a", "filled", "filled"]
+    assert one_per_request(["a", "b", "c"], 2, missing) == ["a", "b"]
+    assert one_per_request(None, 2, missing) == ["filled", "filled"]
