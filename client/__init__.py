@@ -1,45 +1,56 @@
-"""Thin SDK over `tritonclient` for the `embed` model: sync and asyncio, HTTP and gRPC.
+"""Thin SDK over `tritonclient` for the repository's front models: sync and asyncio, HTTP
+and gRPC, typed errors, retries, bounded bulk calls.
 
     from client import EmbedClient
     with EmbedClient("localhost:8000", protocol="http") as c:
         vectors = c.embed(["a sentence", "another"], priority=1, timeout_ms=500)
+
+Names are imported on first use, so `client.triton_messages` (the table of Triton's error
+messages, which the Python backend shares) imports nothing else.
 """
 
-from client.aio import AsyncEmbedClient
-from client.core import EmbedResult
-from client.errors import (
-    AccessDeniedError,
-    DeadlineExceededError,
-    InvalidInputError,
-    ModelNotFoundError,
-    ModelNotReadyError,
-    QueueFullError,
-    RateLimitedError,
-    RequestTooLargeError,
-    ServerError,
-    ServerUnreachableError,
-    TritonClientError,
-    UnavailableError,
-)
-from client.retry import NO_RETRY, RetryPolicy
-from client.sync import EmbedClient
+from __future__ import annotations
 
-__all__ = [
-    "NO_RETRY",
-    "AccessDeniedError",
-    "AsyncEmbedClient",
-    "DeadlineExceededError",
-    "EmbedClient",
-    "EmbedResult",
-    "InvalidInputError",
-    "ModelNotFoundError",
-    "ModelNotReadyError",
-    "QueueFullError",
-    "RateLimitedError",
-    "RequestTooLargeError",
-    "RetryPolicy",
-    "ServerError",
-    "ServerUnreachableError",
-    "TritonClientError",
-    "UnavailableError",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and editors see
+    from client.aio import AsyncEmbedClient
+    from client.core import EmbedResult
+    from client.errors import (
+        AccessDeniedError,
+        DeadlineExceededError,
+        InvalidInputError,
+        ModelNotFoundError,
+        ModelNotReadyError,
+        QueueFullError,
+        RateLimitedError,
+        RequestTooLargeError,
+        ServerError,
+        ServerUnreachableError,
+        TritonClientError,
+        UnavailableError,
+    )
+    from client.retry import NO_RETRY, RetryPolicy
+    from client.sync import EmbedClient
+
+_EXPORTS = {
+    "AsyncEmbedClient": "client.aio",
+    "EmbedClient": "client.sync",
+    "EmbedResult": "client.core",
+    "NO_RETRY": "client.retry",
+    "RetryPolicy": "client.retry",
+    **{name: "client.errors" for name in (
+        "AccessDeniedError", "DeadlineExceededError", "InvalidInputError",
+        "ModelNotFoundError", "ModelNotReadyError", "QueueFullError", "RateLimitedError",
+        "RequestTooLargeError", "ServerError", "ServerUnreachableError", "TritonClientError",
+        "UnavailableError")},
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'client' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

