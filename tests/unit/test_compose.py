@@ -365,6 +365,6 @@ def test_the_triton_image_installs_every_familys_python_based_backend() -> None:
     from python_backends.families import FAMILIES
 
     for fam in FAMILIES.values():
-        line = f"COPY python_backends/backends/{fam.backend} /opt/tritonserver/backends/{fam.backend}"
-        assert line in DOCKERFILE, fam.name
+        source, target = "python_backends/backends", "/opt/tritonserver/backends"
+        assert f"COPY {source}/{fam.backend} {target}/{fam.backend}" in DOCKERFILE, fam.name
     assert "backends/onnxruntime" not in DOCKERFILE  # the image's native backends serve those
