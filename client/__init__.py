@@ -47,7 +47,12 @@ _EXPORTS = {
         "UnavailableError")},
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "NO_RETRY", "AccessDeniedError", "AsyncEmbedClient", "DeadlineExceededError", "EmbedClient",
+    "EmbedResult", "InvalidInputError", "ModelNotFoundError", "ModelNotReadyError",
+    "QueueFullError", "RateLimitedError", "RequestTooLargeError", "RetryPolicy", "ServerError",
+    "ServerUnreachableError", "TritonClientError", "UnavailableError",
+]
 
 
 def __getattr__(name: str) -> Any:
