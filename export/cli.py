@@ -16,7 +16,7 @@ def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "export", help="export a model of the repository into new version folders")
     parser.add_argument("name", nargs="?",
-                        help="the model (its base name, front or encoder), e.g. minilm")
+                        help="the model: its name, its front model or one of its encoders")
     parser.add_argument("--all", action="store_true", help="every model of the repository")
     parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
     parser.add_argument("--format", dest="formats", action="extend", nargs="+",

@@ -1,6 +1,6 @@
 """Python GC pauses in the stubs under load, and what `gc_policy` does about them.
 
-Serves the repository with every Python model at one `gc_policy`, drives `embed` with
+Serves the repository with every Python model at one `gc_policy`, drives the text model's front with
 perf_analyzer (gRPC, concurrency 16) and reads the stubs' own GC counters
 (`tmr_gc_collections_total`, `tmr_gc_pause_seconds_total`, `tmr_gc_longest_pause_seconds`,
 python_backends/gc_pauses.py) beside perf_analyzer's p50/p99. The policies alternate
@@ -20,13 +20,13 @@ from pathlib import Path
 
 from client.prometheus import samples
 from perf import perf_analyzer
+from perf.subjects import text_model
 from server.launcher import TritonServer, free_port
 from server.repository import copy_repository, put_parameter
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"
-PYTHON_MODELS = ("embed", "minilm_onnx", "minilm_int8", "minilm_torchscript")
 
 
 @dataclass(frozen=True)
@@ -64,15 +64,16 @@ def gc_totals(metrics_url: str) -> tuple[dict[str, float], dict[str, float], flo
 
 
 def measure(repo: Path, policy: str, out: Path, interval_ms: int) -> GcRun:
-    for model in PYTHON_MODELS:
-        put_parameter(repo, model, "gc_policy", policy)
+    model = text_model(repo)
+    for name in model.models:  # the front and every CPU encoder: Python stubs all
+        put_parameter(repo, name, "gc_policy", policy)
     opts = ServerOptions(repository=repo, ports=Ports(free_port(), free_port(), free_port()))
     with TritonServer(opts, log_path=out / f"triton-{policy}.log") as server:
-        perf_analyzer.run("embed", server.grpc_url, 16, INPUTS, out / "warmup.csv",
+        perf_analyzer.run(model.front, server.grpc_url, 16, INPUTS, out / "warmup.csv",
                           interval_ms=2000)
         before = gc_totals(server.metrics_url)
         began = time.monotonic()
-        row = perf_analyzer.run("embed", server.grpc_url, 16, INPUTS,
+        row = perf_analyzer.run(model.front, server.grpc_url, 16, INPUTS,
                                 out / f"{policy}.csv", interval_ms=interval_ms)
         seconds = time.monotonic() - began
         after = gc_totals(server.metrics_url)

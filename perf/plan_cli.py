@@ -1,6 +1,6 @@
 """`tmr perf plan MODEL`: measure the model in-process, derive batching settings, show the diff.
 
-    tmr perf plan minilm_onnx [--memory-budget-mb 2048] [--latency-budget-ms 60]
+    tmr perf plan ENCODER [--memory-budget-mb 2048] [--latency-budget-ms 60]
                               [--arrival-rps 200] [--write] [--check]
 
 The model runs in onnxruntime (or TorchScript) with the thread count of its config, at

@@ -42,7 +42,6 @@ from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptio
 from server.watchdog import Watchdog
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
-WATCHED = ["embed", "minilm_onnx", "minilm_int8", "minilm_torchscript"]
 TRITON_TIMES = ("nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
                 "nv_inference_request_success")
 
@@ -254,7 +253,7 @@ def soak(minutes: float, sample_s: float, load: float, out: Path,
         ports = Ports(free_port(), free_port(), free_port())
         with TritonServer(ServerOptions(repository=repo, ports=ports),
                           log_path=out / "tritonserver.log") as server:
-            watchdog = Watchdog(server.http_url, server.metrics_url, WATCHED, interval_s=5.0)
+            watchdog = Watchdog(server.http_url, server.metrics_url, interval_s=5.0)
             watchdog.start()
             try:
                 capacity = asyncio.run(capacity_rps(server.grpc_url))

@@ -3,9 +3,9 @@
 Levels, in the seeds' order (smaller batches, a cheaper model on the CPU, cached answers,
 then 503):
 
-    0 normal          primary encoder (minilm_onnx), whole dynamic batch per call
+    0 normal          the primary encoder (FP32), whole dynamic batch per call
     1 small_batches   primary encoder, at most `small_batch_rows` rows per call
-    2 fallback_model  the CPU INT8 encoder (minilm_int8)
+    2 fallback_model  the fallback encoder (INT8, on the CPU)
     3 cached_answers  requests whose texts are all in the router's cache are answered from
                       it; the rest go to the fallback encoder
     4 unavailable     every request gets UNAVAILABLE (an operator's decision only)
