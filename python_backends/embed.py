@@ -1,244 +1,50 @@
-"""The text-embedding front model: TEXT in, sentence EMBEDDING and SERVED_BY out; the
-degradation router.
+"""The text-embedding front model: TEXT in; EMBEDDING, SERVED_BY and TOKENS out.
 
-Validates and tokenizes every request of a dynamic batch, asks the ladder for the level
-(python_backends/degradation.py) and the router for a plan (python_backends/routing.py),
-then executes it: the batch to the primary encoder when all is well, one BLS call per
-length bucket; smaller calls, the CPU INT8 fallback and cached answers as pressure rises,
-UNAVAILABLE only when an operator says so. Priority is Triton's business: its queues
-serve level 1 first. A primary that is gone (unloaded, dead stub) fails over to the
-fallback within the batch. Every row says what served it in SERVED_BY:
-"<model>:<version>:<precision>:L<level>".
-
-Everything about the encoders comes from the repository at initialize: their names from
-this model's `primary_model`/`fallback_model` parameters, their output tensor and
-precision from their own configs; the versions they serve are re-read by a background
-thread, never on the request path.
+Validates and tokenizes every request of a dynamic batch (python_backends/text_model.py),
+then routes it through the degradation ladder (python_backends/router.py): the encoder
+gets token ids and attention masks, in calls of similar length (`length_bucket_waste`),
+and its embeddings come back as they are (the pooling and normalisation are in its graph).
 """
 
 from __future__ import annotations
 
-import os
-import threading
-import time
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from python_backends import versions
-from python_backends.base import error_response, ok_response
-from python_backends.batching import length_buckets, split_outputs
-from python_backends.bls import bls_infer
-from python_backends.degradation import (
-    DegradationPolicy,
-    EmbeddingCache,
-    Level,
-    PolicySettings,
-    Transition,
-    ladder,
-    throttled,
-)
-from python_backends.errors import ChildModelError, ModelError, UnavailableError
-from python_backends.params import ConfigError, parameter
-from python_backends.router_metrics import RouterMetrics
-from python_backends.routing import Plan, plan_batch
-from python_backends.text_model import TextModel, TextRequest
+from python_backends.base import ok_response
+from python_backends.router import FamilyRouter, Prepared, strings_array
+from python_backends.text_model import TextModel
 from python_backends.tokenization import pad_batch
 
-MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
-VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release
-PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 ENCODER_INPUTS = ("input_ids", "attention_mask")
 EMBEDDING_OUTPUT = "EMBEDDING"
 SERVED_BY_OUTPUT = "SERVED_BY"
 TOKENS_OUTPUT = "TOKENS"
 
 
-def rss_mb() -> float:
-    """Resident memory of this stub process (CPU memory pressure signal)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * PAGE_MB
+class EmbedModel(TextModel, FamilyRouter):
+    """Tokenizer + the degradation ladder over the primary and fallback encoders."""
 
-
-def gpu_memory_reader() -> Any:
-    """A function returning used GPU memory in MB through NVML, or None without a GPU."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    except Exception:  # no pynvml, no driver, no device: fall back to process RSS
-        return None
-    return lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
-
-
-@dataclass(frozen=True)
-class Encoder:
-    """An encoder model as the router calls it: its name, output tensor and precision."""
-
-    name: str
-    output: str
-    precision: str
-
-    @classmethod
-    def from_repository(cls, repository: Path, name: str) -> Encoder:
-        """Read from the encoder's own config.pbtxt (once, at initialize)."""
-        try:
-            config = versions.read_config(repository / name)
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"encoder {name!r} has no readable config in {repository}: "
-                              f"{err}") from err
-        fmt = config.parameters["format"].string_value if "format" in config.parameters else ""
-        return cls(name, config.output[0].name, "int8" if fmt == "int8" else "fp32")
-
-
-class ServedVersions(threading.Thread):
-    """The version each encoder serves, re-read from the repository every
-    VERSION_REFRESH_S in the background (a release edits the policy on disk)."""
-
-    def __init__(self, repository: Path, names: list[str]) -> None:
-        super().__init__(name="tmr-served-versions", daemon=True)
-        self.repository, self.names = repository, names
-        self.current: dict[str, str] = {}
-        self.stopped = threading.Event()
-        self.refresh()
-
-    def refresh(self) -> None:
-        for name in self.names:
-            try:
-                version = versions.served_version(self.repository / name)
-            except (OSError, ValueError):
-                continue  # a config being rewritten: keep the last answer
-            self.current[name] = "?" if version is None else str(version)
-
-    def run(self) -> None:
-        while not self.stopped.wait(VERSION_REFRESH_S):
-            self.refresh()
-
-
-class EmbedModel(TextModel):
-    """Tokenizer + degradation ladder over the primary and fallback encoders."""
+    bucket_default = 0.25
 
     def setup(self, args: dict[str, str]) -> None:
-        super().setup(args)
-        repository = self.model_dir.parent
-        self.encoders = {role: Encoder.from_repository(repository, parameter(
-            self.config, f"{role}_model", "", str)) for role in ("primary", "fallback")}
-        self.settings = PolicySettings.from_config(self.config)
-        self.levels = ladder(self.settings.small_batch_rows)
-        self.policy = DegradationPolicy(self.settings, since=time.monotonic())
-        self.cache = EmbeddingCache(parameter(self.config, "cache_entries", 4096, int))
-        self.max_batch = max(int(self.config.get("max_batch_size", 1)), 1)
-        # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
-        self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
-        # Rows of one batch go to the encoder in groups of similar length, so padding
-        # wastes at most this share of real tokens; -1 pads the whole batch as one call.
-        self.bucket_waste = parameter(self.config, "length_bucket_waste", -1.0, float)
-        self.metrics = RouterMetrics(self.name, args.get("model_instance_name", "0"), self.config)
-        self.metrics.level.set(self.policy.level)
-        self.served = ServedVersions(repository, [e.name for e in self.encoders.values()])
-        self.served.start()
-        self.log.info(f"encoders {self.encoders}, policy {self.settings}")
+        TextModel.setup(self, args)
+        FamilyRouter.setup(self, args)
 
-    def finalize(self) -> None:
-        self.served.stopped.set()
-        super().finalize()
-
-    def degradation_level(self) -> int | None:
-        return self.policy.level
-
-    def current_level(self) -> Level:
-        self.policy.observe_memory(self.memory_mb())
-        self._record(self.policy.decide(time.monotonic()))
-        return self.levels[self.policy.level]
-
-    def _record(self, transition: Transition | None) -> None:
-        if transition is None:
-            return
-        self.metrics.transition(transition)
-        self.log.warning(f"degradation level {transition.old} -> {transition.new}: "
-                         f"{transition.reason}")
-
-    def execute_requests(self, requests: list[Any]) -> list[Any]:
-        level = self.current_level()
+    def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
         responses, valid = self.tokenize_requests(requests)
-        self.policy.observe_batch([len(r.rows) for r in valid.values()], self.max_batch)
-        plan = plan_batch(level, valid, self.cache, self.bucket_waste)
-        for i, reason in plan.refused.items():
-            self.metrics.rejections.inc(reason=reason)
-            responses[i] = error_response(UnavailableError(
-                f"{self.name} is degraded to level {level.number} ({level.name}): {reason}"))
-        for i, hits in plan.cached.items():
-            self.metrics.cache_hits.inc(len(hits))
-            responses[i] = self._respond([h[0] for h in hits], [f"{h[1]}:cached" for h in hits],
-                                         valid[i])
-        if plan.encoded:
-            self._encode(level, plan, valid, responses)
-        return responses
+        return responses, {i: Prepared(r.texts, r.rows) for i, r in valid.items()}
 
-    def _respond(self, vectors: Any, served_by: list[str], request: TextRequest) -> Any:
+    def row_length(self, row: Any) -> int:
+        return len(row)
+
+    def feeds(self, rows: Sequence[Any]) -> dict[str, np.ndarray]:
+        return dict(zip(ENCODER_INPUTS, pad_batch(rows, self.encoder.pad_id)))
+
+    def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
         """EMBEDDING, SERVED_BY and TOKENS (each text's tokens, as the model counted them)."""
         tokens = np.array([[len(row)] for row in request.rows], dtype=np.int32)
-        return ok_response({EMBEDDING_OUTPUT: np.asarray(vectors),
-                            SERVED_BY_OUTPUT: served_by_array(served_by), TOKENS_OUTPUT: tokens})
-
-    def _encode(self, level: Level, plan: Plan, valid: dict[int, TextRequest],
-                responses: list[Any]) -> None:
-        rows = plan.rows(valid)
-        try:
-            embeddings, served = self._run_plan(level, plan, rows)
-        except ModelError as err:
-            for i in plan.encoded:
-                responses[i] = error_response(err)
-            return
-        sizes = [len(valid[i].rows) for i in plan.encoded]
-        parts = split_outputs({EMBEDDING_OUTPUT: embeddings}, sizes)
-        for i, part in zip(plan.encoded, parts):
-            for text, vector in zip(valid[i].texts, part[EMBEDDING_OUTPUT]):
-                self.cache.put(text, vector, served)
-            responses[i] = self._respond(part[EMBEDDING_OUTPUT], [served] * len(valid[i].texts),
-                                         valid[i])
-
-    def _run_plan(self, level: Level, plan: Plan, rows: list) -> tuple[np.ndarray, str]:
-        """Embeddings from the plan's encoder; a vanished primary fails over at once."""
-        encoder = self.encoders[plan.encoder or "fallback"]
-        try:
-            return self._call(encoder, rows, plan.calls), self._served_by(encoder, level)
-        except ChildModelError as err:
-            self.metrics.fallbacks.inc(reason=err.kind)
-            self.policy.observe_failure()
-            if not err.unavailable or encoder == self.encoders["fallback"]:
-                raise
-            self._record(self.policy.fail_over(f"primary {encoder.name} failed: "
-                                               f"{err.child_message}", time.monotonic()))
-            fallback = self.encoders["fallback"]
-            calls = length_buckets([len(r) for r in rows], self.bucket_waste)
-            return self._call(fallback, rows, calls), self._served_by(fallback, self.levels[2])
-
-    def _call(self, encoder: Encoder, rows: list, calls: list[list[int]]) -> np.ndarray:
-        """One BLS call per group of `calls` (row indices), results back in row order."""
-        out: np.ndarray | None = None
-        for group in calls:
-            ids, mask = pad_batch([rows[i] for i in group], self.encoder.pad_id)
-            part = self.call_encoder(encoder, dict(zip(ENCODER_INPUTS, (ids, mask))))
-            if out is None:
-                out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
-            out[group] = part
-        self.policy.observe_success()
-        if out is None:
-            raise ModelError("the router planned no encoder call for a batch with rows")
-        return out
-
-    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """One encoder call: BLS (the bare benchmark fixture overrides it)."""
-        return bls_infer(encoder.name, feeds, [encoder.output])[encoder.output]
-
-    def _served_by(self, encoder: Encoder, level: Level) -> str:
-        version = self.served.current.get(encoder.name, "?")
-        return f"{encoder.name}:{version}:{encoder.precision}:L{level.number}"
-
-
-def served_by_array(values: list[str]) -> np.ndarray:
-    return np.array([v.encode() for v in values], dtype=np.object_).reshape(-1, 1)
+        return ok_response({EMBEDDING_OUTPUT: outputs, SERVED_BY_OUTPUT: strings_array(served_by),
+                            TOKENS_OUTPUT: tokens})

@@ -1,17 +1,19 @@
 """What the router does with one dynamic batch at a given level (pure; no Triton imports).
 
-`plan_batch(level, requests, cache, bucket_waste)` decides, for every valid request of the
-batch, one of three fates: refused (level 4, an operator's "out of service"), answered
-from the router's cache (level 3 and up, when every text of the request is cached), or
-encoded. The encoded rows are grouped into encoder calls: length buckets that pad at most
-`bucket_waste` of the real tokens, each call at most the level's `max_rows` rows. The
-Triton-facing class only executes the plan.
+`plan_batch(level, requests, cache, bucket_waste, length)` decides, for every valid
+request of the batch, one of three fates: refused (level 4, an operator's "out of
+service"), answered from the router's cache (level 3 and up, when every row of the
+request is cached under its key: a text, an image's digest), or encoded. The encoded rows
+are grouped into encoder calls: length buckets that pad at most `bucket_waste` of the real
+size (tokens), each call at most the level's `max_rows` rows. The Triton-facing class
+only executes the plan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -21,12 +23,12 @@ from python_backends.degradation import EmbeddingCache, Level
 OUT_OF_SERVICE = "out of service"
 
 
-@dataclass(frozen=True)
+@dataclass
 class RoutedRequest:
-    """The part of a valid request the router needs: its texts and their token ids."""
+    """The part of a valid request the router needs: a cache key and a row per item."""
 
-    texts: Sequence[str]
-    rows: Sequence[Sequence[int]]
+    keys: Sequence[str]
+    rows: Sequence[Any]
 
 
 @dataclass
@@ -39,26 +41,26 @@ class Plan:
     encoded: list[int] = field(default_factory=list)  # requests encoded, in order
     calls: list[list[int]] = field(default_factory=list)  # row indices (flattened) per call
 
-    def rows(self, requests: Mapping[int, RoutedRequest]) -> list[Sequence[int]]:
-        """The flattened token rows of the encoded requests (what `calls` index into)."""
+    def rows(self, requests: Mapping[int, RoutedRequest]) -> list[Any]:
+        """The flattened rows of the encoded requests (what `calls` index into)."""
         return [row for i in self.encoded for row in requests[i].rows]
 
 
 def plan_batch(level: Level, requests: Mapping[int, RoutedRequest], cache: EmbeddingCache,
-               bucket_waste: float) -> Plan:
+               bucket_waste: float, length: Callable[[Any], int] = len) -> Plan:
     """The plan for one batch at `level` (see the module docstring)."""
     plan = Plan()
     if level.encoder is None:
         plan.refused = dict.fromkeys(requests, OUT_OF_SERVICE)
         return plan
     for i, request in requests.items():
-        hits = [cache.get(t) for t in request.texts] if level.use_cache else [None]
+        hits = [cache.get(k) for k in request.keys] if level.use_cache else [None]
         if all(h is not None for h in hits):
             plan.cached[i] = hits  # type: ignore[assignment]
         else:
             plan.encoded.append(i)
     if plan.encoded:
         plan.encoder = level.encoder
-        lengths = [len(row) for row in plan.rows(requests)]
+        lengths = [length(row) for row in plan.rows(requests)]
         plan.calls = length_buckets(lengths, bucket_waste, level.max_rows)
     return plan

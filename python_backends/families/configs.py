@@ -19,6 +19,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from python_backends.families import Family, Tensor, family
+from python_backends.families.spec import DIM, IMAGE_DIMS
 from python_backends.versions import policy_line
 
 CPU, GPU = "cpu", "gpu"
@@ -34,6 +35,7 @@ class EncoderSpec:
     format: str
     dimension: int
     source: str  # what `tmr export` reads (a folder, a package, parts of one)
+    input_shape: tuple[int, ...] = ()  # an image model's (channels, height, width)
     version: int | None = 1  # the served version (version_policy), None: latest
     instances: int = 2  # CPU instances, each with `threads` intra-op threads
     threads: int = 1
@@ -43,6 +45,10 @@ class EncoderSpec:
     @property
     def name(self) -> str:
         return family(self.family).encoder_name(self.base, self.format)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return sizes_of(self.dimension, self.input_shape)
 
 
 @dataclass(frozen=True)
@@ -57,9 +63,14 @@ class FrontSpec:
     instances: int | None = None  # None: the family's
 
 
-def tensors(specs: tuple[Tensor, ...], dimension: int, suffix: str = "") -> list[dict]:
+def sizes_of(dimension: int, input_shape: tuple[int, ...] = ()) -> dict[str, int]:
+    """The model's own sizes by name (spec.DIM, spec.IMAGE_DIMS) for resolving dims."""
+    return {DIM: dimension, **dict(zip(IMAGE_DIMS, input_shape))}
+
+
+def tensors(specs: tuple[Tensor, ...], sizes: dict[str, int], suffix: str = "") -> list[dict]:
     return [{"name": t.name + suffix, "data_type": t.data_type,
-             "dims": list(t.resolved(dimension))} for t in specs]
+             "dims": list(t.resolved(sizes))} for t in specs]
 
 
 def params(values: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -76,8 +87,8 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
         values |= {fmt.threads_parameter: str(spec.threads), **fmt.gate, **spec.gate}
     config = {
         "name": spec.name, "max_batch_size": fam.max_batch_size,
-        "input": tensors(fam.encoder_inputs, spec.dimension),
-        "output": tensors((fam.encoder_output,), spec.dimension, fmt.output_suffix),
+        "input": tensors(fam.encoder_inputs, spec.sizes),
+        "output": tensors((fam.encoder_output,), spec.sizes, fmt.output_suffix),
         "instance_group": [{"count": spec.instances, "kind": "KIND_CPU"} if profile == CPU
                            else {"count": spec.gpu_instances, "kind": "KIND_GPU"}],
         "dynamic_batching": {}, "parameters": params(values),
@@ -97,8 +108,8 @@ def front_config(spec: FrontSpec) -> mc.ModelConfig:
               "fallback_model": fam.encoder_name(spec.base, fam.fallback)}
     return json_format.ParseDict({
         "name": spec.name, "backend": fam.backend, "max_batch_size": fam.max_batch_size,
-        "input": tensors(fam.front_inputs, spec.dimension),
-        "output": tensors(fam.front_outputs, spec.dimension),
+        "input": tensors(fam.front_inputs, sizes_of(spec.dimension)),
+        "output": tensors(fam.front_outputs, sizes_of(spec.dimension)),
         "instance_group": [{"count": spec.instances or fam.front_instances, "kind": "KIND_CPU"}],
         "dynamic_batching": dict(fam.front_batching), "parameters": params(values),
         "default_model_filename": FRONT_ARTIFACT,
@@ -118,9 +129,11 @@ def encoder_spec(config: mc.ModelConfig) -> EncoderSpec:
     gate = {k: v for k, v in p.items() if k.startswith("gate_") and fmt.gate.get(k) != v}
     cpu = [g.count for g in config.instance_group if g.kind == mc.ModelInstanceGroup.KIND_CPU]
     policy = config.version_policy
+    named = [i for i, d in enumerate(fam.encoder_inputs[0].dims) if d in IMAGE_DIMS]
     return EncoderSpec(
         family=fam.name, base=config.name.removesuffix(suffix), format=fmt.name,
         dimension=int(config.output[0].dims[-1]), source=p["source"],
+        input_shape=tuple(int(config.input[0].dims[i]) for i in named),
         version=list(policy.specific.versions)[-1] if policy.HasField("specific") else None,
         instances=sum(cpu) or 1, threads=int(p.get(fmt.threads_parameter, "1")), gate=gate)
 

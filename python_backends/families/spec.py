@@ -14,18 +14,20 @@ from typing import Any
 import numpy as np
 
 DIM = "dim"  # a tensor dimension that is the model's own (its embedding size, its classes)
+IMAGE_DIMS = ("channels", "height", "width")  # an image model's input, its own too
 
 
 @dataclass(frozen=True)
 class Tensor:
-    """One input or output: name, Triton data type and dims without the batch dimension."""
+    """One input or output: name, Triton data type and dims without the batch dimension;
+    a named dim (DIM, IMAGE_DIMS) is the model's own size, given when resolved."""
 
     name: str
     data_type: str  # Triton's TYPE_* name
     dims: tuple[int | str, ...]
 
-    def resolved(self, dim: int) -> tuple[int, ...]:
-        return tuple(dim if d == DIM else int(d) for d in self.dims)
+    def resolved(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(sizes[d] if isinstance(d, str) else int(d) for d in self.dims)
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def test_front_and_encoder_tensors_are_the_familys(model):
     fam = model.family
     front = config(model.front)
     dim = int(front.output[0].dims[-1])
-    io = [(t.name, mc.DataType.Value(t.data_type), list(t.resolved(dim)))
+    io = [(t.name, mc.DataType.Value(t.data_type), list(t.resolved({"dim": dim})))
           for t in (*fam.front_inputs, *fam.front_outputs)]
     assert [(t.name, t.data_type, list(t.dims)) for t in (*front.input, *front.output)] == io
     for fmt, name in model.encoders.items():
