@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from client.aio import AsyncEmbedClient
-    from client.core import EmbedResult
+    from client.core import ClassifyResult, EmbedResult, Prediction
     from client.errors import (
         AccessDeniedError,
         DeadlineExceededError,
@@ -38,6 +38,8 @@ _EXPORTS = {
     "AsyncEmbedClient": "client.aio",
     "EmbedClient": "client.sync",
     "EmbedResult": "client.core",
+    "ClassifyResult": "client.core",
+    "Prediction": "client.core",
     "NO_RETRY": "client.retry",
     "RetryPolicy": "client.retry",
     **{name: "client.errors" for name in (
@@ -48,10 +50,25 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "NO_RETRY", "AccessDeniedError", "AsyncEmbedClient", "DeadlineExceededError", "EmbedClient",
-    "EmbedResult", "InvalidInputError", "ModelNotFoundError", "ModelNotReadyError",
-    "QueueFullError", "RateLimitedError", "RequestTooLargeError", "RetryPolicy", "ServerError",
-    "ServerUnreachableError", "TritonClientError", "UnavailableError",
+    "NO_RETRY",
+    "AccessDeniedError",
+    "AsyncEmbedClient",
+    "ClassifyResult",
+    "DeadlineExceededError",
+    "EmbedClient",
+    "EmbedResult",
+    "InvalidInputError",
+    "ModelNotFoundError",
+    "ModelNotReadyError",
+    "Prediction",
+    "QueueFullError",
+    "RateLimitedError",
+    "RequestTooLargeError",
+    "RetryPolicy",
+    "ServerError",
+    "ServerUnreachableError",
+    "TritonClientError",
+    "UnavailableError",
 ]
 
 

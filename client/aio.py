@@ -16,11 +16,13 @@ from client.core import (
     Access,
     Call,
     CallOptions,
+    ClassifyResult,
     ClientBase,
     EmbedResult,
     ModelInfo,
     Progress,
     Protocol,
+    classify_result,
     embed_result,
     text_tensor,
 )
@@ -133,6 +135,16 @@ class AsyncEmbedClient(ClientBase):
         answers, ids = await self._send(call)
         return embed_result(answers, ids)
 
+    async def classify(self, images: list[bytes], *, model: str | None = None,
+                       top_k: int | None = None, priority: int | None = None,
+                       timeout_ms: float | None = None, model_version: int | None = None,
+                       on_progress: Progress | None = None) -> ClassifyResult:
+        """As EmbedClient.classify, the chunks concurrently (bounded)."""
+        call = self._start_classify(images, model, top_k,
+                                    CallOptions(priority, timeout_ms, model_version), on_progress)
+        answers, ids = await self._send(call)
+        return classify_result(answers, ids)
+
     async def _send(self, call: Call) -> tuple[list[Any], list[str]]:
         """Every chunk of the call, at most `in_flight` at once; (answers, request ids)."""
         info = await self.info(call.model)
@@ -157,7 +169,7 @@ class AsyncEmbedClient(ClientBase):
             try:
                 return await self._call(self._client.infer, call.model, inputs, outputs=outputs,
                                         headers=self._headers(),
-                                        **call.options.infer_kwargs(request_id))
+                                        **call.infer_kwargs(request_id))
             except TritonClientError as err:
                 delay = self._retry_delay(attempt, err, call.deadline)
                 if delay is None:

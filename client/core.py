@@ -33,6 +33,9 @@ TEXT_INPUT = "TEXT"
 EMBEDDING_OUTPUT = "EMBEDDING"
 SERVED_BY_OUTPUT = "SERVED_BY"
 TOKENS_OUTPUT = "TOKENS"
+# ... and the image-classification family's (python_backends/families/image_classification.py).
+IMAGE_INPUT = "IMAGE"
+CLASSIFY_OUTPUTS = ("CLASS_IDS", "LABELS", "PROBABILITIES", SERVED_BY_OUTPUT)
 DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown
 
 Progress = Callable[[int, int], None]  # (rows done, rows in the call), after each chunk
@@ -87,6 +90,7 @@ class RowKind:
 
 
 TEXTS = RowKind("texts", "strings", "text", "str or bytes")
+IMAGES = RowKind("images", "encoded images (bytes)", "image", "bytes (an encoded JPEG or PNG)")
 
 
 def bytes_rows(items: Iterable[Any], kind: RowKind,
@@ -125,6 +129,15 @@ def text_tensor(texts: Iterable[str | bytes]) -> np.ndarray:
         return bytes(item) if isinstance(item, bytes) else None
 
     return bytes_rows(texts, TEXTS, encode)
+
+
+def image_tensor(images: Iterable[bytes]) -> np.ndarray:
+    """A [n, 1] BYTES array of encoded images (JPEG, PNG), as the image family wants:
+    bytes-like items only (read a file with Path.read_bytes()), refused otherwise."""
+    def encode(item: Any) -> bytes | None:
+        return bytes(item) if isinstance(item, (bytes, bytearray, memoryview)) else None
+
+    return bytes_rows(images, IMAGES, encode)
 
 
 @dataclass(frozen=True)
@@ -255,6 +268,7 @@ class Call:
     options: CallOptions
     deadline: float | None
     on_progress: Progress | None = None
+    parameters: Mapping[str, Any] = field(default_factory=dict)  # request parameters
 
     def chunks(self, info: ModelInfo) -> list[tuple[slice, str]]:
         """(rows, request id) of each request the call makes."""
@@ -263,6 +277,12 @@ class Call:
     def progress(self, done: int) -> None:
         if self.on_progress is not None:
             self.on_progress(done, len(self.rows))
+
+    def infer_kwargs(self, request_id: str) -> dict[str, Any]:
+        kwargs = self.options.infer_kwargs(request_id)
+        if self.parameters:
+            kwargs["parameters"] = dict(self.parameters)
+        return kwargs
 
 
 def request_for(module: ModuleType, call: Call, rows: slice,
@@ -353,9 +373,17 @@ class ClientBase:
 
     def _start(self, model: str | None, rows: np.ndarray, input_name: str,
                wanted: Sequence[str], options: CallOptions,
-               on_progress: Progress | None = None) -> Call:
+               on_progress: Progress | None = None,
+               parameters: Mapping[str, Any] | None = None) -> Call:
         return Call(model or self.model, rows, input_name, tuple(wanted), options,
-                    options.deadline(), on_progress)
+                    options.deadline(), on_progress, dict(parameters or {}))
+
+    def _start_classify(self, images: Iterable[bytes], model: str | None, top_k: int | None,
+                        options: CallOptions, on_progress: Progress | None) -> Call:
+        if top_k is not None and not is_int_at_least(top_k, 1):
+            raise InvalidInputError(f"top_k must be an integer >= 1, got {top_k!r}")
+        return self._start(model, image_tensor(images), IMAGE_INPUT, CLASSIFY_OUTPUTS, options,
+                           on_progress, {} if top_k is None else {"top_k": int(top_k)})
 
     def _request(self, call: Call, rows: slice, info: ModelInfo) -> tuple[list[Any], list[Any]]:
         return request_for(self._module, call, rows, info)
@@ -368,3 +396,39 @@ class ClientBase:
 
 
 EMBED_OUTPUTS = (EMBEDDING_OUTPUT, SERVED_BY_OUTPUT, TOKENS_OUTPUT)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One class of an image: its id, its label and its probability."""
+
+    class_id: int
+    label: str
+    probability: float
+
+
+@dataclass
+class ClassifyResult:
+    """The `top_k` best classes of every image, best first, and what served each image."""
+
+    predictions: list[list[Prediction]]
+    served_by: list[str] = field(default_factory=list)
+    model_name: str = ""
+    model_versions: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+
+def classify_result(answers: Sequence[Any], request_ids: list[str]) -> ClassifyResult:
+    """One ClassifyResult from the InferResults of the chunks, in order."""
+    predictions = []
+    for answer in answers:
+        ids, labels = answer.as_numpy("CLASS_IDS"), answer.as_numpy("LABELS")
+        probabilities = answer.as_numpy("PROBABILITIES")
+        for row in range(len(ids)):
+            predictions.append([Prediction(int(i), label.decode(), float(p)) for i, label, p
+                                in zip(ids[row], labels[row], probabilities[row])])
+    identities = [response_identity(a) for a in answers]
+    return ClassifyResult(predictions,
+                          served_by=[row for a in answers for row in strings(a, SERVED_BY_OUTPUT)],
+                          model_name=identities[0][0], model_versions=[v for _, v in identities],
+                          request_ids=request_ids)

@@ -14,11 +14,13 @@ from client.core import (
     Access,
     Call,
     CallOptions,
+    ClassifyResult,
     ClientBase,
     EmbedResult,
     ModelInfo,
     Progress,
     Protocol,
+    classify_result,
     embed_result,
     text_tensor,
 )
@@ -32,8 +34,8 @@ from client.retry import RetryPolicy
 
 
 class EmbedClient(ClientBase):
-    """`embed(texts) -> (n, dim)` for any text-embedding front model, plus readiness and
-    metadata calls.
+    """`embed(texts) -> (n, dim)` for a text-embedding front model, `classify(images)` for
+    an image-classification one, plus readiness and metadata calls.
 
     `api_key` goes to the front door, `admin_key` to the model config (see client.auth);
     `max_batch_size` spares the config call, which a client without the admin key cannot
@@ -124,6 +126,17 @@ class EmbedClient(ClientBase):
         answers, ids = self._send(call)
         return embed_result(answers, ids)
 
+    def classify(self, images: list[bytes], *, model: str | None = None,
+                 top_k: int | None = None, priority: int | None = None,
+                 timeout_ms: float | None = None, model_version: int | None = None,
+                 on_progress: Progress | None = None) -> ClassifyResult:
+        """The `top_k` best classes (the model's default number when None) of each encoded
+        image (JPEG or PNG bytes), best first, with what served each."""
+        call = self._start_classify(images, model, top_k,
+                                    CallOptions(priority, timeout_ms, model_version), on_progress)
+        answers, ids = self._send(call)
+        return classify_result(answers, ids)
+
     def _send(self, call: Call) -> tuple[list[Any], list[str]]:
         """Every chunk of the call, one after another; (answers, request ids)."""
         info = self.info(call.model)
@@ -141,7 +154,7 @@ class EmbedClient(ClientBase):
             attempt += 1
             try:
                 return self._call(self._client.infer, call.model, inputs, outputs=outputs,
-                                  headers=self._headers(), **call.options.infer_kwargs(request_id))
+                                  headers=self._headers(), **call.infer_kwargs(request_id))
             except TritonClientError as err:
                 delay = self._retry_delay(attempt, err, call.deadline)
                 if delay is None:

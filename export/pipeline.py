@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from export.provenance import build_provenance, source_fingerprint, tool_versions
-from export.sources import resolve
+from export.sources import resolve, stored
 from python_backends import versions as v
 from python_backends.families import Family, family
 from python_backends.families.catalog import FamilyModel, UnknownModelError, find
@@ -54,10 +54,10 @@ class ExportResult:
         return f"{self.model_name:<24} v{self.version:<3} {action:<22} {figures}".rstrip()
 
 
-def recipe_for(fam: Family, source: str, threads: int) -> Any:
+def recipe_for(fam: Family, source: str, threads: int, repository: Path | None = None) -> Any:
     """The family's export recipe for a source (folder, distribution or parts:...)."""
     module = importlib.import_module(fam.export_recipe)
-    return module.recipe(resolve(source), threads)
+    return module.recipe(resolve(source, repository), threads)
 
 
 def publish(recipe: Any, model_dir: Path, fmt: str, fingerprint: str) -> ExportResult:
@@ -91,17 +91,19 @@ def write_front_files(recipe: Any, front_dir: Path) -> None:
     """The front model's files (its tokenizer), each replaced atomically."""
     folder = front_dir / FRONT_VERSION
     folder.mkdir(parents=True, exist_ok=True)
-    for name, source in recipe.front_files().items():
+    for name, content in recipe.front_files().items():
         tmp = folder / f".{name}.tmp"
-        shutil.copyfile(source, tmp)
+        tmp.write_bytes(content)
         tmp.replace(folder / name)
 
 
 def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | None = None,
                  force: bool = False, threads: int = 2,
-                 on_result: Callable[[ExportResult], None] | None = None) -> list[ExportResult]:
+                 on_result: Callable[[ExportResult], None] | None = None,
+                 sources_root: Path | None = None) -> list[ExportResult]:
     """Export the model's formats (all by default), skipping those up to date unless
-    `force`; then its front model's files. Raises ExportCheckError on a failed check."""
+    `force`; then its front model's files. Raises ExportCheckError on a failed check.
+    A relative source is found in `sources_root` (the repository by default)."""
     fam = model.family
     wanted = list(dict.fromkeys(formats or [f.name for f in fam.formats]))
     unknown = [f for f in wanted if f not in model.encoders]
@@ -109,7 +111,7 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
         raise ValueError(f"{model.base} has no encoder for {unknown}; it has "
                          f"{sorted(model.encoders)}")
     spec = encoder_spec(v.read_config(repository / model.encoder(wanted[0])))
-    recipe = recipe_for(fam, spec.source, threads)
+    recipe = recipe_for(fam, spec.source, threads, sources_root or repository)
     tools = tool_versions()
     results = []
     for fmt in wanted:
@@ -131,9 +133,13 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
               front: str | None = None, threads: int = 2,
               on_result: Callable[[ExportResult], None] | None = None) -> list[ExportResult]:
     """`tmr add`: a new model of a known family, exported, configured and wired to its front
-    model; run again with the same arguments, it only checks that all is up to date."""
+    model; run again with the same arguments, it only checks that all is up to date.
+
+    The configs record the source as given, or relative to the repository when it lies
+    inside it (an image model keeps its source.py in its front's folder: <front>/source)."""
     fam = family(family_name)
     front = front or name
+    source = stored(source, repository)
     try:
         existing = find(repository, name)
     except UnknownModelError:
@@ -141,26 +147,44 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     if existing is not None:
         return readd(repository, existing, fam, source, threads, on_result)
     taken = [m for m in [front, *(fam.encoder_name(name, f.name) for f in fam.formats)]
-             if (repository / m).exists()]
+             if (repository / m).exists() and not only_a_source(repository / m)]
     if taken:
         raise AddError(f"{', '.join(taken)} already in {repository} and not a {fam.name} "
                        f"model of '{name}': choose another name")
-    recipe = recipe_for(fam, source, threads)  # validates the source before anything is written
+    # The source is checked (and loaded) before anything is written.
+    recipe = recipe_for(fam, source, threads, repository)
     staging = repository / f".add-{name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
+    facts = recipe.facts
     try:
         for fmt in fam.formats:
-            write_encoder(staging, EncoderSpec(fam.name, name, fmt.name,
-                                               recipe.facts.dimension, source))
-        write_front(staging, FrontSpec(fam.name, front, name, recipe.facts.dimension,
-                                       recipe.facts.front_parameters))
+            write_encoder(staging, EncoderSpec(fam.name, name, fmt.name, facts.dimension, source,
+                                               getattr(facts, "input_shape", ())))
+        write_front(staging, FrontSpec(fam.name, front, name, facts.dimension,
+                                       facts.front_parameters))
         staged = find(staging, name)
-        results = export_model(staging, staged, threads=threads, on_result=on_result)
+        results = export_model(staging, staged, threads=threads, on_result=on_result,
+                               sources_root=repository)
         for folder in [*staged.encoders.values(), front]:  # the front last: it loads its
-            (staging / folder).rename(repository / folder)  # encoders' configs at start
+            move_into(staging / folder, repository / folder)  # encoders' configs at start
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return results
+
+
+def only_a_source(folder: Path) -> bool:
+    """A front's folder holding nothing but the model's own source, before `tmr add`."""
+    return folder.is_dir() and {p.name for p in folder.iterdir()} <= {"source"}
+
+
+def move_into(staged: Path, target: Path) -> None:
+    """Rename a staged model folder into the repository; into its existing folder (its
+    source) item by item, the config last."""
+    if not target.exists():
+        staged.rename(target)
+        return
+    for item in sorted(staged.iterdir(), key=lambda p: p.name == "config.pbtxt"):
+        item.rename(target / item.name)
 
 
 def readd(repository: Path, model: FamilyModel, fam: Family, source: str, threads: int,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import onnx
 
 from export.errors import ExportCheckError
-from python_backends.families import DIM, Family
+from python_backends.families import Family
+from python_backends.families.configs import sizes_of
 
 ONNX_TYPES = {"TYPE_INT64": onnx.TensorProto.INT64, "TYPE_FP32": onnx.TensorProto.FLOAT,
               "TYPE_INT32": onnx.TensorProto.INT32}
@@ -50,11 +51,14 @@ class Signature:
                 for spec in (*self.inputs, *self.outputs)}
 
 
-def signature(family: Family, dimension: int) -> Signature:
-    """The family's encoder contract for a model of `dimension` (batch axis first)."""
+def signature(family: Family, dimension: int, input_shape: tuple[int, ...] = ()) -> Signature:
+    """The family's encoder contract for a model of `dimension` (and, for images, of
+    `input_shape`), with the batch axis first."""
+    sizes = sizes_of(dimension, input_shape)
+
     def spec(name: str, data_type: str, dims: tuple, axis: str) -> TensorSpec:
-        shape = tuple(dimension if d == DIM else ((axis if i == 0 else f"{axis}{i}")
-                                                   if d == -1 else d)
+        shape = tuple(sizes[d] if isinstance(d, str) else
+                      ((axis if i == 0 else f"{axis}{i}") if d == -1 else d)
                       for i, d in enumerate(dims))
         return TensorSpec(name, ONNX_TYPES[data_type], ("batch", *shape))
 

@@ -1,6 +1,7 @@
 """Where a model's weights come from: `tmr add --from SOURCE` and the `source` parameter.
 
-    /a/folder                 a model folder on disk
+    /a/folder                 a model folder on disk (relative: to the repository, where
+                              an image model keeps its source, e.g. digits/source)
     some-distribution         an installed Python distribution that ships a model folder
                               (the folder with config.json beside the weights)
     parts:name-{001..005}     one model zipped and split over several packages on the
@@ -25,7 +26,8 @@ from pathlib import Path
 from server.settings import PROJECT_ROOT
 
 CACHE = PROJECT_ROOT / ".triton" / "sources"
-MODEL_FILE = "config.json"
+MODEL_FILE = "config.json"  # what an installed model distribution ships
+MODEL_FILES = (MODEL_FILE, "source.py")
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 
@@ -44,24 +46,41 @@ def expand(pattern: str) -> list[str]:
             for n in range(int(first), int(last) + 1)]
 
 
-def resolve(source: str) -> Path:
+def resolve(source: str, repository: Path | None = None) -> Path:
     """The model folder `source` names (see the module docstring), or SourceError."""
     if source.startswith("parts:"):
         return assembled(expand(source.removeprefix("parts:")))
     path = Path(source).expanduser()
+    if repository is not None and not path.is_absolute() and (repository / path).exists():
+        path = repository / path
     if path.exists():
         return model_folder(path.resolve(), source)
     return installed(source)
 
 
+def stored(source: str, repository: Path) -> str:
+    """How a source is written into the configs: a folder inside the repository relative
+    to it (the repository moves with its sources), anything else as given."""
+    path = Path(source).expanduser()
+    if path.exists():
+        try:
+            return str(path.resolve().relative_to(repository.resolve()))
+        except ValueError:
+            return str(path.resolve())
+    return source
+
+
 def model_folder(root: Path, source: str) -> Path:
-    """The folder under `root` that holds config.json (the shallowest one)."""
-    if (root / MODEL_FILE).is_file():
+    """The folder under `root` that holds config.json (a transformer's) or source.py (an
+    image model's), the shallowest one."""
+    if any((root / name).is_file() for name in MODEL_FILES):
         return root
-    found = sorted(root.rglob(MODEL_FILE), key=lambda p: (len(p.parts), str(p)))
+    found = sorted((p for name in MODEL_FILES for p in root.rglob(name)),
+                   key=lambda p: (len(p.parts), str(p)))
     if not found:
-        raise SourceError(f"{source}: no {MODEL_FILE} under {root}; a model folder holds "
-                          "config.json beside its weights and tokenizer")
+        raise SourceError(f"{source}: no {' or '.join(MODEL_FILES)} under {root}; a model "
+                          "folder holds config.json beside its weights and tokenizer, or "
+                          "an image model's source.py")
     return found[0].parent
 
 

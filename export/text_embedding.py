@@ -310,9 +310,9 @@ class TextEmbeddingRecipe:
                    "cos_min": f"{stats['min']:.4f}", "n": stats["n"]}
         return checks, figures
 
-    def front_files(self) -> dict[str, Path]:
+    def front_files(self) -> dict[str, bytes]:
         """Files the front model's version folder holds: the tokenizer it tokenizes with."""
-        return {"tokenizer.json": self.facts.folder / "tokenizer.json"}
+        return {FAMILY.front_artifact: (self.facts.folder / "tokenizer.json").read_bytes()}
 
     # -- the release gate -----------------------------------------------------------
     def gate_batches(self, stride: int = 16, batch: int = 16) -> list[dict[str, np.ndarray]]:

@@ -32,7 +32,8 @@ class HealthModel(BaseModel):
         for model in catalog(repository):
             for name in model.models:
                 config = read_config(repository / name)
-                params = {**parameters_of(config), "output": config.output[0].name}
+                params = {**parameters_of(config), "output": config.output[0].name,
+                          "input_dims": ",".join(str(d) for d in config.input[0].dims)}
                 probe = (model.family.front_probe if name == model.front
                          else model.family.encoder_probe)
                 self.probes[name] = (model.family, params, *probe(params))

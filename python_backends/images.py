@@ -105,14 +105,15 @@ class ImageSpec:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ImageSpec:
         """Read the spec from a model config's `parameters` (string values); absent: default."""
-        casts: dict[str, Callable[[str], Any]] = {
+        parameter_casts: dict[str, Callable[[str], Any]] = {
             "color_mode": one_of("L", "RGB"), "resize": positive_int, "crop": positive_int,
             "value_range": positive_float, "mean": float_list, "std": float_list,
             "invert": flag, "interpolation": one_of(*RESAMPLING), "jpeg_draft": flag,
             "max_image_bytes": positive_int, "max_pixels": positive_int,
             "image_formats": format_list,
         }  # fmt: skip
-        values = {k: parameter(config, k, getattr(cls, k), cast) for k, cast in casts.items()}
+        values = {k: parameter(config, k, getattr(cls, k), cast)
+                  for k, cast in parameter_casts.items()}
         try:
             return cls(**values)
         except ValueError as err:
@@ -304,14 +305,20 @@ class ImageBatchBuffer:
 
     def fill(self, items: Sequence[bytes], name: str = "IMAGE") -> np.ndarray:
         """Decode and preprocess each encoded image into its row; errors name the index."""
-        if len(items) > self.max_batch:
+        self.fill_from(items, 0, name)
+        return self.array[: len(items)]
+
+    def fill_from(self, items: Sequence[bytes], start: int, name: str = "IMAGE") -> list[int]:
+        """Rows `start`.. for the images of one request; the row indices. An error names
+        the image's index within the request (its rows are then free again)."""
+        if start + len(items) > self.max_batch:
             raise InvalidInputError(
-                f"{len(items)} images in one batch, over the limit of {self.max_batch}"
+                f"{start + len(items)} images in one batch, over the limit of {self.max_batch}"
             )
         for i, data in enumerate(items):
             image = decode_image(bytes(data), self.spec, f"{name}[{i}]")
-            preprocess_into(image, self.spec, self.array[i], self.table)
-        return self.array[: len(items)]
+            preprocess_into(image, self.spec, self.array[start + i], self.table)
+        return list(range(start, start + len(items)))
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -117,6 +117,7 @@ def probe_target(config: dict[str, Any]) -> ProbeTarget | None:
         return None
     fam = family(params["family"])
     params["output"] = config["output"][0]["name"]
+    params["input_dims"] = ",".join(str(d) for d in config["input"][0]["dims"])
     probe = fam.front_probe if "primary_model" in params else fam.encoder_probe
     inputs, outputs = probe(params)
     return ProbeTarget(config["name"], fam, params, inputs, outputs)

@@ -3,7 +3,8 @@
 Quality: the candidate's outputs on the family's evaluation set (its recipe's
 `gate_batches`) against eager PyTorch and against the version served now (never the
 candidate itself), judged by the family's metric with the model's `gate_*` config
-parameters: for text embeddings, the mean and minimum row cosine. Performance:
+parameters: for text embeddings, the mean and minimum row cosine; for image classifiers,
+top-1 agreement and, where the set has labels, the accuracy points lost. Performance:
 candidate and served version in-process with the server's thread setting, interleaved
 in the same run on typical serving batches; refused if throughput falls below
 `gate_min_throughput_ratio` or p99 rises above `gate_max_p99_ratio`. The result is
@@ -74,8 +75,8 @@ class GateResult:
         return "\n".join(rows)
 
 
-def cosine_quality(reference: np.ndarray, candidate: np.ndarray,
-                   gates: dict[str, float]) -> tuple[dict[str, float], str | None]:
+def cosine_quality(reference: np.ndarray, candidate: np.ndarray, gates: dict[str, float],
+                   labels: np.ndarray | None = None) -> tuple[dict[str, float], str | None]:
     """Row cosines (text embeddings): mean and minimum against their thresholds."""
     from export.parity import fidelity
 
@@ -87,8 +88,28 @@ def cosine_quality(reference: np.ndarray, candidate: np.ndarray,
     return {"mean_cosine": stats.mean, "min_cosine": stats.min}, why
 
 
+def top1_quality(reference: np.ndarray, candidate: np.ndarray, gates: dict[str, float],
+                 labels: np.ndarray | None = None) -> tuple[dict[str, float], str | None]:
+    """Classes (image classification): top-1 agreement with the reference, and the
+    accuracy points lost where the evaluation set has labels."""
+    from export.image_eval import top1_accuracy, top1_agreement
+
+    stats = {"agreement": top1_agreement(reference, candidate)}
+    why = []
+    if stats["agreement"] < gates["gate_min_agreement"]:
+        why.append(f"top-1 agreement {stats['agreement']:.4f} under {gates['gate_min_agreement']}")
+    if labels is not None:
+        stats["top1"] = top1_accuracy(candidate, labels)
+        stats["top1_drop"] = top1_accuracy(reference, labels) - stats["top1"]
+        if stats["top1_drop"] > gates["gate_max_top1_drop"]:
+            why.append(f"top-1 {stats['top1_drop'] * 100:.2f} points under the reference, "
+                       f"over {gates['gate_max_top1_drop'] * 100:g}")
+    return stats, "; ".join(why) or None
+
+
 QUALITY: dict[str, Callable[..., tuple[dict[str, float], str | None]]] = {
     "cosine": cosine_quality,
+    "top1": top1_quality,
 }
 
 
@@ -131,7 +152,7 @@ def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
     fam = family(spec.family)
     settings = GateSettings.from_params(params)
     result = GateResult(model_dir.name, candidate, v.gate_baseline(model_dir, candidate), settings)
-    recipe = recipe_for(fam, spec.source, threads)
+    recipe = recipe_for(fam, spec.source, threads, model_dir.parent)
     inputs, output = recipe.contract.input_names, config.output[0].name
     batches = recipe.gate_batches()
     runs = {"candidate": artifact_runner(artifact_of(model_dir, candidate), threads, inputs,
@@ -143,9 +164,10 @@ def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
                                           inputs, [output])
         outputs["current"] = outputs_of(runs["current"], batches, output)
     judge = QUALITY[fam.gate_metric]
+    labels = recipe.gate_labels() if hasattr(recipe, "gate_labels") else None
     for against in ("reference", "current"):
         if against in outputs:
-            stats, why = judge(outputs[against], outputs["candidate"], settings.quality)
+            stats, why = judge(outputs[against], outputs["candidate"], settings.quality, labels)
             result.quality[against] = stats
             if why:
                 result.reasons.append(f"quality vs {against}: {why}")

@@ -70,7 +70,16 @@ def embed_example(server: TritonServer, front: str) -> str:
     return f"{front} answered: dim={vector.shape[0]} norm={norm:.4f} first={vector[:4].round(4)}"
 
 
-EXAMPLES = {"embed": embed_example}  # a family's SDK method -> one real call through it
+def classify_example(server: TritonServer, front: str) -> str:
+    from client import EmbedClient
+    from python_backends.families.image_classification import probe_image
+
+    with EmbedClient(server.http_url, protocol="http", model=front) as client:
+        best = client.classify([probe_image()], top_k=1).predictions[0][0]
+    return f"{front} answered: class {best.class_id} ({best.label}) p={best.probability:.3f}"
+
+
+EXAMPLES = {"embed": embed_example, "classify": classify_example}  # a family's SDK method
 
 
 def example_calls(server: TritonServer) -> list[str]:

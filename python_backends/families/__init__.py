@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from python_backends.families.image_classification import IMAGE_CLASSIFICATION
 from python_backends.families.spec import DIM, Family, Format, Tensor
 from python_backends.families.text_embedding import TEXT_EMBEDDING
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (TEXT_EMBEDDING,)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION)}
 
 
 def family(name: str) -> Family:
@@ -17,4 +18,5 @@ def family(name: str) -> Family:
                        f"{', '.join(sorted(FAMILIES))}") from None
 
 
-__all__ = ["DIM", "FAMILIES", "Family", "Format", "Tensor", "family"]
+__all__ = ["DIM", "FAMILIES", "IMAGE_CLASSIFICATION", "TEXT_EMBEDDING", "Family", "Format",
+           "Tensor", "family"]

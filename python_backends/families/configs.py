@@ -23,7 +23,6 @@ from python_backends.families.spec import DIM, IMAGE_DIMS
 from python_backends.versions import policy_line
 
 CPU, GPU = "cpu", "gpu"
-FRONT_ARTIFACT = "tokenizer.json"  # what a front's version folder holds (text fronts)
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def front_config(spec: FrontSpec) -> mc.ModelConfig:
         "output": tensors(fam.front_outputs, sizes_of(spec.dimension)),
         "instance_group": [{"count": spec.instances or fam.front_instances, "kind": "KIND_CPU"}],
         "dynamic_batching": dict(fam.front_batching), "parameters": params(values),
-        "default_model_filename": FRONT_ARTIFACT,
+        "default_model_filename": fam.front_artifact,
     }, mc.ModelConfig())
 
 

@@ -57,6 +57,7 @@ class Family:
 
     name: str
     backend: str  # the Python-based backend (python_backends/backends/<name>) of its fronts
+    front_artifact: str  # the file a front's version folder holds (its tokenizer, its labels)
     front_inputs: tuple[Tensor, ...]
     front_outputs: tuple[Tensor, ...]
     encoder_inputs: tuple[Tensor, ...]

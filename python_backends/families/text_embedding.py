@@ -46,6 +46,7 @@ def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:
 TEXT_EMBEDDING = Family(
     name="text_embedding",
     backend="text_embedding",
+    front_artifact="tokenizer.json",
     front_inputs=(Tensor("TEXT", "TYPE_STRING", (1,)),),
     front_outputs=(
         Tensor("EMBEDDING", "TYPE_FP32", (DIM,)),

@@ -93,7 +93,8 @@ def test_gpu_profile_differs_from_config_only_in_instance_group_and_parameters(p
 def test_front_and_encoder_tensors_are_the_familys(model):
     fam = model.family
     front = config(model.front)
-    dim = int(front.output[0].dims[-1])
+    # the embedding width or the class count: what the encoders output
+    dim = int(config(next(iter(model.encoders.values()))).output[0].dims[-1])
     io = [(t.name, mc.DataType.Value(t.data_type), list(t.resolved({"dim": dim})))
           for t in (*fam.front_inputs, *fam.front_outputs)]
     assert [(t.name, t.data_type, list(t.dims)) for t in (*front.input, *front.output)] == io
@@ -204,8 +205,9 @@ def test_onnx_export_graph_names_equal_the_configs(path):
 def keys_read_by_code() -> set[str]:
     """String literals the code reads with: a call argument (parameter(config, "key"),
     params.get("key")), a subscript (params["key"]), a membership test ("key" in p), or a
-    class attribute naming the key a class reads (`threads_parameter = "KEY"`). Literal
-    dict keys (the families' defaults) are definitions, not reads."""
+    class attribute naming the key a class reads (`threads_parameter = "KEY"`), or a key of
+    a `*_casts` table (key -> how to read it). Other literal dict keys (the families'
+    defaults) are definitions, not reads."""
     read: set[str] = set()
     for folder in ("python_backends", "server", "export", "perf"):
         for path in (PROJECT_ROOT / folder).rglob("*.py"):
@@ -221,6 +223,10 @@ def keys_read_by_code() -> set[str]:
                         isinstance(t, ast.Name) and t.id.endswith("_parameter")
                         for t in node.targets):
                     values = [node.value]
+                elif (isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Dict)
+                      and isinstance(node.target, ast.Name)
+                      and node.target.id.endswith("_casts")):
+                    values = list(node.value.keys)
                 read |= {v.value for v in values
                          if isinstance(v, ast.Constant) and isinstance(v.value, str)}
     return read

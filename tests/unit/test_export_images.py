@@ -1,18 +1,19 @@
-"""export.image_*: data, calibration reader, evaluation figures, gates, a digits round-trip."""
+"""The image family's export: the model sources, data helpers, calibration, figures, gates.
+
+The two image models' sources (model_repository/<name>/source/source.py) are read here as
+the recipe reads them; the full exports run in `make setup` and their figures are checked
+in provenance by tests/integration/test_image_serving.py.
+"""
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
-
 import numpy as np
-import onnx
 import pytest
-import torch
 from PIL import Image
 
 from export import image_data
 from export.errors import ExportCheckError
+from export.image_classification import Evaluation, ImageClassificationRecipe, load_source
 from export.image_eval import (
     disagreements,
     sanity_report,
@@ -20,57 +21,71 @@ from export.image_eval import (
     top1_agreement,
     top1_in_top5,
 )
-from export.image_models import (
-    ARTIFACTS,
-    DataSizes,
-    check_gates,
-    export_image_model,
-    load_torchscript,
-)
-from export.image_nets import DIGITS, EFFICIENTNET_LITE0, NETS, Gates
-from export.inference import ort_session
 from export.static_int8 import CANDIDATES, DEFAULT_CONFIG, BatchCalibrationReader
+from tests.conftest import REPOSITORY
 
-# --- data ----------------------------------------------------------------------------------
+DIGITS = REPOSITORY / "digits" / "source"
+EFFICIENTNET = REPOSITORY / "efficientnet_lite0" / "source"
 
 
-def test_load_mnist_reads_labels_and_28x28_uint8_pixels_from_the_wheels_csv():
-    pixels, labels = image_data.load_mnist("test", limit=5)
+@pytest.fixture(scope="module")
+def digits() -> ImageClassificationRecipe:
+    return ImageClassificationRecipe(DIGITS)
+
+
+@pytest.fixture(scope="module")
+def efficientnet() -> ImageClassificationRecipe:
+    return ImageClassificationRecipe(EFFICIENTNET)
+
+
+# --- the sources ---------------------------------------------------------------------------
+
+
+def test_the_digits_source_reads_mnist_labels_and_28x28_pixels(digits) -> None:
+    pixels, labels = digits.source.mnist("test", limit=5)
     assert pixels.shape == (5, 28, 28) and pixels.dtype == np.uint8
     assert labels.tolist() == [7, 2, 1, 0, 4]  # the first five MNIST test digits
-    assert pixels.max() == 255
+    assert digits.labels == [str(d) for d in range(10)]
+    assert (digits.facts.dimension, digits.facts.input_shape) == (10, (1, 28, 28))
 
 
-def test_mnist_csv_refuses_an_unknown_split():
-    with pytest.raises(ValueError, match="split must be 'train' or 'test'"):
-        image_data.mnist_csv("validation")
-
-
-def test_mnist_inputs_are_the_serving_preprocessing_of_the_csv_pixels():
-    pixels, _ = image_data.load_mnist("train", limit=3)
-    inputs = image_data.mnist_inputs(pixels, DIGITS.spec)
+def test_mnist_inputs_are_the_serving_preprocessing_of_the_csv_pixels(digits) -> None:
+    pixels, _ = digits.source.mnist("train", limit=3)
+    inputs = image_data.pixel_inputs(pixels, "L", digits.spec)
     assert inputs.shape == (3, 1, 28, 28) and inputs.dtype == np.float32
     np.testing.assert_allclose(inputs[:, 0], (pixels / 255.0 - 0.1307) / 0.3081, atol=1e-6)
 
 
-def test_imagenet_labels_are_the_1000_classic_strings_in_id_order():
-    labels = image_data.imagenet_labels()
-    assert len(labels) == 1000
-    assert labels[281] == "tabby, tabby cat" and labels[967] == "espresso"
-
-
-def test_efficientnet_parameters_state_the_x255_minus_127_over_128_convention():
-    table = EFFICIENTNET_LITE0.spec.lookup_table()
+def test_the_efficientnet_source_states_its_convention_labels_and_held_out_photos(
+        efficientnet) -> None:
+    table = efficientnet.spec.lookup_table()
     np.testing.assert_array_equal(table[0], ((np.arange(256) - 127) / 128).astype(np.float32))
-    assert EFFICIENTNET_LITE0.spec.shape == (3, 224, 224) and DIGITS.spec.shape == (1, 28, 28)
+    assert efficientnet.facts.input_shape == (3, 224, 224)
+    assert len(efficientnet.labels) == 1000 and efficientnet.labels[967] == "espresso"
+    source = efficientnet.source
+    assert not set(source.CALIBRATION_PHOTOS) & set(source.SANITY)  # never calibrated on
+    assert "cat" not in source.CALIBRATION_PHOTOS  # skimage's cat() is chelsea()
 
 
-def test_calibration_photos_never_include_a_sanity_photo():
-    assert not set(image_data.CALIBRATION_PHOTOS) & set(image_data.SANITY_PHOTOS)
-    assert "cat" not in image_data.CALIBRATION_PHOTOS  # skimage's cat() is chelsea()
+def test_efficientnet_lite0_loads_offline_and_sees_a_cat_in_chelsea(efficientnet) -> None:
+    sanity = efficientnet.sanity
+    logits = efficientnet.eager({"pixel_values": sanity.inputs[:1]})["logits"]
+    assert logits.shape == (1, 1000)
+    assert int(logits.argmax()) in sanity.expected["chelsea"]
 
 
-def test_fixed_views_are_ten_deterministic_crops_and_mirrors():
+def test_a_source_without_what_the_family_needs_is_refused_by_name(tmp_path) -> None:
+    with pytest.raises(ExportCheckError, match=r"no source\.py"):
+        load_source(tmp_path)
+    (tmp_path / "source.py").write_text("IMAGE = {}\ndef labels():\n    return []\n")
+    with pytest.raises(ExportCheckError, match="no network, calibration, evaluation"):
+        load_source(tmp_path)
+
+
+# --- data helpers --------------------------------------------------------------------------
+
+
+def test_fixed_views_are_ten_deterministic_crops_and_mirrors() -> None:
     image = Image.fromarray(np.arange(40 * 60 * 3, dtype=np.uint8).reshape(40, 60, 3))
     views = image_data.fixed_views(image)
     assert len(views) == 10
@@ -78,7 +93,7 @@ def test_fixed_views_are_ten_deterministic_crops_and_mirrors():
     np.testing.assert_array_equal(np.asarray(views[6]), np.asarray(image)[:, ::-1])
 
 
-def test_random_view_stays_inside_the_image_and_repeats_with_the_seed():
+def test_random_view_stays_inside_the_image_and_repeats_with_the_seed() -> None:
     image = image_data.photo("coffee")
     first = image_data.random_view(image, np.random.default_rng(3))
     again = image_data.random_view(image, np.random.default_rng(3))
@@ -87,9 +102,8 @@ def test_random_view_stays_inside_the_image_and_repeats_with_the_seed():
     assert first.width * first.height >= 0.29 * 600 * 400
 
 
-def test_calibration_reader_yields_float32_batches_then_none_and_rewinds():
-    inputs = np.zeros((37, 1, 28, 28), np.float32)
-    reader = BatchCalibrationReader(inputs, batch_size=16)
+def test_calibration_reader_yields_float32_batches_then_none_and_rewinds() -> None:
+    reader = BatchCalibrationReader(np.zeros((37, 1, 28, 28), np.float32), batch_size=16)
     shapes = []
     while (batch := reader.get_next()) is not None:
         assert set(batch) == {"pixel_values"} and batch["pixel_values"].dtype == np.float32
@@ -103,12 +117,12 @@ def test_calibration_reader_yields_float32_batches_then_none_and_rewinds():
 @pytest.mark.parametrize("inputs", [np.zeros((4, 28, 28), np.float32),
                                     np.zeros((4, 1, 28, 28), np.float64),
                                     np.zeros((0, 1, 28, 28), np.float32)])
-def test_calibration_reader_refuses_anything_but_a_float32_nchw_batch(inputs):
+def test_calibration_reader_refuses_anything_but_a_float32_nchw_batch(inputs) -> None:
     with pytest.raises(ValueError, match=r"calibration inputs must be float32 \[N>0, C, H, W\]"):
         BatchCalibrationReader(inputs)
 
 
-def test_the_default_int8_config_is_static_per_channel_with_7_bit_weights():
+def test_the_default_int8_config_is_static_per_channel_with_7_bit_weights() -> None:
     assert DEFAULT_CONFIG in CANDIDATES
     assert (DEFAULT_CONFIG.quant_format, DEFAULT_CONFIG.activation_type) == ("QOperator", "QUInt8")
     assert DEFAULT_CONFIG.per_channel and DEFAULT_CONFIG.reduce_range
@@ -120,24 +134,24 @@ FP32 = np.array([[3.0, 1.0, 0.0], [0.0, 2.0, 1.0], [0.0, 1.0, 2.0], [1.0, 0.0, 0
 INT8 = np.array([[2.9, 1.0, 0.0], [0.0, 0.9, 1.0], [0.0, 1.0, 2.1], [0.0, 0.0, 1.0]])
 
 
-def test_top1_accuracy_agreement_and_top5_are_shares_of_rows():
+def test_top1_accuracy_agreement_and_top5_are_shares_of_rows() -> None:
     assert top1_accuracy(FP32, np.array([0, 1, 2, 2])) == 0.75
     assert top1_agreement(FP32, INT8) == 0.5
     assert top1_in_top5(FP32, INT8) == 1.0  # three classes: everything is in the top 5
 
 
-def test_top1_accuracy_refuses_mismatched_rows():
+def test_top1_accuracy_refuses_mismatched_rows() -> None:
     with pytest.raises(ValueError, match="4 rows of logits for 3 labels"):
         top1_accuracy(FP32, np.array([0, 1, 2]))
 
 
-def test_disagreements_name_the_image_and_both_labels():
+def test_disagreements_name_the_image_and_both_labels() -> None:
     found = disagreements(["a", "b", "c", "d"], FP32, INT8, ["x", "y", "z"])
     assert found == [{"image": "b", "fp32": "y", "int8": "z"},
                      {"image": "d", "fp32": "x", "int8": "z"}]
 
 
-def test_sanity_report_marks_whether_top1_is_an_expected_class():
+def test_sanity_report_marks_whether_top1_is_an_expected_class() -> None:
     labels = [f"class{i}" for i in range(6)]
     logits = {"fp32": np.array([[0, 5, 1, 0, 0, 0], [9, 0, 0, 0, 0, 0]], np.float64)}
     report = sanity_report(["cat", "other"], logits, labels, {"cat": (1, 2), "other": ()})
@@ -146,70 +160,22 @@ def test_sanity_report_marks_whether_top1_is_an_expected_class():
     assert "fp32_top1_expected" not in report["other"]
 
 
-def test_check_gates_refuses_an_int8_drop_over_one_point():
-    figures = {"accuracy": {"eager_top1": 0.99, "onnx_fp32_top1": 0.99, "int8_top1_drop": 0.011}}
-    with pytest.raises(ExportCheckError, match=r"int8 top-1 drop vs FP32 ONNX: measured 0.011, "
-                                               r"threshold <= 0.01"):
-        check_gates(DIGITS.gates, figures)
-    check_gates(DIGITS.gates, {"accuracy": {**figures["accuracy"], "int8_top1_drop": 0.01}})
+def runner(logits: np.ndarray):
+    """A fake runtime for the gate arithmetic: the given logits, whatever the input."""
+    return lambda feeds: {"logits": logits[:len(feeds["pixel_values"])]}
 
 
-def test_check_gates_refuses_a_sanity_photo_outside_its_expected_classes():
-    entry = {"expected": ["espresso"], "int8_top5": [[504, "coffee mug", 0.6]],
-             "int8_top1_expected": False}
-    figures = {"agreement": {"int8_top1_agreement": 0.9, "n": 40}, "sanity": {"coffee": entry}}
-    with pytest.raises(ExportCheckError, match=r"sanity coffee int8_top1_expected: measured "
-                                               r"coffee mug"):
-        check_gates(EFFICIENTNET_LITE0.gates, figures)
-
-
-def test_efficientnet_lite0_loads_offline_and_sees_a_cat_in_chelsea():
-    net = NETS["efficientnet_lite0"]
-    model = net.load()
-    inputs = image_data.sanity_inputs(net.spec)
-    with torch.inference_mode():
-        logits = model(torch.from_numpy(inputs.inputs[:1])).numpy()
-    assert logits.shape == (1, 1000)
-    assert int(logits.argmax()) in image_data.SANITY_PHOTOS["chelsea"]
-
-
-# --- a digits round-trip -------------------------------------------------------------------
-
-SMALL = DataSizes(mnist_test=200, mnist_calibration=48)
-
-
-def test_digits_export_writes_checked_artifacts_and_a_report(tmp_path):
-    out = tmp_path / "digits"
-    report = export_image_model(DIGITS, out, threads=1, sizes=SMALL)
-    assert sorted(p.name for p in out.iterdir()) == sorted(ARTIFACTS)
-    assert [p.name for p in tmp_path.iterdir()] == ["digits"]  # no temporary folder left
-    assert json.loads((out / "report.json").read_text()) == report
-    assert report["accuracy"]["n"] == 200 and report["accuracy"]["int8_top1"] >= 0.95
-    assert report["quantization"]["calibration_images"] == 48
-    assert (out / "labels.txt").read_text().split() == [str(d) for d in range(10)]
-    graph = onnx.load(str(out / "model_int8.onnx")).graph
-    assert "QLinearConv" in {node.op_type for node in graph.node}
-    logits = ort_session(out / "model.onnx", 1).run(
-        None, {"pixel_values": np.zeros((3, 1, 28, 28), np.float32)})[0]
-    assert logits.shape == (3, 10)  # the batch axis is dynamic
-    scripted = load_torchscript(out / "model.pt")
-    assert scripted(pixel_values=torch.zeros(5, 1, 28, 28)).shape == (5, 10)
-
-
-def test_digits_export_that_fails_a_gate_writes_nothing(tmp_path):
-    out = tmp_path / "digits"
-    impossible = replace(DIGITS.gates, max_int8_top1_drop=-1.0)
-    with pytest.raises(ExportCheckError, match="int8 top-1 drop"):
-        export_image_model(DIGITS, out, threads=1, sizes=SMALL, gates=impossible)
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_digits_export_that_fails_keeps_the_previous_artifacts(tmp_path):
-    out = tmp_path / "digits"
-    out.mkdir()
-    (out / "report.json").write_text("previous")
-    with pytest.raises(ExportCheckError, match="onnx batch1 max abs diff"):
-        export_image_model(DIGITS, out, threads=1, sizes=SMALL,
-                           gates=Gates(parity_max_abs_diff=-1.0))
-    assert [p.name for p in tmp_path.iterdir()] == ["digits"]
-    assert (out / "report.json").read_text() == "previous"
+def test_the_int8_gate_refuses_a_drop_over_one_point_and_low_agreement(digits) -> None:
+    n = 200
+    labels = digits.evaluation.labels[:n]
+    right = np.eye(10)[labels] * 5.0
+    wrong = right.copy()
+    wrong[:3] = np.roll(wrong[:3], 1, axis=1)  # three of 200 wrong: a 1.5 point drop
+    small = Evaluation(digits.evaluation.inputs[:n], labels, digits.evaluation.names[:n], "200")
+    with pytest.raises(ExportCheckError, match=r"int8 top-1 drop vs FP32 ONNX: measured 0\.015"):
+        digits.int8_quality(runner(right), runner(wrong), small)
+    checks = digits.int8_quality(runner(right), runner(right), small)
+    assert checks["figures"]["top1_drop"] == 0 and checks["figures"]["agreement"] == 1.0
+    unlabelled = Evaluation(small.inputs, None, small.names, "no labels")
+    with pytest.raises(ExportCheckError, match=r"int8 top-1 agreement with FP32 ONNX"):
+        digits.int8_quality(runner(right), runner(np.roll(right, 1, axis=1)), unlabelled)

@@ -1,0 +1,102 @@
+"""The image-classification front model: IMAGE in; CLASS_IDS, LABELS, PROBABILITIES and
+SERVED_BY out.
+
+Each row of IMAGE is an encoded JPEG or PNG: raw bytes (a binary tensor), or its base64
+text (JSON cannot carry bytes). Every image of a dynamic batch is decoded, checked and
+preprocessed into its row of a buffer allocated once at start (python_backends/images.py);
+a bad image fails its own request with INVALID_ARG naming the row, and the rest of the
+batch is served. The batch then goes through the degradation ladder
+(python_backends/router.py) to the encoder, whose logits become the `top_k` best classes
+(a request may ask for its own `top_k` as a request parameter), with the labels of the
+front's version folder. The router's cache (level 3) keys a row by its image's digest.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from python_backends.base import error_response, input_array, ok_response
+from python_backends.errors import InvalidInputError
+from python_backends.images import ImageBatchBuffer, ImageSpec, sniff_format, top_k
+from python_backends.params import parameter, positive_int
+from python_backends.router import FamilyRouter, Prepared, strings_array
+
+IMAGE_INPUT = "IMAGE"
+ENCODER_INPUT = "pixel_values"
+
+
+def image_bytes(item: Any) -> bytes:
+    """An image's bytes: as sent, or decoded when the row is base64 text of an image."""
+    data = item if isinstance(item, bytes) else str(item).encode()
+    if sniff_format(data) is not None or not data:
+        return data
+    try:
+        decoded = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return data  # neither: decode_image names what it is
+    return decoded if sniff_format(decoded) is not None else data
+
+
+def requested_top_k(parameters_json: str, default: int, classes: int) -> int:
+    """The request's `top_k` parameter, or the model's default; 1..classes."""
+    try:
+        value = json.loads(parameters_json or "{}").get("top_k", default)
+    except (ValueError, AttributeError):
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= classes:
+        raise InvalidInputError(f"top_k must be an integer from 1 to {classes}, got {value!r}")
+    return value
+
+
+class ClassifyModel(FamilyRouter):
+    """Decode and preprocess into a preallocated buffer, then the ladder, then top-k."""
+
+    def setup(self, args: dict[str, str]) -> None:
+        self.spec = ImageSpec.from_config(self.config)
+        self.labels = self.artifact_path().read_text(encoding="utf-8").splitlines()
+        self.default_k = min(parameter(self.config, "top_k", 5, positive_int), len(self.labels))
+        self.buffer = ImageBatchBuffer(self.spec, max(int(self.config.get("max_batch_size", 1)), 1))
+        super().setup(args)
+
+    def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
+        """Every image into its row of the buffer; a bad one fails its request alone."""
+        responses: list[Any] = [None] * len(requests)
+        valid: dict[int, Prepared] = {}
+        row = 0
+        for i, request in enumerate(requests):
+            try:
+                k = requested_top_k(request.parameters(), self.default_k, len(self.labels))
+                items = [image_bytes(x) for x in input_array(request, IMAGE_INPUT).reshape(-1)]
+                rows = self.buffer.fill_from(items, row, IMAGE_INPUT)
+            except InvalidInputError as err:
+                responses[i] = error_response(err)
+                continue
+            keys = [hashlib.blake2b(data, digest_size=16).hexdigest() for data in items]
+            valid[i] = Prepared(keys, rows, {"top_k": k})
+            row += len(rows)
+            self.batch.batch_size += len(items)
+            self.batch.input_bytes += sum(map(len, items))
+        return responses, valid
+
+    def feeds(self, rows: Sequence[Any]) -> dict[str, np.ndarray]:
+        """The buffer's rows, as they are when they are consecutive (no copy)."""
+        first = rows[0]
+        if all(r == first + n for n, r in enumerate(rows)):
+            return {ENCODER_INPUT: self.buffer.array[first:first + len(rows)]}
+        return {ENCODER_INPUT: self.buffer.array[list(rows)]}
+
+    def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
+        ids, names, probabilities = top_k(outputs, request.extra["top_k"], self.labels)
+        return ok_response({
+            "CLASS_IDS": ids,
+            "LABELS": np.vectorize(lambda s: s.encode(), otypes=[object])(names),
+            "PROBABILITIES": probabilities,
+            "SERVED_BY": strings_array(served_by),
+        })

@@ -1,0 +1,116 @@
+"""The image-classification family: any PyTorch image classifier and its preprocessing.
+
+Front model (backend `image_classification`, python_backends/classify.py): IMAGE (an
+encoded JPEG or PNG per row: raw bytes in a binary tensor, or base64 text in JSON) in;
+CLASS_IDS, LABELS and PROBABILITIES of the `top_k` best classes, and SERVED_BY, out. It
+decodes, applies the EXIF orientation, converts to the model's colour mode, resizes,
+crops and normalises into a preallocated batch buffer (python_backends/images.py), with
+the labels in its version folder. Encoders: the network's logits for `pixel_values`, as
+ONNX FP32, TorchScript FP32 and ONNX INT8 by static quantization calibrated on the
+model's own representative images; the gate compares top-1 (accuracy where the
+evaluation set has labels, agreement otherwise).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+
+import numpy as np
+
+from python_backends.families.spec import DIM, IMAGE_DIMS, Family, Format, Tensor
+
+THROUGHPUT_GATE = {"gate_min_throughput_ratio": "0.8", "gate_max_p99_ratio": "1.5"}
+# Top-1 against eager PyTorch on the model's evaluation set: accuracy points lost where it
+# has labels, agreement otherwise. INT8 may lose at most 1 point (the seeds, section 4.2).
+FP32_GATE = {"gate_max_top1_drop": "0.002", "gate_min_agreement": "0.99", **THROUGHPUT_GATE}
+INT8_GATE = {"gate_max_top1_drop": "0.01", "gate_min_agreement": "0.8", **THROUGHPUT_GATE}
+
+
+def probe_image() -> bytes:
+    """A small valid PNG (a grey gradient) every image model can decode and classify."""
+    from PIL import Image
+
+    pixels = np.linspace(0, 255, 64 * 64).reshape(64, 64).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, "L").convert("RGB").save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def front_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
+    return {"IMAGE": np.array([[probe_image()]], dtype=np.object_)}, ["PROBABILITIES"]
+
+
+def encoder_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
+    shape = [int(d) for d in params["input_dims"].split(",")]
+    return ({"pixel_values": np.zeros([1, *shape], dtype=np.float32)},
+            [params.get("output", "logits")])
+
+
+def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:
+    """None when a probe's answer is sane: finite, and probabilities within [0, 1]."""
+    values = np.asarray(output, dtype=np.float64).reshape(-1)
+    if values.size == 0 or not np.isfinite(values).all():
+        return f"output is empty or not finite ({values.size} values)"
+    if "primary_model" in params and not (values.min() >= 0 and values.sum() <= 1 + 1e-4):
+        return f"probabilities out of range: min {values.min():.4f}, sum {values.sum():.4f}"
+    return None
+
+
+IMAGE_CLASSIFICATION = Family(
+    name="image_classification",
+    backend="image_classification",
+    front_artifact="labels.txt",
+    front_inputs=(Tensor("IMAGE", "TYPE_STRING", (1,)),),
+    front_outputs=(
+        Tensor("CLASS_IDS", "TYPE_INT64", (-1,)),  # the top_k classes, best first
+        Tensor("LABELS", "TYPE_STRING", (-1,)),
+        Tensor("PROBABILITIES", "TYPE_FP32", (-1,)),
+        Tensor("SERVED_BY", "TYPE_STRING", (1,)),  # "<model>:<version>:<precision>:L<level>"
+    ),
+    encoder_inputs=(Tensor("pixel_values", "TYPE_FP32", IMAGE_DIMS),),
+    encoder_output=Tensor("logits", "TYPE_FP32", (DIM,)),
+    formats=(
+        Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=FP32_GATE),
+        Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
+               output_suffix="__0", threads_parameter="INTRA_OP_THREAD_COUNT", gate=FP32_GATE),
+        Format("int8", "int8", "model.onnx", backend="onnxruntime", gpu=False, gate=INT8_GATE),
+    ),
+    primary="onnx",
+    fallback="int8",
+    front_parameters={
+        # The model's image parameters (colour mode, resize, crop, normalisation, limits)
+        # come from its source; these are the family's.
+        "top_k": "5",  # classes a request gets unless it asks (request parameter top_k)
+        "queue_ratio": "0.9",
+        "degrade_down_ratio": "0.5",
+        "min_dwell_s": "5",
+        "recover_dwell_s": "1",
+        "failures_to_degrade": "3",
+        "memory_limit_mb": "4096",
+        "small_batch_rows": "4",
+        "cache_entries": "1024",  # answers by the image's digest, at level 3
+        "forced_level": "-1",
+        "gc_policy": "default",
+    },
+    front_batching={
+        "max_queue_delay_microseconds": 0,
+        "priority_levels": 2,
+        "default_priority_level": 2,
+        "priority_queue_policy": {
+            "1": {"timeout_action": "REJECT", "default_timeout_microseconds": 10_000_000,
+                  "allow_timeout_override": True, "max_queue_size": 256},
+            "2": {"timeout_action": "REJECT", "default_timeout_microseconds": 2_000_000,
+                  "allow_timeout_override": True, "max_queue_size": 64},
+        },
+    },
+    front_instances=2,
+    max_batch_size=16,
+    export_recipe="export.image_classification",
+    sdk_method="classify",
+    perf_inputs="images.json",
+    front_probe=front_probe,
+    encoder_probe=encoder_probe,
+    check_probe=check_probe,
+    gate_metric="top1",
+)
