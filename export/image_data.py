@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import io
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -77,30 +76,10 @@ def random_view(image: Image.Image, rng: np.random.Generator) -> Image.Image:
     return ImageOps.mirror(image) if rng.random() < 0.5 else image
 
 
-def fixed_views(image: Image.Image) -> list[Image.Image]:
-    """Ten deterministic views: the whole, the centre and four corners at 75%, and mirrors."""
-    width, height = image.size
-    w, h = round(width * 0.75), round(height * 0.75)
-    boxes = [(0, 0, w, h), (width - w, 0, width, h), (0, height - h, w, height),
-             (width - w, height - h, width, height)]  # fmt: skip
-    centre = ((width - w) // 2, (height - h) // 2)
-    views = [image, image.crop((*centre, centre[0] + w, centre[1] + h))]
-    views += [image.crop(box) for box in boxes]
-    return views + [ImageOps.mirror(v) for v in views[:4]]
-
-
 def photo_inputs(images: Sequence[Image.Image], spec: ImageSpec) -> np.ndarray:
     """float32 [N, C, H, W]: each image JPEG-encoded, then decoded and preprocessed as served."""
     buffer = ImageBatchBuffer(spec, max_batch=max(1, len(images)))
     return buffer.fill([encode_jpeg(image) for image in images]).copy()
-
-
-@dataclass(frozen=True)
-class PhotoSet:
-    """Preprocessed photo views with a name per row."""
-
-    names: list[str]
-    inputs: np.ndarray
 
 
 def views_of(names: Sequence[str], views: int, seed: int = 0) -> tuple[list[str], list]:
@@ -112,16 +91,6 @@ def views_of(names: Sequence[str], views: int, seed: int = 0) -> tuple[list[str]
         for i in range(views):
             named.append(f"{name}#{i}")
             images.append(random_view(source, rng))
-    return named, images
-
-
-def fixed_views_of(names: Sequence[str]) -> tuple[list[str], list]:
-    """The ten fixed views of each named photo (held out: never calibrated on)."""
-    named, images = [], []
-    for name in names:
-        for i, view in enumerate(fixed_views(photo(name))):
-            named.append(f"{name}#{i}")
-            images.append(view)
     return named, images
 
 

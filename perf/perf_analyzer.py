@@ -71,7 +71,7 @@ def header_flags(protocol: str) -> list[str]:
     return flags
 
 
-def run(model: str, url: str, concurrency: int, input_data: Path, csv_path: Path,
+def run(model: str, url: str, concurrency: int, input_data: Path | str, csv_path: Path,
         protocol: str = "grpc", interval_ms: int = 3000,
         extra: tuple[str, ...] = (), stability_pct: int = 20) -> PerfRow:
     """One measured concurrency level; raises CalledProcessError with perf_analyzer's output."""

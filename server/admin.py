@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import tritonclient.http as httpclient
 
-from client import NO_RETRY, EmbedClient, TritonClientError, UnavailableError
+from client import TritonClientError, UnavailableError
 from client.auth import key_headers
+from client.core import SERVED_BY_OUTPUT
 from client.errors import from_exception
 from python_backends.families import Family, family
 from server.repository import set_parameter
@@ -60,13 +61,21 @@ def force_level_poll(repository: Path, level: int, model: str = DEFAULT_FRONT) -
 
 
 def observed_level(url: str, model: str = DEFAULT_FRONT) -> str:
-    """What a real high-priority request reports now: SERVED_BY, or the refusal."""
-    with EmbedClient(url, retry=NO_RETRY, model=model) as client:
-        try:
-            result = client.embed_with_info([f"level probe {time.time()}"], priority=1)
-        except UnavailableError as err:
+    """What a real high-priority request reports now: SERVED_BY, or the refusal. The
+    request is the model's family probe (any family's front answers SERVED_BY)."""
+    client = admin_client(url)
+    try:
+        (target,) = probe_targets(client, [model])
+        result = client.infer(model, infer_inputs(target), priority=1, headers=key_headers(),
+                              outputs=[httpclient.InferRequestedOutput(SERVED_BY_OUTPUT)])
+    except Exception as exc:  # tritonclient raises several types
+        err = from_exception(exc)
+        if isinstance(err, UnavailableError):
             return err.message
-    return result.served_by[0]
+        raise err from exc
+    finally:
+        client.close()
+    return result.as_numpy(SERVED_BY_OUTPUT).reshape(-1)[0].decode()
 
 
 def wait_for_level(url: str, level: int, timeout_s: float = 30.0, consecutive: int = 1,
@@ -135,17 +144,22 @@ def probe_targets(client: httpclient.InferenceServerClient,
     return sorted(found, key=lambda t: ("primary_model" not in t.params, t.model))
 
 
-def probe(client: httpclient.InferenceServerClient, target: ProbeTarget,
-          version: str = "") -> Check:
-    """One real inference (readiness alone is not trusted), checked as the family says."""
+def infer_inputs(target: ProbeTarget) -> list[httpclient.InferInput]:
     inputs = []
     for name, array in target.inputs.items():
         tensor = httpclient.InferInput(name, list(array.shape), TRITON_DTYPES[array.dtype])
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
+    return inputs
+
+
+def probe(client: httpclient.InferenceServerClient, target: ProbeTarget,
+          version: str = "") -> Check:
+    """One real inference (readiness alone is not trusted), checked as the family says."""
     began = time.monotonic()
     try:
-        result = client.infer(target.model, inputs, model_version=version, headers=key_headers(),
+        result = client.infer(target.model, infer_inputs(target), model_version=version,
+                              headers=key_headers(),
                               outputs=[httpclient.InferRequestedOutput(o) for o in target.outputs])
         problem = target.family.check_probe(result.as_numpy(target.outputs[0]), target.params)
         ok, detail = problem is None, problem or "sane answer"

@@ -120,10 +120,13 @@ def restricted_api_flags(key: str) -> list[str]:
 # the keys come from TMR_API_KEYS ("name:key,name:key"), the dev default otherwise.
 API_KEYS_ENV = "TMR_API_KEYS"
 DEV_API_KEYS = "dev:tmr-dev-key"
-# The largest valid request is a full batch of the longest texts: embed's max_batch_size
-# (64) x max_text_bytes (16384) = 1 MiB of UTF-8. JSON may escape it to 3x (a 4-byte emoji
-# becomes the 12 characters of a \uXXXX\uXXXX pair), 3 MiB, plus 1 MiB for the envelope.
-MAX_BODY_BYTES = 4 * 1024 * 1024
+# The largest valid request of any shipped front model (tests/unit/test_front_door.py
+# recomputes it from the configs): one image at efficientnet_lite0's max_image_bytes
+# (16 MiB) as base64 in JSON is 21.3 MiB, plus 1 MiB for the envelope; rounded up to the
+# MiB. A full batch of the longest texts is less: embed's max_batch_size (64) x
+# max_text_bytes (16384) = 1 MiB of UTF-8, which JSON may escape to 3x (a 4-byte emoji
+# becomes the 12 characters of a \uXXXX\uXXXX pair), plus the envelope: 4 MiB.
+MAX_BODY_BYTES = 23 * 1024 * 1024
 # A full batch of embeddings as JSON: 64 x 384 floats measured 517 KB (~21 bytes a float);
 # 1 MiB holds the worst case (~26 bytes a float) with headroom.
 MAX_RESPONSE_BYTES = 1024 * 1024

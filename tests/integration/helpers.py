@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -11,9 +14,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from client import NO_RETRY, AsyncEmbedClient
 from client.auth import key_headers
 from client.prometheus import metric_value
+from python_backends import versions as v
+from python_backends.versions import sha256_file
+from server.settings import PROJECT_ROOT
 
 __all__ = ["metric_value"]
 
@@ -106,3 +114,39 @@ def reset_router(http_url: str) -> None:
 
     force_level_explicit(http_url, AUTO)
     wait_for_level(http_url, AUTO, timeout_s=60, consecutive=3)
+
+
+def add_version(model_dir: Path, version: int, artifact: Path | bytes) -> Path:
+    """A new version folder with its own provenance (a copy or a given artifact)."""
+    target = model_dir / str(version)
+    target.mkdir()
+    if isinstance(artifact, bytes):
+        (target / "model.onnx").write_bytes(artifact)
+    else:
+        shutil.copy(artifact, target / "model.onnx")
+    provenance = v.read_provenance(model_dir / "1")
+    provenance["version"] = version
+    provenance["artifact"] = {**provenance["artifact"],
+                              "sha256": sha256_file(target / "model.onnx")}
+    (target / "provenance.json").write_text(json.dumps(provenance))
+    return target
+
+
+def noisy_copy(source: Path, scale: float) -> bytes:
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(source))
+    rng = np.random.default_rng(0)
+    for init in model.graph.initializer:
+        array = numpy_helper.to_array(init)
+        if array.dtype == np.float32 and array.size > 1000:
+            noisy = array + rng.normal(0, scale * float(array.std()), array.shape)
+            init.CopyFrom(numpy_helper.from_array(noisy.astype(np.float32), init.name))
+    return model.SerializeToString()
+
+
+def tmr(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """`tmr ARGS` in the project, its output captured."""
+    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=PROJECT_ROOT,
+                          capture_output=True, text=True, timeout=timeout_s)

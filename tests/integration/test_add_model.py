@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,8 +25,8 @@ from python_backends.families.catalog import find
 from python_backends.versions import versions_on_disk
 from server.launcher import TritonServer
 from server.repository import copy_repository
-from server.settings import PROJECT_ROOT
 from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server
+from tests.integration.helpers import tmr
 from tests.integration.test_embed_serving import TEXTS, sentence_transformers_embeddings
 
 NAME = os.environ.get("TMR_ADD_NAME", "small")
@@ -53,18 +51,13 @@ def smaller_model(folder: Path) -> Path:
     return folder
 
 
-def tmr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=3000)
-
-
 @pytest.fixture(scope="module")
 def added(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonServer, Path, Path]]:
     root = tmp_path_factory.mktemp("add")
     repo = copy_repository([REPOSITORY], root / "repository")
     source = os.environ.get("TMR_ADD_SOURCE") or str(smaller_model(root / "source"))
     out = tmr("add", NAME, "--family", "text_embedding", "--from", source,
-              "--repository", str(repo))
+              "--repository", str(repo), timeout_s=3000)
     assert out.returncode == 0, out.stdout + out.stderr
     server = start_server(repo, root / "tritonserver.log")
     yield server, repo, resolve(source)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -15,16 +13,17 @@ import tritonclient.http as httpclient
 
 from client import NO_RETRY, EmbedClient
 from client.auth import key_headers
+from python_backends.families.catalog import catalog
 from server.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from server.launcher import TritonServer
 from server.repository import copy_repository
-from server.settings import PROJECT_ROOT
 from tests.conftest import REPOSITORY, start_server
 from tests.integration.helpers import (
     fresh,
     http_post,
     metric_value,
     steady_high_priority_load,
+    tmr,
 )
 
 TEXTS = ("the router degrades on purpose", "and recovers on purpose")
@@ -38,11 +37,6 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     server = start_server(repo, root / "tritonserver.log")
     yield server
     assert server.stop() == 0
-
-
-def tmr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=120)
 
 
 def test_every_row_reports_the_primary_encoder_at_level_0(router) -> None:
@@ -120,9 +114,10 @@ def test_deep_health_probes_every_model_with_a_real_inference(router) -> None:
     status, answer = http_post(router.http_url, "/v2/models/health/infer", body)
     assert status == 200, answer
     report = json.loads(json.loads(answer)["outputs"][0]["data"][0])
-    assert report["healthy"] is True and set(report["models"]) >= {"embed", "minilm_onnx"}
+    every = [name for model in catalog(REPOSITORY) for name in model.models]
+    assert report["healthy"] is True and set(report["models"]) == set(every)
     out = tmr("health", "--url", router.http_url)
-    assert out.returncode == 0 and out.stdout.count("OK  ") == 4, out.stdout
+    assert out.returncode == 0 and out.stdout.count("OK  ") == len(every) == 12, out.stdout
 
 
 def repository_call(url: str, action: str, model: str) -> None:
@@ -171,3 +166,20 @@ def test_cached_answers_level_serves_repeated_texts_from_the_router_cache(router
     assert all(np.array_equal(a.embeddings, answers[0].embeddings) for a in answers)
     force_level_explicit(router.http_url, AUTO)
     wait_for_level(router.http_url, AUTO)
+
+
+def test_the_image_family_degrades_to_its_int8_encoder_too(router) -> None:
+    from tests.image_samples import mnist_test_pngs
+
+    pngs, labels = mnist_test_pngs(20)
+    forced = tmr("degrade", "--model", "digits", "--level", "2", "--url", router.http_url)
+    assert forced.returncode == 0, forced.stderr
+    assert "digits now reports: digits_int8:1:int8:L2" in forced.stdout
+    with EmbedClient(router.http_url, model="digits") as client:
+        result = client.classify(pngs, top_k=1)
+    assert set(result.served_by) == {"digits_int8:1:int8:L2"}
+    top1 = np.array([p[0].class_id for p in result.predictions])
+    assert (top1 == np.array(labels)).mean() >= 0.95
+    restored = tmr("degrade", "--model", "digits", "--level", "auto", "--url", router.http_url)
+    assert restored.returncode == 0, restored.stderr
+    assert "digits now reports: digits_onnx:1:fp32:L0" in restored.stdout

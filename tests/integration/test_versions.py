@@ -6,8 +6,6 @@ import asyncio
 import json
 import re
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,30 +17,13 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 
 from python_backends import versions as v
-from python_backends.versions import sha256_file
 from server.launcher import TritonServer
 from server.repository import copy_repository
-from server.settings import PROJECT_ROOT
 from tests.conftest import REPOSITORY, start_server
+from tests.integration.helpers import add_version, noisy_copy, tmr
 
 MODEL = "minilm_onnx"
 IDS = np.array([[101, 2023, 2003, 1037, 3231, 102]], dtype=np.int64)
-
-
-def add_version(model_dir: Path, version: int, artifact: Path | bytes) -> Path:
-    """A new version folder with its own provenance (a copy or a given artifact)."""
-    target = model_dir / str(version)
-    target.mkdir()
-    if isinstance(artifact, bytes):
-        (target / "model.onnx").write_bytes(artifact)
-    else:
-        shutil.copy(artifact, target / "model.onnx")
-    provenance = v.read_provenance(model_dir / "1")
-    provenance["version"] = version
-    provenance["artifact"] = {**provenance["artifact"],
-                              "sha256": sha256_file(target / "model.onnx")}
-    (target / "provenance.json").write_text(json.dumps(provenance))
-    return target
 
 
 def encoder_repository(root: Path) -> Path:
@@ -69,11 +50,6 @@ def explicit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonS
     server = start_server(repo, root / "tritonserver.log")
     yield server, repo
     assert server.stop() == 0
-
-
-def tmr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=300)
 
 
 def release(server: TritonServer, repo: Path, mode: str, *args: str) -> str:
@@ -233,20 +209,6 @@ def test_candidate_that_fails_to_load_never_takes_traffic(explicit) -> None:
 
     assert serves(server.http_url, MODEL, current)
     shutil.rmtree(broken)
-
-
-def noisy_copy(source: Path, scale: float) -> bytes:
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(source))
-    rng = np.random.default_rng(0)
-    for init in model.graph.initializer:
-        array = numpy_helper.to_array(init)
-        if array.dtype == np.float32 and array.size > 1000:
-            noisy = array + rng.normal(0, scale * float(array.std()), array.shape)
-            init.CopyFrom(numpy_helper.from_array(noisy.astype(np.float32), init.name))
-    return model.SerializeToString()
 
 
 def test_gate_refuses_a_degraded_candidate(explicit) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from export import image_data
 from export.errors import ExportCheckError
@@ -83,14 +82,6 @@ def test_a_source_without_what_the_family_needs_is_refused_by_name(tmp_path) -> 
 
 
 # --- data helpers --------------------------------------------------------------------------
-
-
-def test_fixed_views_are_ten_deterministic_crops_and_mirrors() -> None:
-    image = Image.fromarray(np.arange(40 * 60 * 3, dtype=np.uint8).reshape(40, 60, 3))
-    views = image_data.fixed_views(image)
-    assert len(views) == 10
-    assert [v.size for v in views[:3]] == [(60, 40), (45, 30), (45, 30)]
-    np.testing.assert_array_equal(np.asarray(views[6]), np.asarray(image)[:, ::-1])
 
 
 def test_random_view_stays_inside_the_image_and_repeats_with_the_seed() -> None:

@@ -80,11 +80,27 @@ def test_admin_key_comes_from_the_environment_or_the_dev_default(monkeypatch):
 # -- limits -------------------------------------------------------------------------------
 
 
-def test_body_limit_holds_a_full_batch_of_the_longest_texts_json_escaped():
-    config = embed_config()
-    max_text_bytes = int(config.parameters["max_text_bytes"].string_value)
-    worst_json = 3 * config.max_batch_size * max_text_bytes  # a 4-byte emoji -> 12 characters
-    assert worst_json < MAX_BODY_BYTES <= worst_json + 1024 * 1024
+def largest_json_request(config: model_config_pb2.ModelConfig) -> int:
+    """A front model's largest valid JSON request body, with 1 MiB for the envelope: a full
+    batch of its longest texts (a 4-byte emoji escapes to 12 characters), or one image of
+    its largest size as base64 (a batch of big images goes binary or in several calls)."""
+    params = {k: int(v.string_value) for k, v in config.parameters.items()
+              if k in ("max_text_bytes", "max_image_bytes")}
+    if "max_text_bytes" in params:
+        return 3 * config.max_batch_size * params["max_text_bytes"] + MIB
+    return math.ceil(params["max_image_bytes"] * 4 / 3) + MIB
+
+
+MIB = 1024 * 1024
+
+
+def test_body_limit_is_the_largest_valid_request_of_any_front_model_rounded_to_a_mib():
+    fronts = [text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+              for path in sorted(DEFAULT_REPOSITORY.glob("*/config.pbtxt"))]
+    fronts = [c for c in fronts if {"max_text_bytes", "max_image_bytes"} & set(c.parameters)]
+    assert len(fronts) >= 3  # the text model and both image models
+    largest = max(largest_json_request(c) for c in fronts)
+    assert math.ceil(largest / MIB) * MIB == MAX_BODY_BYTES
     assert FrontDoorSettings().max_body_bytes == MAX_BODY_BYTES
 
 
@@ -97,7 +113,7 @@ def test_burst_is_one_and_a_half_times_the_average_rate_per_second():
 def test_policy_values_are_the_settings_as_nginx_wants_them():
     values = policy_values(FrontDoorSettings())
     assert set(values) == set(front_door.POLICY_PLACEHOLDERS)
-    assert values["MAX_BODY_BYTES"] == str(4 * 1024 * 1024)
+    assert values["MAX_BODY_BYTES"] == str(MAX_BODY_BYTES)
     assert values["RATE_PER_MINUTE"] == "6000"
     assert values["BURST"] == str(math.ceil(6000 / 60 * 1.5))
 
@@ -132,7 +148,8 @@ def test_envsubst_variables_list_every_placeholder_braced():
 def test_refusals_answer_json_with_the_limits_in_the_message():
     conf = render(TEMPLATE.read_text(), {**{n: "x" for n in PLACEHOLDERS},
                                          **policy_values(FrontDoorSettings())})
-    assert "return 413 '{\"error\":\"request body over the front door limit of 4194304 " in conf
+    assert ("return 413 '{\"error\":\"request body over the front door limit of "
+            f"{MAX_BODY_BYTES} ") in conf
     assert "6000 requests per minute, burst 150" in conf
     assert re.search(r"limit_req zone=per_client burst=150 nodelay;", conf)
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import io
 import struct
-import zlib
 
 import numpy as np
 import pytest
 from PIL import Image, ImageFile
-from skimage import data
 
 from python_backends.errors import InvalidInputError, ModelError
 from python_backends.images import (
@@ -24,6 +22,8 @@ from python_backends.images import (
     top_k,
 )
 from python_backends.params import ConfigError
+from tests import image_samples as samples
+from tests.image_samples import bomb, encode, raw_png
 
 # The two models' conventions, as their configs will state them.
 EFFICIENTNET = ImageSpec(color_mode="RGB", resize=256, crop=224, value_range=255.0,
@@ -36,35 +36,9 @@ def config(**params: str) -> dict:
     return {"parameters": {k: {"string_value": v} for k, v in params.items()}}
 
 
-def encode(image: Image.Image, fmt: str, **options: object) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, fmt, **options)
-    return buffer.getvalue()
-
-
-def png_chunk(kind: bytes, payload: bytes) -> bytes:
-    crc = zlib.crc32(kind + payload) & 0xFFFFFFFF
-    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", crc)
-
-
-def raw_png(width: int, height: int, depth: int, color_type: int, row: bytes) -> bytes:
-    """A PNG written by hand: every row is `row` (filter byte 0 prepended), streamed to zlib."""
-    header = struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, 0)
-    compressor = zlib.compressobj(9)
-    stream = [compressor.compress(b"\x00" + row) for _ in range(height)]
-    stream.append(compressor.flush())
-    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header)
-            + png_chunk(b"IDAT", b"".join(stream)) + png_chunk(b"IEND", b""))
-
-
-def bomb(side: int) -> bytes:
-    """A real 1-bit PNG that decodes to side x side pixels, in a few tens of KB."""
-    return raw_png(side, side, 1, 0, b"\x00" * ((side + 7) // 8))
-
-
 @pytest.fixture(scope="module")
 def cat() -> Image.Image:
-    return Image.fromarray(data.chelsea())  # 451 x 300 RGB
+    return samples.cat()
 
 
 @pytest.fixture(scope="module")

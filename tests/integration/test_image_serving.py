@@ -1,0 +1,276 @@
+"""The image-classification family served: real photos and MNIST digits through the front
+models, base64 JSON and binary tensors, the SDK sync and async over HTTP and gRPC, and
+every hostile image the issue lists, each with its 400 while the server stays healthy."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import re
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from PIL import Image
+
+from client import NO_RETRY, AsyncEmbedClient, EmbedClient, InvalidInputError
+from python_backends.images import ImageBatchBuffer, ImageSpec, softmax
+from tests.conftest import REPOSITORY
+from tests.image_samples import (
+    bomb,
+    cat,
+    coffee,
+    encode,
+    mnist_test_pngs,
+    raw_png,
+    rgba_png,
+    sixteen_bit_rgb_png,
+)
+from tests.integration.helpers import assert_serving, http_post
+
+pytestmark = pytest.mark.timeout(180)
+
+CATS = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
+ESPRESSO = 967
+
+
+def model_config(name: str) -> dict:
+    from google.protobuf import text_format
+    from google.protobuf.json_format import MessageToDict
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    text = (REPOSITORY / name / "config.pbtxt").read_text(encoding="utf-8")
+    return MessageToDict(text_format.Parse(text, mc.ModelConfig()),
+                         preserving_proto_field_name=True)
+
+
+def binary_body(images: Sequence[bytes], parameters: dict | None = None) -> tuple[bytes, dict]:
+    """A binary-tensor request: each image a 4-byte little-endian length, then its bytes."""
+    payload = b"".join(struct.pack("<I", len(i)) + i for i in images)
+    header = {"inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [len(images), 1],
+                          "parameters": {"binary_data_size": len(payload)}}]}
+    if parameters:
+        header["parameters"] = parameters
+    head = json.dumps(header).encode()
+    return head + payload, {"Inference-Header-Content-Length": str(len(head))}
+
+
+def json_body(images: Sequence[bytes], parameters: dict | None = None) -> bytes:
+    """A JSON request: base64 text per image, as JSON cannot carry bytes."""
+    body = {"inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [len(images), 1],
+                        "data": [base64.b64encode(i).decode() for i in images]}]}
+    if parameters:
+        body["parameters"] = parameters
+    return json.dumps(body).encode()
+
+
+def post(url: str, model: str, body: bytes, headers: dict | None = None) -> tuple[int, dict]:
+    status, answer = http_post(url, f"/v2/models/{model}/infer", body, headers)
+    return status, json.loads(answer)
+
+
+def outputs(answer: dict) -> dict[str, list]:
+    return {o["name"]: o["data"] for o in answer["outputs"]}
+
+
+def offline_probabilities(front: str, images: Sequence[bytes]) -> np.ndarray:
+    """The same images preprocessed by the same code and run by onnxruntime on the
+    exported FP32 ONNX: what the server must answer."""
+    config = model_config(front)
+    spec = ImageSpec.from_config(config)
+    primary = config["parameters"]["primary_model"]["string_value"]
+    inputs = ImageBatchBuffer(spec, len(images)).fill(list(images))
+    session = ort.InferenceSession(str(REPOSITORY / primary / "1" / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    return softmax(session.run(None, {"pixel_values": inputs})[0])
+
+
+# -- answers --------------------------------------------------------------------------------
+
+
+def test_digits_classifies_the_first_200_mnist_test_images_as_the_export_does(http_url):
+    pngs, labels = mnist_test_pngs(200)
+    with EmbedClient(http_url, model="digits") as client:
+        result = client.classify(pngs, top_k=3)
+    assert result.model_name == "digits"
+    assert set(result.served_by) == {"digits_onnx:1:fp32:L0"}
+    top1 = [p[0].class_id for p in result.predictions]
+    assert np.mean(np.array(top1) == np.array(labels)) >= 0.98  # the export measured 0.99
+    expected = offline_probabilities("digits", pngs)
+    for row, predictions in enumerate(result.predictions):
+        assert [p.label for p in predictions] == [str(p.class_id) for p in predictions]
+        got = [p.probability for p in predictions]
+        assert got == sorted(got, reverse=True)
+        np.testing.assert_allclose(got, np.sort(expected[row])[::-1][:3], atol=1e-4)
+
+
+def test_efficientnet_finds_the_cat_and_the_espresso_over_grpc_async(grpc_url):
+    photos = [encode(cat(), "JPEG", quality=90), encode(coffee(), "PNG")]
+
+    async def classify() -> list:
+        async with AsyncEmbedClient(grpc_url, protocol="grpc", model="efficientnet_lite0") as c:
+            return (await c.classify(photos, priority=1)).predictions
+
+    predictions = asyncio.run(classify())
+    assert [len(p) for p in predictions] == [5, 5]  # the model's default top_k
+    assert predictions[0][0].class_id in CATS and "cat" in predictions[0][0].label
+    assert (predictions[1][0].class_id, predictions[1][0].label) == (ESPRESSO, "espresso")
+    expected = offline_probabilities("efficientnet_lite0", photos)
+    for row, ranked in enumerate(predictions):
+        assert [p.class_id for p in ranked] == list(np.argsort(-expected[row])[:5])
+        np.testing.assert_allclose([p.probability for p in ranked],
+                                   np.sort(expected[row])[::-1][:5], atol=1e-4)
+
+
+def test_base64_json_and_binary_tensors_get_the_same_answer(http_url):
+    photo = encode(cat(), "JPEG", quality=85)
+    status, as_json = post(http_url, "efficientnet_lite0", json_body([photo]))
+    assert status == 200, as_json
+    body, headers = binary_body([photo])
+    status, as_binary = post(http_url, "efficientnet_lite0", body, headers)
+    assert status == 200, as_binary
+    assert outputs(as_json)["CLASS_IDS"] == outputs(as_binary)["CLASS_IDS"]
+    assert outputs(as_json)["LABELS"][0] in ("tabby, tabby cat", "tiger cat", "Egyptian cat")
+    np.testing.assert_allclose(outputs(as_json)["PROBABILITIES"],
+                               outputs(as_binary)["PROBABILITIES"], atol=1e-6)
+
+
+def test_a_request_chooses_its_top_k(http_url):
+    status, answer = post(http_url, "digits", json_body(mnist_test_pngs(2)[0], {"top_k": 10}))
+    assert status == 200, answer
+    assert len(outputs(answer)["CLASS_IDS"]) == 20  # [2, 10], flattened
+    assert sorted(outputs(answer)["CLASS_IDS"][:10]) == list(range(10))
+    assert abs(sum(outputs(answer)["PROBABILITIES"][:10]) - 1) < 1e-4
+
+
+@pytest.mark.parametrize("top_k", [0, 11, "3", 2.5, True])
+def test_a_bad_top_k_gets_a_400_naming_the_range(http_url, top_k):
+    status, answer = post(http_url, "digits", json_body(mnist_test_pngs(1)[0], {"top_k": top_k}))
+    assert status == 400, answer
+    assert f"top_k must be an integer from 1 to 10, got {top_k!r}" in answer["error"]
+
+
+def test_the_sdk_refuses_a_bad_top_k_before_sending(http_url):
+    with EmbedClient(http_url, model="digits") as client, \
+            pytest.raises(InvalidInputError, match="top_k must be an integer >= 1, got 0"):
+        client.classify(mnist_test_pngs(1)[0], top_k=0)
+
+
+ODD_BUT_VALID = {
+    "CMYK JPEG": lambda: encode(cat().convert("CMYK"), "JPEG", quality=95),
+    "RGBA PNG": lambda: rgba_png(cat()),
+    "palette PNG": lambda: encode(cat().quantize(64), "PNG"),
+    "grayscale JPEG": lambda: encode(cat().convert("L"), "JPEG"),
+    "progressive JPEG": lambda: encode(cat(), "JPEG", progressive=True),
+    "EXIF-rotated JPEG": lambda: rotated_jpeg(cat()),
+}
+
+
+def rotated_jpeg(image: Image.Image) -> bytes:
+    """The photo stored sideways with EXIF orientation 6 (display rotated 90 degrees)."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return encode(image.transpose(Image.Transpose.ROTATE_90), "JPEG", exif=exif.tobytes())
+
+
+@pytest.mark.parametrize("case", list(ODD_BUT_VALID))
+def test_odd_but_valid_photos_are_served_and_still_a_cat(http_url, case):
+    with EmbedClient(http_url, model="efficientnet_lite0") as client:
+        (ranked,) = client.classify([ODD_BUT_VALID[case]()], top_k=5).predictions
+    assert CATS & {p.class_id for p in ranked}, ranked
+
+
+@pytest.mark.parametrize("image", [sixteen_bit_rgb_png(), raw_png(8, 8, 1, 0, b"\x0f"),
+                                   encode(Image.fromarray(np.full((30, 30), 40000, np.uint16)),
+                                          "PNG")], ids=["16-bit RGB", "1-bit", "16-bit gray"])
+def test_16_bit_and_1_bit_pngs_are_served(http_url, image):
+    for model in ("digits", "efficientnet_lite0"):
+        with EmbedClient(http_url, model=model) as client:
+            (ranked,) = client.classify([image], top_k=1).predictions
+        assert 0.0 < ranked[0].probability <= 1.0
+
+
+# -- hostile images -------------------------------------------------------------------------
+
+
+def truncated_jpeg() -> bytes:
+    photo = encode(cat(), "JPEG", quality=90)
+    return photo[: len(photo) // 2]
+
+
+def noise_png(side: int) -> bytes:
+    """Incompressible RGB noise: side x side x 3 bytes of PNG."""
+    pixels = np.random.default_rng(0).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    return encode(Image.fromarray(pixels), "PNG", compress_level=0)
+
+
+HOSTILE = [
+    ("not an image", "digits", lambda: b"%PDF-1.7 this is a pdf, not a photo",
+     r"IMAGE\[0\] is not a JPEG or PNG image \(Pillow: "),
+    ("a truncated JPEG", "efficientnet_lite0", truncated_jpeg,
+     r"IMAGE\[0\] is a truncated JPEG"),
+    ("zero bytes", "digits", lambda: b"",
+     r"IMAGE\[0\] is empty \(0 bytes\); send an encoded JPEG or PNG"),
+    ("a 20000x20000 PNG bomb", "efficientnet_lite0", lambda: bomb(20000),
+     r"IMAGE\[0\] is .*over the limit of 40000000 pixels"),
+    ("an image over the byte limit", "digits", lambda: noise_png(620),
+     r"IMAGE\[0\] is \d+ bytes, over the limit of 1048576 bytes"),
+    ("a GIF", "digits", lambda: encode(cat(), "GIF"),
+     r"IMAGE\[0\] is a GIF image; only JPEG or PNG are accepted"),
+    ("base64 of garbage", "digits", lambda: base64.b64encode(b"\x00garbage" * 10),
+     r"IMAGE\[0\] is not a JPEG or PNG image"),
+]
+
+
+@pytest.mark.parametrize(("case", "model", "make", "message"), HOSTILE,
+                         ids=[c[0] for c in HOSTILE])
+def test_a_hostile_image_gets_a_precise_400_binary_and_json(http_url, case, model, make,
+                                                            message):
+    image = make()
+    body, headers = binary_body([image])
+    for request in ((body, headers), (json_body([image]), None)):
+        status, answer = post(http_url, model, *request)
+        assert status == 400, answer
+        assert re.search(message, answer["error"]), answer["error"]
+    assert_serving(http_url)
+
+
+def test_a_hostile_image_fails_its_own_request_not_its_batch_neighbours(grpc_url):
+    """Good and bad requests at once: Triton batches them together; only the bad fail."""
+    good, bad = mnist_test_pngs(1)[0][0], truncated_jpeg()
+
+    async def run() -> list:
+        async with AsyncEmbedClient(grpc_url, protocol="grpc", model="digits",
+                                    retry=NO_RETRY) as client:
+            return await asyncio.gather(*(client.classify([good if i % 2 else bad])
+                                          for i in range(32)), return_exceptions=True)
+
+    answers = asyncio.run(run())
+    assert all(isinstance(a, InvalidInputError) for a in answers[0::2]), answers[0::2]
+    assert all(a.predictions[0][0].class_id == 7 for a in answers[1::2]), answers[1::2]
+
+
+def test_one_bad_image_in_a_request_names_its_row(http_url):
+    pngs, _ = mnist_test_pngs(3)
+    body, headers = binary_body([pngs[0], pngs[1], b"not an image", pngs[2]])
+    status, answer = post(http_url, "digits", body, headers)
+    assert status == 400, answer
+    assert answer["error"].startswith("IMAGE[2] is not a JPEG or PNG image")
+
+
+def test_an_image_tensor_of_the_wrong_dtype_is_refused_by_triton(http_url):
+    body = json.dumps({"inputs": [{"name": "IMAGE", "datatype": "FP32", "shape": [1, 1],
+                                   "data": [1.0]}]}).encode()
+    status, answer = post(http_url, "digits", body)
+    assert status == 400
+    assert "expects 'BYTES'" in answer["error"]
+
+
+def test_the_sdk_refuses_images_that_are_not_bytes(http_url):
+    with EmbedClient(http_url, model="digits") as client, \
+            pytest.raises(InvalidInputError, match=r"bytes"):
+        client.classify([io.BytesIO(b"x")])  # type: ignore[list-item]
