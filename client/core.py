@@ -22,6 +22,7 @@ import numpy as np
 
 from client.auth import key_headers, resolve_admin_key, resolve_api_key
 from client.errors import InvalidInputError, TritonClientError
+from client.limits import MAX_REQUEST_BYTES
 from client.retry import RetryPolicy, next_delay
 
 Protocol = Literal["http", "grpc"]
@@ -37,6 +38,7 @@ TOKENS_OUTPUT = "TOKENS"
 IMAGE_INPUT = "IMAGE"
 CLASSIFY_OUTPUTS = ("CLASS_IDS", "LABELS", "PROBABILITIES", SERVED_BY_OUTPUT)
 DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown
+ENVELOPE_BYTES = 64 * 1024  # the request's header (names, shapes, parameters), generously
 
 Progress = Callable[[int, int], None]  # (rows done, rows in the call), after each chunk
 
@@ -181,6 +183,31 @@ def chunks(n: int, size: int) -> Iterator[slice]:
         yield slice(start, min(start + size, n))
 
 
+def byte_chunks(sizes: Sequence[int], max_rows: int, max_bytes: int,
+                protocol: str = "http", label: str = "row") -> list[slice]:
+    """Consecutive slices of rows, each at most `max_rows` rows whose encoded sizes (plus
+    4 bytes each, the BYTES length prefix) fit `max_bytes` less the envelope. A row that
+    cannot fit alone raises RequestTooLargeError naming its index and the limit."""
+    from client.errors import RequestTooLargeError
+
+    budget = max_bytes - ENVELOPE_BYTES
+    slices, start, used = [], 0, 0
+    for i, size in enumerate(sizes):
+        cost = size + 4
+        if cost > budget:
+            hint = " (gRPC takes larger requests)" if protocol == "http" else ""
+            raise RequestTooLargeError(
+                f"{label}[{i}] is {size} bytes; one {protocol} request holds at most "
+                f"{budget} bytes of data{hint}")
+        if i > start and (i - start >= max_rows or used + cost > budget):
+            slices.append(slice(start, i))
+            start, used = i, 0
+        used += cost
+    if start < len(sizes):
+        slices.append(slice(start, len(sizes)))
+    return slices
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex
 
@@ -269,10 +296,15 @@ class Call:
     deadline: float | None
     on_progress: Progress | None = None
     parameters: Mapping[str, Any] = field(default_factory=dict)  # request parameters
+    protocol: str = "http"
 
     def chunks(self, info: ModelInfo) -> list[tuple[slice, str]]:
-        """(rows, request id) of each request the call makes."""
-        return [(rows, new_request_id()) for rows in chunks(len(self.rows), info.max_batch)]
+        """(rows, request id) of each request the call makes: at most the model's
+        max_batch_size rows, and never over the protocol's request size limit."""
+        sizes = [len(row[0]) for row in self.rows]
+        return [(rows, new_request_id()) for rows in byte_chunks(
+            sizes, info.max_batch, MAX_REQUEST_BYTES[self.protocol], self.protocol,
+            self.input_name)]
 
     def progress(self, done: int) -> None:
         if self.on_progress is not None:
@@ -376,7 +408,7 @@ class ClientBase:
                on_progress: Progress | None = None,
                parameters: Mapping[str, Any] | None = None) -> Call:
         return Call(model or self.model, rows, input_name, tuple(wanted), options,
-                    options.deadline(), on_progress, dict(parameters or {}))
+                    options.deadline(), on_progress, dict(parameters or {}), self.protocol)
 
     def _start_classify(self, images: Iterable[bytes], model: str | None, top_k: int | None,
                         options: CallOptions, on_progress: Progress | None) -> Call:

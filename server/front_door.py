@@ -41,8 +41,8 @@ HOST_PLACEHOLDERS = (
 )
 # Limits and timeouts, from FrontDoorSettings (see policy_values).
 POLICY_PLACEHOLDERS = (
-    "MAX_BODY_BYTES", "MAX_RESPONSE_BYTES", "RATE_PER_MINUTE", "BURST", "CLIENT_TIMEOUT_S",
-    "UPSTREAM_CONNECT_TIMEOUT_S", "UPSTREAM_TIMEOUT_S",
+    "MAX_BODY_BYTES", "MAX_GRPC_BODY_BYTES", "MAX_RESPONSE_BYTES", "RATE_PER_MINUTE", "BURST",
+    "CLIENT_TIMEOUT_S", "UPSTREAM_CONNECT_TIMEOUT_S", "UPSTREAM_TIMEOUT_S",
 )
 PLACEHOLDERS = HOST_PLACEHOLDERS + POLICY_PLACEHOLDERS  # every ${NAME} of the template
 STOP_TIMEOUT_S = 10.0
@@ -73,6 +73,7 @@ def policy_values(settings: FrontDoorSettings) -> dict[str, str]:
     """The template's limits and timeouts (compose must pass exactly these)."""
     return {
         "MAX_BODY_BYTES": str(settings.max_body_bytes),
+        "MAX_GRPC_BODY_BYTES": str(settings.max_grpc_body_bytes),
         "MAX_RESPONSE_BYTES": str(settings.max_response_bytes),
         "RATE_PER_MINUTE": str(settings.rate_per_minute),
         "BURST": str(settings.burst),

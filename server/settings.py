@@ -23,6 +23,7 @@ from client.auth import (  # noqa: F401  (re-exported for server code and compos
     admin_key_header,
     default_admin_key,
 )
+from client.limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_BODY_BYTES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
@@ -120,13 +121,13 @@ def restricted_api_flags(key: str) -> list[str]:
 # the keys come from TMR_API_KEYS ("name:key,name:key"), the dev default otherwise.
 API_KEYS_ENV = "TMR_API_KEYS"
 DEV_API_KEYS = "dev:tmr-dev-key"
-# The largest valid request of any shipped front model (tests/unit/test_front_door.py
-# recomputes it from the configs): one image at efficientnet_lite0's max_image_bytes
-# (16 MiB) as base64 in JSON is 21.3 MiB, plus 1 MiB for the envelope; rounded up to the
-# MiB. A full batch of the longest texts is less: embed's max_batch_size (64) x
-# max_text_bytes (16384) = 1 MiB of UTF-8, which JSON may escape to 3x (a 4-byte emoji
-# becomes the 12 characters of a \uXXXX\uXXXX pair), plus the envelope: 4 MiB.
-MAX_BODY_BYTES = 23 * 1024 * 1024
+# Request body limits: the SDK's (client/core.py), which keep Triton 2.51's HTTP server
+# under the size that kills it. tests/unit/test_front_door.py checks that they hold the
+# largest valid request of every shipped front model: over HTTP, a full batch of the
+# longest texts JSON-escaped (3 MiB and the envelope) or one image of about 2.9 MB as
+# base64 (3.9 MB binary); over gRPC, one image at the largest max_image_bytes (16 MiB).
+MAX_BODY_BYTES = HTTP_MAX_BODY_BYTES
+MAX_GRPC_BODY_BYTES = GRPC_MAX_MESSAGE_BYTES
 # A full batch of embeddings as JSON: 64 x 384 floats measured 517 KB (~21 bytes a float);
 # 1 MiB holds the worst case (~26 bytes a float) with headroom.
 MAX_RESPONSE_BYTES = 1024 * 1024
@@ -141,6 +142,7 @@ class FrontDoorSettings:
     grpc_port: int = 8081
     rate_per_minute: int = 6000  # 100 requests/s per API key on average
     max_body_bytes: int = MAX_BODY_BYTES
+    max_grpc_body_bytes: int = MAX_GRPC_BODY_BYTES
     max_response_bytes: int = MAX_RESPONSE_BYTES
     client_timeout_s: int = 30  # client header, body and send timeouts
     upstream_connect_timeout_s: int = 5

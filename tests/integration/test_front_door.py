@@ -168,7 +168,7 @@ def test_an_oversized_body_gets_413_and_tritons_memory_is_unaffected(door, trito
 def test_an_oversized_grpc_message_is_refused_not_hung(door, triton):
     client = grpcclient.InferenceServerClient(door.grpc_url)
     tensor = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
-    big = b"x" * (door.settings.max_body_bytes + 1024 * 1024)
+    big = b"x" * (door.settings.max_grpc_body_bytes + 1024 * 1024)
     tensor.set_data_from_numpy(np.array([[big]], dtype=np.object_))
     try:
         with pytest.raises(Exception, match="request over the front door limit") as info:

@@ -17,7 +17,13 @@ import onnxruntime as ort
 import pytest
 from PIL import Image
 
-from client import NO_RETRY, AsyncEmbedClient, EmbedClient, InvalidInputError
+from client import (
+    NO_RETRY,
+    AsyncEmbedClient,
+    EmbedClient,
+    InvalidInputError,
+    RequestTooLargeError,
+)
 from python_backends.images import ImageBatchBuffer, ImageSpec, softmax
 from tests.conftest import REPOSITORY
 from tests.image_samples import (
@@ -192,6 +198,33 @@ def test_16_bit_and_1_bit_pngs_are_served(http_url, image):
         with EmbedClient(http_url, model=model) as client:
             (ranked,) = client.classify([image], top_k=1).predictions
         assert 0.0 < ranked[0].probability <= 1.0
+
+
+def big_photo_jpeg(megabytes: float) -> bytes:
+    """A noisy JPEG of about `megabytes` MB (a phone photo's size, hard to compress)."""
+    rng = np.random.default_rng(1)
+    height = int(megabytes * 1e6 / 1.12 / 2000)  # noise at q95: ~1.12 bytes a pixel
+    pixels = rng.integers(0, 256, (height, 2000, 3), dtype=np.uint8)
+    return encode(Image.fromarray(pixels), "JPEG", quality=95)
+
+
+def test_images_bigger_than_an_http_request_go_over_grpc_and_calls_split_by_bytes(
+        http_url, grpc_url):
+    """Triton 2.51's HTTP server dies on a ~4 MiB body: the SDK never sends one. Over
+    HTTP a call is cut into requests by bytes; an image too big for any HTTP request is
+    refused before sending and is served over gRPC (efficientnet_lite0 takes 16 MiB)."""
+    medium, big = big_photo_jpeg(1.5), big_photo_jpeg(6)
+    assert 1e6 < len(medium) < 2e6 and len(big) > 4.2e6
+    with EmbedClient(http_url, model="efficientnet_lite0") as client:
+        result = client.classify([medium] * 5, top_k=1)
+        assert len(result.predictions) == 5 and len(result.request_ids) == 3  # 2 + 2 + 1
+        with pytest.raises(RequestTooLargeError, match=r"IMAGE\[0\] is \d+ bytes; one http "
+                           r"request holds at most \d+ bytes of data \(gRPC takes larger"):
+            client.classify([big])
+    with EmbedClient(grpc_url, protocol="grpc", model="efficientnet_lite0") as client:
+        (ranked,) = client.classify([big], top_k=1).predictions
+    assert 0.0 < ranked[0].probability <= 1.0
+    assert_serving(http_url)
 
 
 # -- hostile images -------------------------------------------------------------------------

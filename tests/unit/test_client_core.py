@@ -6,8 +6,17 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from client.core import CallOptions, chunks, default_url, max_batch_size, text_tensor
-from client.errors import InvalidInputError
+from client.core import (
+    ENVELOPE_BYTES,
+    CallOptions,
+    byte_chunks,
+    chunks,
+    default_url,
+    max_batch_size,
+    text_tensor,
+)
+from client.errors import InvalidInputError, RequestTooLargeError
+from client.limits import HTTP_MAX_BODY_BYTES
 
 
 def test_text_tensor_is_an_n_by_1_object_array_of_utf8_bytes():
@@ -136,3 +145,29 @@ def test_a_bulk_call_keeps_one_chunk_in_flight_per_instance_of_the_model():
     assert instance_count(http) == 4 and instance_count(grpc) == 2
     assert instance_count({}) is None
     assert in_flight_limit(4) == 4 and in_flight_limit(None) == DEFAULT_IN_FLIGHT
+
+
+def test_byte_chunks_cut_by_rows_when_rows_are_small():
+    assert byte_chunks([10] * 10, 4, HTTP_MAX_BODY_BYTES) == [
+        slice(0, 4), slice(4, 8), slice(8, 10)]
+
+
+def test_byte_chunks_cut_by_bytes_before_the_row_limit():
+    mb = 1_000_000
+    assert byte_chunks([mb, mb, mb, mb, mb], 16, HTTP_MAX_BODY_BYTES) == [
+        slice(0, 3), slice(3, 5)]  # 3 x (1 MB + 4) fits 4 MB less the envelope; 4 do not
+
+
+def test_byte_chunks_refuse_a_row_that_cannot_fit_alone_naming_it_and_grpc():
+    budget = HTTP_MAX_BODY_BYTES - ENVELOPE_BYTES
+    with pytest.raises(RequestTooLargeError, match=(
+            rf"IMAGE\[1\] is {budget} bytes; one http request holds at most {budget} bytes "
+            r"of data \(gRPC takes larger requests\)")):
+        byte_chunks([10, budget, 10], 16, HTTP_MAX_BODY_BYTES, "http", "IMAGE")
+
+
+def test_byte_chunks_keep_every_row_once_in_order():
+    sizes = [5, 3_000_000, 7, 2_000_000, 2_000_000, 1, 3_900_000]
+    slices = byte_chunks(sizes, 3, 4_000_000 + ENVELOPE_BYTES)
+    assert [i for s in slices for i in range(len(sizes))[s]] == list(range(len(sizes)))
+    assert all(sum(sizes[s]) + 4 * len(sizes[s]) <= 4_000_000 for s in slices)
