@@ -25,19 +25,21 @@ from typing import IO
 
 from server.errors import FrontDoorError
 from server.launcher import stop_process
-from server.settings import API_KEYS_ENV, DEV_API_KEYS, FrontDoorSettings
+from server.openai_models import render as render_openai_models
+from server.settings import API_KEYS_ENV, DEFAULT_REPOSITORY, DEV_API_KEYS, FrontDoorSettings
 
 NGINX_DIR = Path(__file__).resolve().parent / "nginx"
 TEMPLATE = NGINX_DIR / "nginx.conf.template"
 NJS_SCRIPT = NGINX_DIR / "front_door.js"
+OPENAI_NJS_SCRIPT = NGINX_DIR / "openai.js"
 NJS_MODULE = "ngx_http_js_module.so"
 # Debian's libnginx-mod-http-js, then the official nginx image.
 NJS_MODULE_DIRS = (Path("/usr/lib/nginx/modules"), Path("/etc/nginx/modules"))
 # Paths, upstreams and ports: what differs between the CPU path and compose.
 HOST_PLACEHOLDERS = (
-    "NJS_MODULE_PATH", "NJS_SCRIPT", "NGINX_RUNTIME_DIR", "NGINX_ERROR_LOG",
-    "NGINX_ACCESS_LOG", "API_KEYS_MAP", "TRITON_HTTP_UPSTREAM", "TRITON_GRPC_UPSTREAM",
-    "FRONT_DOOR_HTTP_PORT", "FRONT_DOOR_GRPC_PORT",
+    "NJS_MODULE_PATH", "NJS_SCRIPT", "OPENAI_NJS_SCRIPT", "OPENAI_MODELS", "NGINX_RUNTIME_DIR",
+    "NGINX_ERROR_LOG", "NGINX_ACCESS_LOG", "API_KEYS_MAP", "TRITON_HTTP_UPSTREAM",
+    "TRITON_GRPC_UPSTREAM", "FRONT_DOOR_HTTP_PORT", "FRONT_DOOR_GRPC_PORT",
 )
 # Limits and timeouts, from FrontDoorSettings (see policy_values).
 POLICY_PLACEHOLDERS = (
@@ -134,8 +136,10 @@ class FrontDoor:
 
     def __init__(self, http_upstream: str, grpc_upstream: str,
                  settings: FrontDoorSettings | None = None,
-                 api_keys: Mapping[str, str] | None = None) -> None:
+                 api_keys: Mapping[str, str] | None = None,
+                 repository: Path = DEFAULT_REPOSITORY) -> None:
         self.settings = settings or FrontDoorSettings()
+        self.repository = repository  # whose text-embedding models the OpenAI route serves
         self.upstreams = (http_upstream, grpc_upstream)
         self.api_keys = dict(api_keys) if api_keys is not None else api_keys_from_env()
         self.workdir: Path | None = None
@@ -167,6 +171,8 @@ class FrontDoor:
         return {
             "NJS_MODULE_PATH": str(find_njs_module()),
             "NJS_SCRIPT": str(NJS_SCRIPT),
+            "OPENAI_NJS_SCRIPT": str(OPENAI_NJS_SCRIPT),
+            "OPENAI_MODELS": str(self._path("openai_models.json")),
             "NGINX_RUNTIME_DIR": str(self._path("")),
             "NGINX_ERROR_LOG": str(self.error_log),
             "NGINX_ACCESS_LOG": str(self.access_log),
@@ -187,6 +193,7 @@ class FrontDoor:
         keys = self._path("api_keys.map")
         keys.write_text(api_keys_map(self.api_keys))
         keys.chmod(0o600)  # read by the master only
+        self._path("openai_models.json").write_text(render_openai_models(self.repository))
         conf = self._path("nginx.conf")
         conf.write_text(render(TEMPLATE.read_text(), self.template_values()))
         return self._prepare_command()

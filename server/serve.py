@@ -128,7 +128,8 @@ def start_front_door(server: TritonServer, args: argparse.Namespace) -> FrontDoo
     settings = FrontDoorSettings(http_port=args.front_door_http_port,
                                  grpc_port=args.front_door_grpc_port)
     ports = server.opts.ports
-    front_door = FrontDoor(f"127.0.0.1:{ports.http}", f"127.0.0.1:{ports.grpc}", settings)
+    front_door = FrontDoor(f"127.0.0.1:{ports.http}", f"127.0.0.1:{ports.grpc}", settings,
+                           repository=server.opts.repository)
     front_door.start()
     front_door.wait_ready()
     name, key = next(iter(front_door.api_keys.items()))

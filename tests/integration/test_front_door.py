@@ -54,7 +54,8 @@ def open_front_door(triton: TritonServer, **settings: int) -> FrontDoor:
     ports = {"http_port": free_port(), "grpc_port": free_port()}
     door = FrontDoor(f"127.0.0.1:{triton.opts.ports.http}",
                      f"127.0.0.1:{triton.opts.ports.grpc}",
-                     replace(FrontDoorSettings(), **ports, **settings), new_keys())
+                     replace(FrontDoorSettings(), **ports, **settings), new_keys(),
+                     repository=triton.opts.repository)
     door.start()
     try:
         door.wait_ready()

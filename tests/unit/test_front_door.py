@@ -140,7 +140,7 @@ def test_render_fills_every_placeholder_and_keeps_nginx_variables():
     conf = render(TEMPLATE.read_text(), values)
     assert "${" not in conf
     assert "listen <front_door_http_port>;" in conf
-    assert "$http_x_api_key $api_client" in conf and "$api_client = \"\"" in conf
+    assert "$presented_key $api_client" in conf and "$api_client = \"\"" in conf
 
 
 def test_render_names_every_missing_placeholder():

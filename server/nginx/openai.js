@@ -1,0 +1,274 @@
+// The OpenAI-compatible embeddings route of the front door (njs): POST /v1/embeddings,
+// GET /v1/models and /v1/models/{id}. A request is checked here, cut into chunks of the
+// model's max_batch_size, sent to the text-embedding front model's KServe route as
+// concurrent subrequests (so priorities, degradation and versions all apply), and the
+// answers are put back together in OpenAI's shape. The models come from
+// `openai_models`, a JSON file preloaded by nginx (server/openai_models.py writes it from
+// the repository). Pure functions are exported for tests/unit/test_openai_njs.py.
+
+const MAX_INPUTS = 2048;
+const MAX_USER_CHARS = 256;
+const PRIORITIES = {"1": 1, "high": 1, "2": 2, "standard": 2};
+const LANGCHAIN_HINT = "this server takes text only and does not decode another " +
+    "tokenizer's ids; LangChain users: set check_embedding_ctx_length=False on " +
+    "OpenAIEmbeddings so it sends the texts";
+
+function errorBody(message, type, param, code) {
+    return JSON.stringify({error: {message: message, type: type,
+                                   param: param === undefined ? null : param,
+                                   code: code === undefined ? null : code}});
+}
+
+// An OpenAI-shaped error, as {status, body}.
+function failure(status, message, param, code) {
+    const types = {400: "invalid_request_error", 401: "invalid_request_error",
+                   404: "invalid_request_error", 413: "invalid_request_error",
+                   429: "rate_limit_error", 503: "server_error"};
+    return {status: status, body: errorBody(message, types[status] || "server_error",
+                                            param, code)};
+}
+
+function modelTable(table) {
+    const byName = {};
+    table.models.forEach((model) => {
+        model.names.forEach((name) => {
+            byName[name] = model;
+        });
+    });
+    return byName;
+}
+
+function isTokenIds(item) {
+    return typeof item === "number" ||
+        (Array.isArray(item) && item.length > 0 && typeof item[0] === "number");
+}
+
+// The checked request, {model, texts, format, priority, user}, or {error: failure(...)}.
+function parseRequest(text, table, priorityHeader) {
+    let body;
+    try {
+        body = JSON.parse(text);
+    } catch (e) {
+        return {error: failure(400, "the request body is not valid JSON: " + e.message)};
+    }
+    if (body === null || typeof body !== "object" || Array.isArray(body)) {
+        return {error: failure(400, "the request body must be a JSON object")};
+    }
+    if (body.model === undefined || body.model === null || body.model === "") {
+        return {error: failure(400, "you must provide a model parameter", "model")};
+    }
+    if (typeof body.model !== "string") {
+        return {error: failure(400, "model must be a string", "model")};
+    }
+    const model = modelTable(table)[body.model];
+    if (model === undefined) {
+        const known = table.models.map((m) => m.id).join(", ");
+        return {error: failure(404, "The model '" + body.model + "' does not exist; served " +
+                                    "embedding models: " + known, "model", "model_not_found")};
+    }
+    let input = body.input;
+    if (input === undefined || input === null) {
+        return {error: failure(400, "you must provide an input parameter", "input")};
+    }
+    if (typeof input === "string" || isTokenIds(input)) {
+        input = [input];
+    }
+    if (!Array.isArray(input) || input.length === 0) {
+        return {error: failure(400, "input must be a non-empty string or a non-empty array " +
+                                    "of strings", "input")};
+    }
+    if (input.length > MAX_INPUTS) {
+        return {error: failure(400, "input has " + input.length + " items, over the limit " +
+                                    "of " + MAX_INPUTS + " per request", "input")};
+    }
+    for (let i = 0; i < input.length; i++) {
+        if (isTokenIds(input[i])) {
+            return {error: failure(400, "input[" + i + "] is an array of token ids; " +
+                                        LANGCHAIN_HINT, "input")};
+        }
+        if (typeof input[i] !== "string") {
+            return {error: failure(400, "input[" + i + "] is " + typeOf(input[i]) +
+                                        ", not a string", "input")};
+        }
+        if (input[i].length === 0) {
+            return {error: failure(400, "input[" + i + "] is an empty string; every input " +
+                                        "must have text", "input")};
+        }
+    }
+    const format = body.encoding_format === undefined || body.encoding_format === null ?
+        "float" : body.encoding_format;
+    if (format !== "float" && format !== "base64") {
+        return {error: failure(400, "encoding_format must be 'float' or 'base64', got " +
+                                    JSON.stringify(format), "encoding_format")};
+    }
+    if (body.dimensions !== undefined && body.dimensions !== null &&
+            body.dimensions !== model.dimensions) {
+        return {error: failure(400, "dimensions must be " + model.dimensions + " for " +
+                                    body.model + " (its embeddings are not trained to be " +
+                                    "truncated), got " + JSON.stringify(body.dimensions),
+                               "dimensions")};
+    }
+    if (body.user !== undefined && body.user !== null && typeof body.user !== "string") {
+        return {error: failure(400, "user must be a string", "user")};
+    }
+    let priority = null;
+    if (priorityHeader) {
+        priority = PRIORITIES[String(priorityHeader).trim().toLowerCase()];
+        if (priority === undefined) {
+            return {error: failure(400, "x-priority must be 1 or 'high', 2 or 'standard'; got " +
+                                        JSON.stringify(priorityHeader), "x-priority")};
+        }
+    }
+    return {model: model, texts: input, format: format, priority: priority,
+            user: (body.user || "").slice(0, MAX_USER_CHARS)};
+}
+
+function typeOf(value) {
+    if (value === null) {
+        return "null";
+    }
+    return Array.isArray(value) ? "an array" : "a " + typeof value;
+}
+
+// [start, end) of each chunk of at most `size` rows.
+function chunks(n, size) {
+    const out = [];
+    for (let start = 0; start < n; start += size) {
+        out.push([start, Math.min(start + size, n)]);
+    }
+    return out;
+}
+
+// The KServe v2 request of one chunk: the texts, binary EMBEDDING and JSON TOKENS back.
+function kserveBody(texts, priority) {
+    const request = {
+        inputs: [{name: "TEXT", datatype: "BYTES", shape: [texts.length, 1], data: texts}],
+        outputs: [{name: "EMBEDDING", parameters: {binary_data: true}},
+                  {name: "TOKENS", parameters: {binary_data: false}}],
+    };
+    if (priority !== null) {
+        request.parameters = {priority: priority};
+    }
+    return JSON.stringify(request);
+}
+
+// {embeddings: [row, ...], tokens} of one chunk's answer, each row a float array or base64.
+function decodeAnswer(buffer, headerLength, rows, dimensions, format) {
+    const header = JSON.parse(buffer.slice(0, headerLength).toString());
+    let tokens = 0;
+    header.outputs.forEach((output) => {
+        if (output.name === "TOKENS") {
+            output.data.forEach((count) => {
+                tokens += count;
+            });
+        }
+    });
+    const rowBytes = dimensions * 4;
+    const embeddings = [];
+    for (let i = 0; i < rows; i++) {
+        const start = headerLength + i * rowBytes;
+        const row = buffer.slice(start, start + rowBytes);
+        if (format === "base64") {
+            embeddings.push(row.toString("base64"));
+        } else {
+            const copy = new Uint8Array(row);  // aligned, for the float view
+            const floats = new Float32Array(copy.buffer);
+            const values = new Array(dimensions);
+            for (let j = 0; j < dimensions; j++) {
+                values[j] = floats[j];
+            }
+            embeddings.push(values);
+        }
+    }
+    return {embeddings: embeddings, tokens: tokens};
+}
+
+// Triton's error for one chunk, in OpenAI's shape; row indexes made the request's own.
+function upstreamFailure(status, text, offset) {
+    let message = text;
+    try {
+        message = JSON.parse(text).error || text;
+    } catch (e) {
+        // not JSON: keep the text
+    }
+    message = message.replace(/TEXT\[(\d+)\]/g, (m, i) => "input[" + (offset + Number(i)) + "]");
+    if (status === 400) {
+        return failure(400, message, "input");
+    }
+    if (status === 429 || status === 503 || status === 502 || status === 504) {
+        return failure(503, message || "the inference server is unavailable; retry later");
+    }
+    return failure(status >= 500 ? 500 : status, message);
+}
+
+// The preloaded table as plain objects (njs's preloaded arrays lack Array's methods).
+function loadedTable() {
+    return JSON.parse(JSON.stringify(openai_models));
+}
+
+function respond(r, result) {
+    r.headersOut["Content-Type"] = "application/json";
+    if (result.status === 503) {
+        r.headersOut["Retry-After"] = "1";
+    }
+    r.return(result.status, result.body);
+}
+
+async function embeddings(r) {
+    const request = parseRequest(r.requestText || "", loadedTable(),
+                                 r.headersIn["x-priority"]);
+    if (request.error) {
+        respond(r, request.error);
+        return;
+    }
+    r.variables.openai_user = request.user;
+    const model = request.model;
+    const parts = chunks(request.texts.length, model.max_batch);
+    const replies = await Promise.all(parts.map((part) => r.subrequest(
+        "/_triton_plain/v2/models/" + model.front + "/infer",
+        {method: "POST", body: kserveBody(request.texts.slice(part[0], part[1]),
+                                          request.priority)})));
+    const data = [];
+    let tokens = 0;
+    for (let p = 0; p < parts.length; p++) {
+        const reply = replies[p];
+        if (reply.status !== 200) {
+            respond(r, upstreamFailure(reply.status, reply.responseText || "", parts[p][0]));
+            return;
+        }
+        const headerLength = Number(reply.headersOut["Inference-Header-Content-Length"]);
+        const answer = decodeAnswer(reply.responseBuffer, headerLength,
+                                    parts[p][1] - parts[p][0], model.dimensions,
+                                    request.format);
+        tokens += answer.tokens;
+        for (let i = 0; i < answer.embeddings.length; i++) {
+            data.push({object: "embedding", index: parts[p][0] + i,
+                       embedding: answer.embeddings[i]});
+        }
+    }
+    respond(r, {status: 200, body: JSON.stringify({
+        object: "list", data: data, model: model.id,
+        usage: {prompt_tokens: tokens, total_tokens: tokens}})});
+}
+
+function modelObject(model, created) {
+    return {id: model.id, object: "model", created: created, owned_by: "tmr"};
+}
+
+function models(r) {
+    const table = loadedTable();
+    const id = r.uri.replace(/^\/v1\/models\/?/, "");
+    if (id === "") {
+        respond(r, {status: 200, body: JSON.stringify({
+            object: "list", data: table.models.map((m) => modelObject(m, table.created))})});
+        return;
+    }
+    const model = modelTable(table)[decodeURIComponent(id)];
+    respond(r, model === undefined ?
+        failure(404, "The model '" + decodeURIComponent(id) + "' does not exist", "model",
+                "model_not_found") :
+        {status: 200, body: JSON.stringify(modelObject(model, table.created))});
+}
+
+export default {embeddings, models, parseRequest, chunks, kserveBody, decodeAnswer,
+                upstreamFailure, failure, errorBody};

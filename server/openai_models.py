@@ -1,0 +1,61 @@
+"""The models the OpenAI-compatible route serves, for the front door's njs (openai.js).
+
+    python -m server.openai_models [--repository DIR] > server/nginx/openai_models.json
+
+Every text-embedding model of the repository, under its name (`tmr add NAME`), its front
+model's name and the names its front config lists in the `openai_names` parameter
+(comma-separated, e.g. the Hugging Face id). The CPU dev server writes the table of the
+repository it serves into the front door's runtime folder; compose and Kubernetes mount
+the committed `server/nginx/openai_models.json`, which a unit test keeps equal to the
+repository's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from python_backends.families import TEXT_EMBEDDING
+from python_backends.families.catalog import catalog
+from python_backends.families.configs import parameters_of
+from python_backends.versions import read_config
+from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
+
+COMMITTED = PROJECT_ROOT / "server" / "nginx" / "openai_models.json"
+CREATED = 1_764_460_800  # 2025-11-30: what /v1/models reports as `created` (no real date)
+
+
+def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
+    """{"created", "models": [{"id", "names", "front", "dimensions", "max_batch"}]}."""
+    models = []
+    for model in catalog(repository):
+        if model.family is not TEXT_EMBEDDING or not model.front:
+            continue
+        config = read_config(repository / model.front)
+        extra = [n.strip() for n in parameters_of(config).get("openai_names", "").split(",")]
+        names = list(dict.fromkeys([model.base, model.front, *filter(None, extra)]))
+        models.append({"id": model.base, "names": names, "front": model.front,
+                       "dimensions": int(config.output[0].dims[-1]),
+                       "max_batch": int(config.max_batch_size)})
+    return {"created": CREATED, "models": models}
+
+
+def render(repository: Path = DEFAULT_REPOSITORY) -> str:
+    return json.dumps(openai_models(repository), indent=1) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m server.openai_models",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    args = parser.parse_args(argv)
+    sys.stdout.write(render(args.repository))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
