@@ -11,14 +11,16 @@ import asyncio
 import json
 import math
 import os
+import statistics
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from perf.peers import cpu
 from perf.peers.load import closed_loop, embed_one
 from perf.peers.servers import (
     PEERS,
@@ -29,7 +31,7 @@ from perf.peers.servers import (
     peer,
     triton_embed,
 )
-from perf.peers.stats import LoadPoint, best_of, render_table, round_orders
+from perf.peers.stats import NOISY_SHARE, LoadPoint, best_of, render_table, round_orders
 from server.settings import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
@@ -80,11 +82,22 @@ class PeersResult:
                  f"in every request. Goodput: the most requests/s at a point with no errors "
                  f"and p99 <= {self.p99_budget_ms:g} ms. Load average (1 min) before the "
                  f"servers started {self.load_average[0]:.1f}, at the end "
-                 f"{self.load_average[1]:.1f} ({os.cpu_count()} cores).", "",
+                 f"{self.load_average[1]:.1f} ({os.cpu_count()} cores). "
+                 f"{self.noise()}", "",
                  f"Cosine of the probe text's vector against {reference}:"]
         lines += [f"- {s.name}: {fmt_cosine(s.cosine_vs_reference)}; "
                   + ", ".join(f"{k} {v}" for k, v in s.versions.items()) for s in self.servers]
         return "\n".join(lines)
+
+    def noise(self) -> str:
+        """How much other work shared the machine during the measured points."""
+        shares = [p.foreign_cpu for s in self.servers for r in s.rounds for p in r
+                  if p.foreign_cpu is not None]
+        if not shares:
+            return ""
+        return (f"Other work used {statistics.median(shares):.0%} of the cores during the "
+                f"median point and {max(shares):.0%} at most; `*` marks a kept point during "
+                f"which it used more than {NOISY_SHARE:.0%}.")
 
 
 def fmt_cosine(value: float | None) -> str:
@@ -120,16 +133,24 @@ def warm_up(server: Running, progress: Progress) -> list[float] | None:
         return None
 
 
+def measure_point(server: Running, concurrency: int, seconds: float) -> LoadPoint:
+    """One closed-loop point, with the share of the cores other work used meanwhile."""
+    before, began = cpu.sample(), time.perf_counter()
+    point = asyncio.run(closed_loop(server.endpoint, concurrency, seconds))
+    return replace(point, foreign_cpu=cpu.foreign_share(before, cpu.sample(),
+                                                        time.perf_counter() - began))
+
+
 def measure(server: Running, levels: Sequence[int], seconds: float, label: str,
             progress: Progress, task: int) -> list[LoadPoint]:
     """One round of one server: each level for `seconds`, logged as it finishes."""
     points = []
     for c in levels:
         progress.update(task, description=f"{label} · {server.name} · c{c}")
-        point = asyncio.run(closed_loop(server.endpoint, c, seconds))
+        point = measure_point(server, c, seconds)
         progress.console.print(f"{time.strftime('%H:%M:%S')} {label} {server.name:>8} c{c:<3}"
                                f"{point.rps:5.0f} req/s  p50 {point.p50_ms:5.1f}  p99 "
-                               f"{point.p99_ms:5.1f} ms"
+                               f"{point.p99_ms:5.1f} ms  other work {point.foreign_cpu:.0%}"
                                + (f"  errors {point.error_kinds}" if point.errors else ""))
         points.append(point)
         progress.advance(task)

@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+NOISY_SHARE = 0.10  # a point during which other work used more of the cores is marked
+
 
 @dataclass(frozen=True)
 class LoadPoint:
@@ -22,6 +24,7 @@ class LoadPoint:
     p95_ms: float
     p99_ms: float
     error_kinds: dict[str, int] = field(default_factory=dict)
+    foreign_cpu: float | None = None  # share of the cores other work used meanwhile (cpu.py)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -82,11 +85,18 @@ def at(points: Sequence[LoadPoint], concurrency: int) -> LoadPoint | None:
 
 
 def cell(point: LoadPoint | None) -> str:
-    """`rps / p99` for one table cell, with the errors when there were any."""
+    """`rps / p99` for one table cell, with the errors if any, and `*` if it was noisy."""
     if point is None:
         return "-"
     text = f"{point.rps:.0f} / {point.p99_ms:.0f}"
-    return f"{text} ({point.errors} err)" if point.errors else text
+    if point.errors:
+        text += f" ({point.errors} err)"
+    return text + " *" if is_noisy(point) else text
+
+
+def is_noisy(point: LoadPoint) -> bool:
+    """Whether other work used more than NOISY_SHARE of the cores during the point."""
+    return point.foreign_cpu is not None and point.foreign_cpu > NOISY_SHARE
 
 
 def tail_ratio(point: LoadPoint | None) -> str:

@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from perf.peers import load, servers
+from perf.peers import cpu, load, servers
 from perf.peers.ort_text import load_tokenizer
 from perf.peers.run import PeersResult, ServerResult, check_servers, cosine
 from perf.peers.stats import (
     LoadPoint,
     best_of,
+    cell,
     goodput,
     percentile,
     render_table,
@@ -267,3 +268,38 @@ def test_unknown_or_uninstalled_servers_are_refused_before_anything_starts(
     with pytest.raises(servers.PeerStartError, match=r"\['batcher'\]; run `make peers`"):
         check_servers(["embed", "batcher"], tmp_path)
     check_servers(["embed"], tmp_path)
+
+
+# --- other work on the machine ------------------------------------------------------------
+
+def test_machine_busy_ticks_leave_out_idle_and_iowait() -> None:
+    stat = "cpu  100 5 50 9000 70 1 2 3 0 0\ncpu0 50 2 25 4500 35 0 1 1 0 0\n"
+    assert cpu.machine_busy(stat) == 100 + 5 + 50 + 1 + 2 + 3
+
+
+def test_process_stat_parsing_survives_spaces_in_the_name() -> None:
+    text = "42 (python -m x) S 7 42 42 0 -1 4194304 1 0 0 0 30 12 0 0 20 0 1 0"
+    assert cpu.parse_stat(text) == (7, 42)
+
+
+def test_tree_ticks_sum_a_process_and_all_its_descendants() -> None:
+    stats = {1: (0, 5), 10: (1, 7), 11: (10, 3), 12: (10, 2), 20: (1, 100)}
+    assert cpu.tree_ticks(stats, 10) == 12
+    assert cpu.tree_ticks(stats, 99) == 0
+
+
+def test_foreign_share_is_machine_time_outside_our_tree_over_all_cores() -> None:
+    before, after = cpu.CpuSample(1000, 400), cpu.CpuSample(1300, 600)
+    assert cpu.foreign_share(before, after, 1.0, cores=2, hz=100) == pytest.approx(0.5)
+    assert cpu.foreign_share(before, cpu.CpuSample(1100, 600), 1.0, cores=2, hz=100) == 0.0
+
+
+def test_this_process_tree_is_part_of_the_machines_busy_time() -> None:
+    now = cpu.sample()
+    assert 0 < now.ours <= now.machine
+
+
+def test_a_point_measured_while_other_work_ran_is_marked() -> None:
+    noisy = LoadPoint(1, 6.0, 500, 0, 83.0, 10.0, 15.0, 20.0, foreign_cpu=0.4)
+    assert cell(noisy) == "83 / 20 *"
+    assert cell(LoadPoint(1, 6.0, 500, 0, 83.0, 10.0, 15.0, 20.0, foreign_cpu=0.02)) == "83 / 20"
