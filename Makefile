@@ -12,7 +12,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv export serve serve-full test test-mpnet unit lint bench soak clean
+.PHONY: help setup apt venv export serve serve-full test test-mpnet unit lint bench soak peers clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -68,6 +68,24 @@ bench: setup ## the benchmark (about 5 min): writes docs/benchmarks.md
 
 soak: setup ## 30 minutes of steady load: memory, latency drift, errors, reloads (docs/reliability.md)
 	$(PY) -m perf.soak
+
+# The peer embedding servers `python -m perf.peers` measures beside `embed`, each in its own
+# venv under .peers/ with its pins from perf/peers/requirements-*.txt (never the project's).
+# infinity-emb imports the project venv's torch (perf/peers/share_torch.py) and serves a
+# bare-transformer export of MiniLM written by perf/peers/infinity_model.py.
+PEERS := .peers
+PEER_STAMPS := $(PEERS)/fastapi/.installed $(PEERS)/infinity/.installed
+
+peers: $(PEER_STAMPS) $(PEERS)/infinity/model/model.onnx ## peer servers for perf.peers: infinity-emb and two FastAPI servers, in .peers/ (idempotent)
+
+$(PEERS)/%/.installed: perf/peers/requirements-%.txt $(STAMP)
+	@[ -x $(PEERS)/$*/venv/bin/python ] || $(PY) -m venv $(PEERS)/$*/venv
+	@[ "$*" != infinity ] || $(PY) -m perf.peers.share_torch $(PEERS)/$*/venv $(PEERS)/$*/shared-torch
+	$(PEERS)/$*/venv/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	@touch $@
+
+$(PEERS)/infinity/model/model.onnx: | $(STAMP)
+	$(PY) -m perf.peers.infinity_model $(PEERS)/infinity/model
 
 lint: venv ## ruff
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,46 @@
+"""The naive FastAPI server: one onnxruntime call per request, no batching.
+
+    .peers/fastapi/venv/bin/python perf/peers/naive_server.py \
+        --onnx model_repository/minilm_onnx/1/model.onnx --tokenizer .../tokenizer.json --port N
+
+POST /infer {"text": "..."} -> {"result": [384 floats]} (the seeds' batcher's route);
+GET /health. The same model file and tokenizer as the batcher (ort_text.OnnxEmbedder),
+onnxruntime's default threads. The handler is a plain `def`, as most such servers are
+written, so FastAPI runs it in its thread pool and concurrent requests share one session.
+"""
+
+from __future__ import annotations
+
+import uvicorn
+from fastapi import FastAPI
+from ort_text import OnnxEmbedder, arguments
+from pydantic import BaseModel
+
+
+class InferRequest(BaseModel):
+    text: str
+
+
+def create_app(embedder: OnnxEmbedder) -> FastAPI:
+    """POST /infer and GET /health around `embedder`."""
+    app = FastAPI()
+
+    @app.post("/infer")
+    def infer(req: InferRequest) -> dict[str, list[float]]:
+        return {"result": embedder.embed([req.text])[0].tolist()}
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def main() -> None:
+    args = arguments(__doc__.split("\n\n")[0])
+    app = create_app(OnnxEmbedder(args.onnx, args.tokenizer, args.threads))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The model code both FastAPI peers share: all-MiniLM-L6-v2's `tokenizer.json` and the
+project's exported ONNX (`model_repository/minilm_onnx/<latest>/model.onnx`: inputs
+`input_ids` / `attention_mask` int64, output `embedding`, already mean-pooled and
+L2-normalised) run with onnxruntime.
+
+Runs in the peers' venv (`.peers/fastapi/venv`), so it imports no project module; the
+servers import it as a sibling file. Each batch is padded to its longest text (the
+tokenizer.json's own setting pads every text to 128 tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+MAX_TOKENS = 256  # the project's `embed` rejects longer texts; the peers truncate them
+PAD_ID, PAD_TOKEN = 0, "[PAD]"
+
+
+def load_tokenizer(path: str) -> Tokenizer:
+    """The fast tokenizer, padding to the longest text of a batch, truncating at MAX_TOKENS."""
+    tokenizer = Tokenizer.from_file(path)
+    tokenizer.no_padding()
+    tokenizer.enable_padding(pad_id=PAD_ID, pad_token=PAD_TOKEN)
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    return tokenizer
+
+
+def load_session(onnx_path: str, threads: int = 0) -> ort.InferenceSession:
+    """A CPU session; `threads` 0 keeps onnxruntime's default (one intra-op thread a core)."""
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    return ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
+
+
+class OnnxEmbedder:
+    """texts -> float32 [n, 384] unit vectors: tokenize, pad to the longest, one ORT call."""
+
+    def __init__(self, onnx_path: str, tokenizer_path: str, threads: int = 0) -> None:
+        self.tokenizer = load_tokenizer(tokenizer_path)
+        self.session = load_session(onnx_path, threads)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        return self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
+
+
+def arguments(description: str, argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line both FastAPI peers take: model paths, address, threads."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--onnx", required=True, help="minilm_onnx's model.onnx")
+    parser.add_argument("--tokenizer", required=True, help="all-MiniLM-L6-v2's tokenizer.json")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="onnxruntime intra-op threads (0: its default)")
+    return parser.parse_args(argv)

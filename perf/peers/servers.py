@@ -1,0 +1,190 @@
+"""The servers in the comparison: the project's Triton `embed` and the peers, each started
+on free ports, waited for, and stopped with the project's one stop sequence.
+
+Every peer runs from its own venv under `.peers/` (`make peers`) as a subprocess, with
+its paths passed on the command line; none imports a project module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from perf.peers.load import Endpoint, infer_endpoint, openai_endpoint, triton_endpoint
+from perf.serving_benchmark import latest_onnx
+from python_backends.tokenization import default_tokenizer_path
+from server.launcher import TritonServer, free_port, stop_process
+from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, TRITON_VERSION, Ports, ServerOptions
+
+PEERS_DIR = PROJECT_ROOT / ".peers"
+HERE = Path(__file__).resolve().parent
+INFINITY_MODEL_NAME = "minilm"
+STOP_TIMEOUT_S = 20.0
+# Variables of this process that must not leak into a peer's interpreter.
+LEAKY_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+
+
+class PeerStartError(RuntimeError):
+    """Raised when a peer is not installed, exits during start, or is not healthy in time."""
+
+
+@dataclass(frozen=True)
+class PeerSpec:
+    """How to start one peer and how to ask it."""
+
+    name: str
+    label: str
+    venv: str  # folder under the peers dir
+    argv: Callable[[Path, int], list[str]]  # (peers dir, port) -> command line
+    endpoint: Callable[[str], Endpoint]  # base URL -> its embedding route
+    env: tuple[tuple[str, str], ...] = ()
+    start_timeout_s: float = 60.0
+    packages: tuple[str, ...] = ()  # whose installed versions the results record
+
+
+@dataclass
+class Running:
+    """A started server: its name and label, its route, its versions and how to stop it."""
+
+    name: str
+    label: str
+    endpoint: Endpoint
+    versions: dict[str, str]
+
+
+def fastapi_argv(script: str) -> Callable[[Path, int], list[str]]:
+    """The command line of a FastAPI peer: the shipped minilm_onnx and tokenizer.json."""
+    def argv(peers: Path, port: int) -> list[str]:
+        return [str(peers / "fastapi" / "venv" / "bin" / "python"), str(HERE / script),
+                "--onnx", str(latest_onnx(DEFAULT_REPOSITORY).resolve()),
+                "--tokenizer", str(default_tokenizer_path()), "--port", str(port)]
+    return argv
+
+
+def infinity_argv(peers: Path, port: int) -> list[str]:
+    """infinity-emb v2 with the flags that serve MiniLM offline (shared/DESIGN.md)."""
+    return [str(peers / "infinity" / "venv" / "bin" / "infinity_emb"), "v2",
+            "--model-id", str((peers / "infinity" / "model").resolve()),
+            "--served-model-name", INFINITY_MODEL_NAME, "--engine", "optimum",
+            "--device", "cpu", "--batch-size", "32", "--pooling-method", "mean",
+            "--no-vector-disk-cache", "--onnx-do-not-prefer-quantized",
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+
+
+PEERS: dict[str, PeerSpec] = {spec.name: spec for spec in (
+    PeerSpec("infinity", "infinity-emb 0.0.78, ONNX fp32", "infinity", infinity_argv,
+             lambda url: openai_endpoint(url, INFINITY_MODEL_NAME),
+             env=(("INFINITY_ANONYMOUS_USAGE_STATS", "0"), ("HF_HUB_OFFLINE", "1")),
+             start_timeout_s=300.0,
+             packages=("infinity-emb", "optimum", "onnxruntime", "transformers", "torch",
+                       "numpy")),
+    PeerSpec("batcher", "the seeds' asyncio batcher", "fastapi",
+             fastapi_argv("batcher_server.py"), infer_endpoint,
+             packages=("fastapi", "uvicorn", "onnxruntime", "tokenizers", "numpy")),
+    PeerSpec("naive", "naive FastAPI + onnxruntime", "fastapi",
+             fastapi_argv("naive_server.py"), infer_endpoint,
+             packages=("fastapi", "uvicorn", "onnxruntime", "tokenizers", "numpy")),
+)}
+EMBED_LABEL = "`embed` on Triton (this project)"
+
+
+def peer_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """`base` without this venv's Python variables, no user site, plus `extra`."""
+    env = {k: v for k, v in base.items() if k not in LEAKY_ENV}
+    return {**env, "PYTHONNOUSERSITE": "1", **extra}
+
+
+def missing_peers(names: list[str], peers: Path) -> list[str]:
+    """The named peers whose venv (or infinity's model folder) is not there."""
+    missing = [n for n in names if n in PEERS
+               and not (peers / PEERS[n].venv / "venv" / "bin" / "python").exists()]
+    if "infinity" in names and not (peers / "infinity" / "model" / "model.onnx").exists():
+        missing.append("infinity (model folder)")
+    return missing
+
+
+def http_status(url: str) -> int | None:
+    """The status of GET `url`, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return None
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_healthy(name: str, process: subprocess.Popen[bytes], url: str, timeout_s: float,
+                 log_path: Path) -> None:
+    """Block until GET `url` answers 200; raise PeerStartError with the log's tail."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise PeerStartError(f"{name} exited with {process.returncode} during start; "
+                                 f"last lines of {log_path}:\n{log_tail(log_path)}")
+        if http_status(url) == 200:
+            return
+        time.sleep(0.5)
+    raise PeerStartError(f"{name} not healthy after {timeout_s:.0f} s; last lines of "
+                         f"{log_path}:\n{log_tail(log_path)}")
+
+
+def installed_versions(python: Path, packages: tuple[str, ...]) -> dict[str, str]:
+    """The versions of `packages` as the interpreter `python` sees them."""
+    code = ("import importlib.metadata as m, json, sys; "
+            "print(json.dumps({p: m.version(p) for p in sys.argv[1:]}))")
+    out = subprocess.run([str(python), "-c", code, *packages], check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+@contextmanager
+def peer(spec: PeerSpec, peers: Path, log_path: Path) -> Iterator[Running]:
+    """Start `spec` on a free port, wait for GET /health, yield it, stop it."""
+    port = free_port()
+    env = peer_environment(dict(os.environ), {
+        **dict(spec.env), "HF_HOME": str(peers / spec.venv / "hf-home")})
+    log: IO[bytes] = log_path.open("wb")
+    process = subprocess.Popen(spec.argv(peers, port), stdout=log, stderr=subprocess.STDOUT,
+                               env=env, cwd=peers, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_healthy(spec.name, process, f"{base}/health", spec.start_timeout_s, log_path)
+        python = peers / spec.venv / "venv" / "bin" / "python"
+        yield Running(spec.name, spec.label, spec.endpoint(base),
+                      installed_versions(python, spec.packages))
+    finally:
+        stop_process(process, signal.SIGTERM, STOP_TIMEOUT_S, log)
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports."""
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return sorted(ports)
+
+
+@contextmanager
+def triton_embed(log_path: Path) -> Iterator[Running]:
+    """The project's Triton with the shipped repository, on free ports."""
+    ports = Ports(*free_ports(3))
+    with TritonServer(ServerOptions(ports=ports), log_path=log_path) as server:
+        yield Running("embed", EMBED_LABEL, triton_endpoint(f"http://{server.http_url}"),
+                      {"tritonserver": TRITON_VERSION,
+                       **installed_versions(Path(sys.executable), ("onnxruntime", "numpy"))})

@@ -1,0 +1,124 @@
+"""The pure parts of the peer comparison: percentiles, one point's summary, the best of
+the rounds, goodput under a p99 objective, round orders and the result table."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+NOISY_SHARE = 0.10  # a point during which other work used more of the cores is marked
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One closed-loop run at one concurrency: answered requests/s and their latencies."""
+
+    concurrency: int
+    seconds: float
+    requests: int  # answered with status 200 and a well-formed vector
+    errors: int
+    rps: float  # answered requests / seconds
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    foreign_cpu: float | None = None  # share of the cores other work used meanwhile (cpu.py)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between closest ranks (numpy's default);
+    NaN for no values."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is outside 0..100")
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(concurrency: int, latencies_ms: Sequence[float], errors: Counter[str],
+              seconds: float) -> LoadPoint:
+    """A LoadPoint from the latencies of answered requests and the errors by kind."""
+    if seconds <= 0:
+        raise ValueError("a load point needs a positive duration")
+    return LoadPoint(
+        concurrency=concurrency, seconds=seconds, requests=len(latencies_ms),
+        errors=sum(errors.values()), rps=len(latencies_ms) / seconds,
+        p50_ms=percentile(latencies_ms, 50), p95_ms=percentile(latencies_ms, 95),
+        p99_ms=percentile(latencies_ms, 99), error_kinds=dict(errors),
+    )
+
+
+def best_of(rounds: Sequence[Sequence[LoadPoint]]) -> list[LoadPoint]:
+    """Per concurrency, the round's point with the most answered requests/s (the whole
+    point, so its latencies are ones that were measured together), by concurrency."""
+    best: dict[int, LoadPoint] = {}
+    for points in rounds:
+        for point in points:
+            kept = best.get(point.concurrency)
+            if kept is None or point.rps > kept.rps:
+                best[point.concurrency] = point
+    return [best[c] for c in sorted(best)]
+
+
+def goodput(points: Sequence[LoadPoint], p99_budget_ms: float) -> LoadPoint | None:
+    """The point with the highest requests/s among those with no errors and a p99 within
+    the budget; None when no point meets it."""
+    within = [p for p in points if p.errors == 0 and p.p99_ms <= p99_budget_ms]
+    return max(within, key=lambda p: p.rps, default=None)
+
+
+def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
+    """The order servers are visited in each round: mirrored, so round 2 runs backwards
+    and no server always goes first on a machine that warms up or slows down."""
+    return [list(names) if r % 2 == 0 else list(reversed(names)) for r in range(rounds)]
+
+
+def at(points: Sequence[LoadPoint], concurrency: int) -> LoadPoint | None:
+    """The point measured at `concurrency`, if any."""
+    return next((p for p in points if p.concurrency == concurrency), None)
+
+
+def cell(point: LoadPoint | None) -> str:
+    """`rps / p99` for one table cell, with the errors if any, and `*` if it was noisy."""
+    if point is None:
+        return "-"
+    text = f"{point.rps:.0f} / {point.p99_ms:.0f}"
+    if point.errors:
+        text += f" ({point.errors} err)"
+    return text + " *" if is_noisy(point) else text
+
+
+def is_noisy(point: LoadPoint) -> bool:
+    """Whether other work used more than NOISY_SHARE of the cores during the point."""
+    return point.foreign_cpu is not None and point.foreign_cpu > NOISY_SHARE
+
+
+def tail_ratio(point: LoadPoint | None) -> str:
+    """p99 / p50 of a point, the spread of its latencies."""
+    if point is None or not point.p50_ms > 0:
+        return "-"
+    return f"{point.p99_ms / point.p50_ms:.1f}"
+
+
+def render_table(rows: Sequence[tuple[str, Sequence[LoadPoint]]], levels: Sequence[int],
+                 p99_budget_ms: float) -> str:
+    """A markdown table: per server, rps / p99 ms at each level, p50 at c1, p99/p50 at c16
+    and the goodput under the p99 budget (with the concurrency that gave it)."""
+    budget = f"{p99_budget_ms:g}"
+    head = ["server", *(f"c{c}" for c in levels), "p50 c1 (ms)", "p99/p50 c16",
+            f"goodput at p99 <= {budget} ms"]
+    lines = ["| " + " | ".join(head) + " |",
+             "| --- |" + " ---: |" * (len(head) - 1)]
+    for label, points in rows:
+        c1, best = at(points, 1), goodput(points, p99_budget_ms)
+        cells = [label, *(cell(at(points, c)) for c in levels),
+                 f"{c1.p50_ms:.1f}" if c1 else "-", tail_ratio(at(points, 16)),
+                 f"{best.rps:.0f} (c{best.concurrency})" if best else "none"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,305 @@
+"""The peer comparison's pure parts, its load client and the peers' pins and isolation."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import itertools
+import json
+import math
+import re
+import sys
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from perf.peers import cpu, load, servers
+from perf.peers.ort_text import load_tokenizer
+from perf.peers.run import PeersResult, ServerResult, check_servers, cosine
+from perf.peers.stats import (
+    LoadPoint,
+    best_of,
+    cell,
+    goodput,
+    percentile,
+    render_table,
+    round_orders,
+    summarize,
+)
+from python_backends.tokenization import default_tokenizer_path
+
+PEERS_SRC = Path(servers.__file__).parent
+PEER_SIDE = ("batcher_server.py", "naive_server.py", "ort_text.py")
+PEER_IMPORTS = {"fastapi", "uvicorn", "pydantic", "onnxruntime", "tokenizers", "numpy",
+                "ort_text"}
+
+
+def point(c: int, rps: float, p99: float, errors: int = 0, p50: float | None = None) -> LoadPoint:
+    p50 = p99 / 2 if p50 is None else p50
+    return LoadPoint(c, 6.0, int(rps * 6), errors, rps, p50, p99 * 0.9, p99,
+                     {"HTTP 503": errors} if errors else {})
+
+
+# --- stats -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("q", [0, 1, 50, 95, 99, 100])
+def test_percentile_interpolates_like_numpy(q: float) -> None:
+    values = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0, 30.0]
+    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_percentile_of_nothing_is_nan_and_q_must_be_a_percentage() -> None:
+    assert math.isnan(percentile([], 50))
+    assert percentile([4.0], 99) == 4.0
+    with pytest.raises(ValueError, match=r"outside 0\.\.100"):
+        percentile([1.0], 101)
+
+
+def test_summarize_counts_answers_as_throughput_and_errors_apart() -> None:
+    got = summarize(4, [10.0, 20.0, 30.0, 40.0], Counter({"HTTP 503": 2, "timeout": 1}), 2.0)
+    assert (got.requests, got.errors, got.rps) == (4, 3, 2.0)
+    assert got.p50_ms == 25.0 and got.error_kinds == {"HTTP 503": 2, "timeout": 1}
+    with pytest.raises(ValueError, match="positive duration"):
+        summarize(1, [], Counter(), 0)
+
+
+def test_best_of_keeps_the_whole_point_of_the_faster_round_per_level() -> None:
+    first = [point(1, 90, 20), point(4, 150, 50)]
+    second = [point(4, 160, 70), point(1, 80, 10)]
+    assert best_of([first, second]) == [first[0], second[0]]
+    assert best_of([]) == []
+
+
+def test_goodput_is_the_fastest_error_free_point_within_the_p99_budget() -> None:
+    points = [point(1, 90, 17), point(4, 185, 40), point(8, 230, 59.9, errors=1),
+              point(16, 246, 134)]
+    assert goodput(points, 60) == points[1]
+    assert goodput(points, 10) is None
+
+
+def test_round_two_visits_the_servers_in_reverse() -> None:
+    assert round_orders(["embed", "infinity", "naive"], 3) == [
+        ["embed", "infinity", "naive"], ["naive", "infinity", "embed"],
+        ["embed", "infinity", "naive"]]
+
+
+def test_table_shows_rps_and_p99_per_level_the_c1_p50_the_c16_spread_and_goodput() -> None:
+    rows = [("embed", [point(1, 91.4, 17.2, p50=10.5), point(4, 185, 40),
+                       point(16, 246, 134, p50=67)]),
+            ("naive", [point(1, 118, 70, errors=2)])]
+    lines = render_table(rows, [1, 4, 16], 60).splitlines()
+    assert lines[0] == ("| server | c1 | c4 | c16 | p50 c1 (ms) | p99/p50 c16 | "
+                        "goodput at p99 <= 60 ms |")
+    assert lines[2] == "| embed | 91 / 17 | 185 / 40 | 246 / 134 | 10.5 | 2.0 | 185 (c4) |"
+    assert lines[3] == "| naive | 118 / 70 (2 err) | - | - | 35.0 | - | none |"
+
+
+# --- load client -------------------------------------------------------------------------
+
+def test_every_request_text_is_new_and_keeps_its_base_text() -> None:
+    texts = load.unique_texts(["alpha", "beta"], "n0nce")
+    got = [next(texts) for _ in range(6)]
+    assert len(set(got)) == 6
+    assert got[0].startswith("alpha (n0nce-") and got[3].startswith("beta ")
+
+
+def test_request_bodies_follow_each_servers_shape() -> None:
+    triton = load.triton_endpoint("http://h:1")
+    assert triton.url == "http://h:1/v2/models/embed/infer"
+    assert triton.body("hi") == {"inputs": [{"name": "TEXT", "datatype": "BYTES",
+                                             "shape": [1, 1], "data": ["hi"]}]}
+    openai = load.openai_endpoint("http://h:2", "minilm")
+    assert (openai.url, openai.body("hi")) == ("http://h:2/embeddings",
+                                               {"model": "minilm", "input": ["hi"]})
+    assert load.infer_endpoint("http://h:3").body("hi") == {"text": "hi"}
+
+
+VECTOR = [0.05] * 384
+ANSWERS = {
+    "triton": {"outputs": [{"name": "SERVED_BY", "data": ["x"]},
+                           {"name": "EMBEDDING", "datatype": "FP32", "shape": [1, 384],
+                            "data": VECTOR}]},
+    "openai": {"object": "list", "data": [{"embedding": VECTOR, "index": 0}]},
+    "infer": {"result": VECTOR},
+}
+ENDPOINTS = {"triton": load.triton_endpoint("u"), "openai": load.openai_endpoint("u", "m"),
+             "infer": load.infer_endpoint("u")}
+
+
+@pytest.mark.parametrize("shape", sorted(ENDPOINTS))
+def test_a_200_with_a_384_d_vector_is_an_answer(shape: str) -> None:
+    assert load.check_answer(ENDPOINTS[shape], 200, json.dumps(ANSWERS[shape]).encode()) is None
+
+
+@pytest.mark.parametrize("shape", sorted(ENDPOINTS))
+def test_anything_else_is_an_error_by_kind(shape: str) -> None:
+    endpoint = ENDPOINTS[shape]
+    assert load.check_answer(endpoint, 503, b"busy") == "HTTP 503"
+    assert load.check_answer(endpoint, 200, b"not json") == "malformed answer"
+    assert load.check_answer(endpoint, 200, b'{"other": 1}') == "malformed answer"
+    short = json.dumps(ANSWERS[shape]).replace("0.05, " * 10, "", 1).encode()
+    assert load.check_answer(endpoint, 200, short) == "not a 384-d vector"
+
+
+def test_an_embedding_is_384_finite_numbers() -> None:
+    assert load.is_embedding(VECTOR)
+    assert not load.is_embedding([*VECTOR[:-1], float("nan")])
+    assert not load.is_embedding(VECTOR[:-1]) and not load.is_embedding("x" * 384)
+
+
+def test_closed_loop_checks_every_answer_and_never_repeats_a_text() -> None:
+    seen: list[str] = []
+
+    async def infer(request: web.Request) -> web.Response:
+        seen.append((await request.json())["text"])
+        if len(seen) % 3 == 0:
+            return web.Response(status=503, text="busy")
+        return web.json_response({"result": VECTOR})
+
+    async def scenario() -> LoadPoint:
+        app = web.Application()
+        app.router.add_post("/infer", infer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # the port the OS chose
+        try:
+            return await load.closed_loop(load.infer_endpoint(f"http://127.0.0.1:{port}"),
+                                          2, 0.3, ["a", "b"])
+        finally:
+            await runner.cleanup()
+
+    got = asyncio.run(scenario())
+    assert got.requests + got.errors == len(seen) == len(set(seen)) > 3
+    assert got.error_kinds == {"HTTP 503": len(seen) // 3}
+    assert got.concurrency == 2 and got.rps > 0
+
+
+# --- servers, results --------------------------------------------------------------------
+
+def test_peer_environment_drops_this_venvs_python_settings() -> None:
+    env = servers.peer_environment({"PYTHONPATH": "/p", "VIRTUAL_ENV": "/v", "HOME": "/h"},
+                                   {"HF_HUB_OFFLINE": "1"})
+    assert env == {"HOME": "/h", "PYTHONNOUSERSITE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def test_infinity_starts_with_the_settings_that_run_offline_here() -> None:
+    spec = servers.PEERS["infinity"]
+    argv = spec.argv(Path("/peers"), 7997)
+    for flag in ("--no-vector-disk-cache", "--onnx-do-not-prefer-quantized"):
+        assert flag in argv
+    pairs = dict(itertools.pairwise(argv))
+    assert pairs["--engine"] == "optimum" and pairs["--pooling-method"] == "mean"
+    assert pairs["--batch-size"] == "32" and pairs["--model-id"] == "/peers/infinity/model"
+    assert dict(spec.env) == {"INFINITY_ANONYMOUS_USAGE_STATS": "0", "HF_HUB_OFFLINE": "1"}
+
+
+def test_missing_peers_name_what_make_peers_has_not_installed(tmp_path: Path) -> None:
+    assert servers.missing_peers(["embed", "naive", "infinity"], tmp_path) == [
+        "naive", "infinity", "infinity (model folder)"]
+
+
+def test_cosine_of_vectors() -> None:
+    assert cosine([1.0, 0.0], [2.0, 0.0]) == pytest.approx(1.0)
+    assert cosine([1.0, 0.0], [0.0, 3.0]) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="length 2 and 1"):
+        cosine([1.0, 0.0], [1.0])
+
+
+def test_results_serialise_to_json_and_report_the_table() -> None:
+    best = [point(1, 90, 17), point(16, 240, 130)]
+    result = PeersResult([ServerResult("embed", "embed on Triton", {"tritonserver": "2.51.0"},
+                                       1.0, [best, best], best)], [1, 16], 6.0, 2, 60.0,
+                         "2026-01-01 00:00:00", "/tmp/x", (0.2, 1.9))
+    assert json.loads(json.dumps(asdict(result)))["servers"][0]["best"][0]["rps"] == 90
+    assert result.table() in result.report()
+    assert "- embed: 1.0000; tritonserver 2.51.0" in result.report()
+    assert "before the servers started 0.2, at the end 1.9" in result.report()
+
+
+# --- the peers' side: pins, isolation, padding --------------------------------------------
+
+@pytest.mark.parametrize("name", ["infinity", "fastapi"])
+def test_every_peer_pin_is_exact(name: str) -> None:
+    lines = [ln for ln in (PEERS_SRC / f"requirements-{name}.txt").read_text().splitlines()
+             if ln and not ln.startswith("#")]
+    bad = [ln for ln in lines if not re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[a-z,\-]+\])?==\S+", ln)]
+    assert lines and bad == []
+
+
+def test_infinity_pins_are_the_ones_that_run_offline_and_bring_no_torch() -> None:
+    pins = dict(ln.split("==") for ln in
+                (PEERS_SRC / "requirements-infinity.txt").read_text().splitlines()
+                if ln and not ln.startswith("#"))
+    assert pins["infinity-emb[server,optimum]"] == "0.0.78"
+    assert pins["optimum[onnxruntime]"] == "1.24.0"
+    assert (pins["transformers"], pins["pyarrow"]) == ("4.48.3", "23.0.1")
+    assert pins["numpy"].startswith("1.")
+    assert not any(name.startswith("torch") for name in pins)
+
+
+@pytest.mark.parametrize("script", PEER_SIDE)
+def test_peer_side_code_imports_no_project_module(script: str) -> None:
+    tree = ast.parse((PEERS_SRC / script).read_text())
+    roots = {alias.name.split(".")[0] for node in ast.walk(tree)
+             if isinstance(node, ast.Import) for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
+    foreign = roots - PEER_IMPORTS - set(sys.stdlib_module_names) - {"__future__"}
+    assert foreign == set()
+
+
+def test_the_fastapi_peers_pad_each_batch_to_its_longest_text() -> None:
+    tokenizer = load_tokenizer(str(default_tokenizer_path()))
+    short, long = tokenizer.encode_batch(["hi", "a somewhat longer sentence than that"])
+    assert len(short.ids) == len(long.ids) == sum(long.attention_mask) < 128
+    assert sum(short.attention_mask) == 3  # [CLS] hi [SEP]
+
+
+def test_unknown_or_uninstalled_servers_are_refused_before_anything_starts(
+        tmp_path: Path) -> None:
+    with pytest.raises(servers.PeerStartError, match=r"unknown servers \['tei'\]"):
+        check_servers(["embed", "tei"], tmp_path)
+    with pytest.raises(servers.PeerStartError, match=r"\['batcher'\]; run `make peers`"):
+        check_servers(["embed", "batcher"], tmp_path)
+    check_servers(["embed"], tmp_path)
+
+
+# --- other work on the machine ------------------------------------------------------------
+
+def test_machine_busy_ticks_leave_out_idle_and_iowait() -> None:
+    stat = "cpu  100 5 50 9000 70 1 2 3 0 0\ncpu0 50 2 25 4500 35 0 1 1 0 0\n"
+    assert cpu.machine_busy(stat) == 100 + 5 + 50 + 1 + 2 + 3
+
+
+def test_process_stat_parsing_survives_spaces_in_the_name() -> None:
+    text = "42 (python -m x) S 7 42 42 0 -1 4194304 1 0 0 0 30 12 0 0 20 0 1 0"
+    assert cpu.parse_stat(text) == (7, 42)
+
+
+def test_tree_ticks_sum_a_process_and_all_its_descendants() -> None:
+    stats = {1: (0, 5), 10: (1, 7), 11: (10, 3), 12: (10, 2), 20: (1, 100)}
+    assert cpu.tree_ticks(stats, 10) == 12
+    assert cpu.tree_ticks(stats, 99) == 0
+
+
+def test_foreign_share_is_machine_time_outside_our_tree_over_all_cores() -> None:
+    before, after = cpu.CpuSample(1000, 400), cpu.CpuSample(1300, 600)
+    assert cpu.foreign_share(before, after, 1.0, cores=2, hz=100) == pytest.approx(0.5)
+    assert cpu.foreign_share(before, cpu.CpuSample(1100, 600), 1.0, cores=2, hz=100) == 0.0
+
+
+def test_this_process_tree_is_part_of_the_machines_busy_time() -> None:
+    now = cpu.sample()
+    assert 0 < now.ours <= now.machine
+
+
+def test_a_point_measured_while_other_work_ran_is_marked() -> None:
+    noisy = LoadPoint(1, 6.0, 500, 0, 83.0, 10.0, 15.0, 20.0, foreign_cpu=0.4)
+    assert cell(noisy) == "83 / 20 *"
+    assert cell(LoadPoint(1, 6.0, 500, 0, 83.0, 10.0, 15.0, 20.0, foreign_cpu=0.02)) == "83 / 20"
