@@ -7,7 +7,7 @@ TMR := $(VENV)/bin/tmr
 STAMP := $(VENV)/.installed
 # libb64-0d: perf_analyzer from the tritonclient wheel links libb64.so.0d.
 # nginx + its njs module: the front door; prometheus (with promtool): metrics and alert rules.
-APT_PACKAGES := libb64-0d nginx libnginx-mod-http-js prometheus
+APT_PACKAGES := libb64-0d nginx libnginx-mod-http-js njs prometheus
 SERVE_ARGS ?=
 PYTEST_ARGS ?=
 

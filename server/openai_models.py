@@ -29,7 +29,8 @@ CREATED = 1_764_460_800  # 2025-11-30: what /v1/models reports as `created` (no 
 
 
 def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
-    """{"created", "models": [{"id", "names", "front", "dimensions", "max_batch"}]}."""
+    """{"created", "models": [{"id", "names", "front", "dimensions", "max_batch",
+    "in_flight"}]}."""
     models = []
     for model in catalog(repository):
         if model.family is not TEXT_EMBEDDING or not model.front:
@@ -39,7 +40,9 @@ def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
         names = list(dict.fromkeys([model.base, model.front, *filter(None, extra)]))
         models.append({"id": model.base, "names": names, "front": model.front,
                        "dimensions": int(config.output[0].dims[-1]),
-                       "max_batch": int(config.max_batch_size)})
+                       "max_batch": int(config.max_batch_size),
+                       # chunks of one request in flight at once: one per front instance
+                       "in_flight": max(1, sum(g.count for g in config.instance_group))})
     return {"created": CREATED, "models": models}
 
 

@@ -1,5 +1,6 @@
-"""The model folder infinity-emb serves: all-MiniLM-L6-v2's sentence-transformers files
-plus `model.onnx`, the bare transformer with `last_hidden_state` as its output.
+"""The model folder infinity-emb serves: the sentence-transformers folder the repository's
+text model is exported from (its encoders' `source`) plus `model.onnx`, the bare
+transformer with `last_hidden_state` as its output.
 
 infinity pools and normalises the hidden states itself (`--pooling-method mean`), and its
 own exporter fails on torch 2.13, so this writes the export with the project venv's torch:
@@ -14,14 +15,19 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from export.embedder import load_embedder, load_tokenizer, quiet_transformers, source_model_dir
+from export.quiet import quiet_export
+from export.sources import resolve
+from export.text_embedding import ModelFacts, encode, load_embedder, load_tokenizer, read_facts
+from perf.subjects import text_model
+from python_backends.families.configs import encoder_spec
+from python_backends.versions import read_config
+from server.settings import DEFAULT_REPOSITORY
 
 OPSET = 17
 INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
@@ -31,21 +37,31 @@ PARITY_ATOL = 1e-4
 
 
 class BareEncoder(nn.Module):
-    """BertModel without pooling: (input_ids, attention_mask, token_type_ids) -> hidden states.
+    """The transformer without pooling: (input_ids, attention_mask, token_type_ids) ->
+    hidden states.
 
     Embeddings and encoder are called directly with an additive mask, as in
-    export.embedder.SentenceEmbedder, so no CPU-only mask helper is traced."""
+    export.text_embedding.SentenceEmbedder, so no CPU-only mask helper is traced."""
 
-    def __init__(self, bert: nn.Module) -> None:
+    def __init__(self, transformer: nn.Module) -> None:
         super().__init__()
-        self.bert = bert
+        self.transformer = transformer
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor) -> torch.Tensor:
-        embedded = self.bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        embedded = self.transformer.embeddings(input_ids=input_ids,
+                                               token_type_ids=token_type_ids)
         keep = attention_mask[:, None, None, :].to(embedded.dtype)
         additive = (1.0 - keep) * torch.finfo(embedded.dtype).min
-        return self.bert.encoder(embedded, attention_mask=additive).last_hidden_state
+        return self.transformer.encoder(embedded, attention_mask=additive).last_hidden_state
+
+
+def source_folder(repository: Path = DEFAULT_REPOSITORY) -> Path:
+    """The sentence-transformers folder of the repository's text model: the `source` its
+    primary encoder is exported from."""
+    model = text_model(repository)
+    spec = encoder_spec(read_config(repository / model.encoder(model.family.primary)))
+    return resolve(spec.source, repository)
 
 
 def without_torchvision() -> None:
@@ -60,20 +76,19 @@ def without_torchvision() -> None:
         module.is_torchvision_available = lambda: False
 
 
-def sample_inputs(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sample_inputs(facts: ModelFacts,
+                  texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Tokenized `texts`, padded to the longest, as the three int64 inputs."""
-    encodings = load_tokenizer().encode_batch(texts)
-    ids = torch.tensor([e.ids for e in encodings], dtype=torch.int64)
-    mask = torch.tensor([e.attention_mask for e in encodings], dtype=torch.int64)
-    return ids, mask, torch.zeros_like(ids)
+    ids, mask = encode(load_tokenizer(facts), texts, facts.pad_id)
+    input_ids = torch.from_numpy(ids)
+    return input_ids, torch.from_numpy(mask), torch.zeros_like(input_ids)
 
 
 def export_bare(model: BareEncoder, path: Path,
                 sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
     """One-file ONNX export (TorchScript exporter), dynamic batch and sequence axes."""
     axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUT_NAMES, *OUTPUT_NAMES)}
-    with warnings.catch_warnings(), quiet_transformers():
-        warnings.simplefilter("ignore")
+    with quiet_export():
         torch.onnx.export(model, sample, str(path), input_names=INPUT_NAMES,
                           output_names=OUTPUT_NAMES, dynamic_axes=axes, opset_version=OPSET,
                           do_constant_folding=True, dynamo=False)
@@ -93,17 +108,19 @@ def parity(model: BareEncoder, path: Path,
     return float(np.abs(got[real] - want[real]).max())
 
 
-def build(target: Path) -> Path:
+def build(target: Path, repository: Path = DEFAULT_REPOSITORY) -> Path:
     """Write the folder at `target` unless it already holds a model.onnx."""
     if (target / "model.onnx").exists():
         return target
+    facts = read_facts(source_folder(repository))
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    shutil.copytree(source_model_dir(), work, dirs_exist_ok=True,
+    shutil.copytree(facts.folder, work, dirs_exist_ok=True,
                     ignore=lambda _d, names: [n for n in names if n in SKIPPED])
     without_torchvision()
-    model = BareEncoder(load_embedder().bert).eval()
-    sample = sample_inputs(["a short one", "a somewhat longer sentence to pad the batch with"])
+    model = BareEncoder(load_embedder(facts).transformer).eval()
+    sample = sample_inputs(facts, ["a short one",
+                                   "a somewhat longer sentence to pad the batch with"])
     export_bare(model, work / "model.onnx", sample)
     diff = parity(model, work / "model.onnx", sample)
     if diff > PARITY_ATOL:

@@ -1,11 +1,11 @@
 """The one closed-loop HTTP load client that drives every server in the comparison.
 
 `c` workers each send one request and wait for its answer before sending the next. Every
-request carries a new text (a base text from perf/inputs/embed.json with a unique suffix),
-so no cache can answer it, and every answer is checked: status 200 and a 384-d vector,
-else it counts as an error. An `Endpoint` says how one server is asked:
+request carries a new text (a base text of the text family's perf inputs, with a unique
+suffix), so no cache can answer it, and every answer is checked: status 200 and a 384-d
+vector, else it counts as an error. An `Endpoint` says how one server is asked:
 
-    point = asyncio.run(closed_loop(openai_endpoint("http://localhost:7997", "minilm"), 8, 6))
+    point = asyncio.run(closed_loop(openai_endpoint("http://localhost:7997", model), 8, 6))
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from typing import Any
 
 import aiohttp
 
+from perf import subjects
 from perf.peers.stats import LoadPoint, summarize
-from server.settings import PROJECT_ROOT
 
-INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"
 EMBEDDING_DIM = 384
 REQUEST_TIMEOUT_S = 30.0
 
@@ -44,7 +43,7 @@ class Endpoint:
     vector: Vector
 
 
-def triton_endpoint(base_url: str, model: str = "embed") -> Endpoint:
+def triton_endpoint(base_url: str, model: str) -> Endpoint:
     """KServe v2 JSON: TEXT as BYTES [1, 1] in, the EMBEDDING output's data out."""
     def body(text: str) -> dict[str, Any]:
         return {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
@@ -69,8 +68,8 @@ def infer_endpoint(base_url: str, path: str = "/infer") -> Endpoint:
 
 
 def base_texts() -> list[str]:
-    """The texts of perf/inputs/embed.json, the project's perf input for `embed`."""
-    return [d["TEXT"]["content"][0] for d in json.loads(INPUTS.read_text())["data"]]
+    """The texts of the text-embedding family's perf input data (perf/inputs)."""
+    return subjects.texts()
 
 
 def unique_texts(texts: Sequence[str], nonce: str) -> Iterator[str]:

@@ -1,5 +1,6 @@
-"""The servers in the comparison: the project's Triton `embed` and the peers, each started
-on free ports, waited for, and stopped with the project's one stop sequence.
+"""The servers in the comparison: the project's Triton (the text model's front) and the
+peers, each started on free ports, waited for, and stopped with the project's one stop
+sequence. The model they all serve is found with perf.subjects, never named here.
 
 Every peer runs from its own venv under `.peers/` (`make peers`) as a subprocess, with
 its paths passed on the command line; none imports a project module.
@@ -22,14 +23,12 @@ from pathlib import Path
 from typing import IO
 
 from perf.peers.load import Endpoint, infer_endpoint, openai_endpoint, triton_endpoint
-from perf.serving_benchmark import latest_onnx
-from python_backends.tokenization import default_tokenizer_path
+from perf.subjects import served_artifact, text_model
 from server.launcher import TritonServer, free_port, stop_process
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, TRITON_VERSION, Ports, ServerOptions
 
 PEERS_DIR = PROJECT_ROOT / ".peers"
 HERE = Path(__file__).resolve().parent
-INFINITY_MODEL_NAME = "minilm"
 STOP_TIMEOUT_S = 20.0
 # Variables of this process that must not leak into a peer's interpreter.
 LEAKY_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
@@ -63,20 +62,45 @@ class Running:
     versions: dict[str, str]
 
 
+def front_model(repository: Path = DEFAULT_REPOSITORY) -> str:
+    """The text model's front model: the one Triton is asked through."""
+    front = text_model(repository).front
+    if front is None:
+        raise LookupError(f"the text model of {repository} has no front model")
+    return front
+
+
+def primary_artifact(repository: Path = DEFAULT_REPOSITORY) -> Path:
+    """The served artifact of the text model's primary encoder (the ONNX the front runs)."""
+    model = text_model(repository)
+    return served_artifact(repository, model.encoder(model.family.primary))
+
+
+def front_tokenizer_path(repository: Path = DEFAULT_REPOSITORY) -> Path:
+    """The tokenizer.json of the text model's front (in its version folder 1)."""
+    return repository / front_model(repository) / "1" / "tokenizer.json"
+
+
+def infinity_model_name() -> str:
+    """The name infinity serves the text model under (and requests carry): the model's."""
+    return text_model().base
+
+
 def fastapi_argv(script: str) -> Callable[[Path, int], list[str]]:
-    """The command line of a FastAPI peer: the shipped minilm_onnx and tokenizer.json."""
+    """The command line of a FastAPI peer: the text model's served ONNX and its front's
+    tokenizer.json."""
     def argv(peers: Path, port: int) -> list[str]:
         return [str(peers / "fastapi" / "venv" / "bin" / "python"), str(HERE / script),
-                "--onnx", str(latest_onnx(DEFAULT_REPOSITORY).resolve()),
-                "--tokenizer", str(default_tokenizer_path()), "--port", str(port)]
+                "--onnx", str(primary_artifact().resolve()),
+                "--tokenizer", str(front_tokenizer_path()), "--port", str(port)]
     return argv
 
 
 def infinity_argv(peers: Path, port: int) -> list[str]:
-    """infinity-emb v2 with the flags that serve MiniLM offline (shared/DESIGN.md)."""
+    """infinity-emb v2 with the flags that serve the text model offline (shared/DESIGN.md)."""
     return [str(peers / "infinity" / "venv" / "bin" / "infinity_emb"), "v2",
             "--model-id", str((peers / "infinity" / "model").resolve()),
-            "--served-model-name", INFINITY_MODEL_NAME, "--engine", "optimum",
+            "--served-model-name", infinity_model_name(), "--engine", "optimum",
             "--device", "cpu", "--batch-size", "32", "--pooling-method", "mean",
             "--no-vector-disk-cache", "--onnx-do-not-prefer-quantized",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
@@ -84,7 +108,7 @@ def infinity_argv(peers: Path, port: int) -> list[str]:
 
 PEERS: dict[str, PeerSpec] = {spec.name: spec for spec in (
     PeerSpec("infinity", "infinity-emb 0.0.78, ONNX fp32", "infinity", infinity_argv,
-             lambda url: openai_endpoint(url, INFINITY_MODEL_NAME),
+             lambda url: openai_endpoint(url, infinity_model_name()),
              env=(("INFINITY_ANONYMOUS_USAGE_STATS", "0"), ("HF_HUB_OFFLINE", "1")),
              start_timeout_s=300.0,
              packages=("infinity-emb", "optimum", "onnxruntime", "transformers", "torch",
@@ -96,7 +120,6 @@ PEERS: dict[str, PeerSpec] = {spec.name: spec for spec in (
              fastapi_argv("naive_server.py"), infer_endpoint,
              packages=("fastapi", "uvicorn", "onnxruntime", "tokenizers", "numpy")),
 )}
-EMBED_LABEL = "`embed` on Triton (this project)"
 
 
 def peer_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
@@ -182,9 +205,12 @@ def free_ports(count: int) -> list[int]:
 
 @contextmanager
 def triton_embed(log_path: Path) -> Iterator[Running]:
-    """The project's Triton with the shipped repository, on free ports."""
+    """The project's Triton with the shipped repository, on free ports, asked through the
+    text model's front."""
+    front = front_model()
     ports = Ports(*free_ports(3))
     with TritonServer(ServerOptions(ports=ports), log_path=log_path) as server:
-        yield Running("embed", EMBED_LABEL, triton_endpoint(f"http://{server.http_url}"),
+        yield Running("embed", f"`{front}` on Triton (this project)",
+                      triton_endpoint(f"http://{server.http_url}", front),
                       {"tritonserver": TRITON_VERSION,
                        **installed_versions(Path(sys.executable), ("onnxruntime", "numpy"))})

@@ -98,7 +98,7 @@ function parseRequest(text, table, priorityHeader) {
     const format = body.encoding_format === undefined || body.encoding_format === null ?
         "float" : body.encoding_format;
     if (format !== "float" && format !== "base64") {
-        return {error: failure(400, "encoding_format must be 'float' or 'base64', got " +
+        return {error: failure(400, "encoding_format must be \"float\" or \"base64\", got " +
                                     JSON.stringify(format), "encoding_format")};
     }
     if (body.dimensions !== undefined && body.dimensions !== null &&
@@ -115,7 +115,7 @@ function parseRequest(text, table, priorityHeader) {
     if (priorityHeader) {
         priority = PRIORITIES[String(priorityHeader).trim().toLowerCase()];
         if (priority === undefined) {
-            return {error: failure(400, "x-priority must be 1 or 'high', 2 or 'standard'; got " +
+            return {error: failure(400, "x-priority must be 1 or \"high\", 2 or \"standard\"; got " +
                                         JSON.stringify(priorityHeader), "x-priority")};
         }
     }
@@ -127,7 +127,10 @@ function typeOf(value) {
     if (value === null) {
         return "null";
     }
-    return Array.isArray(value) ? "an array" : "a " + typeof value;
+    if (Array.isArray(value)) {
+        return "an array";
+    }
+    return (/^[aeiou]/.test(typeof value) ? "an " : "a ") + typeof value;
 }
 
 // [start, end) of each chunk of at most `size` rows.
@@ -137,6 +140,26 @@ function chunks(n, size) {
         out.push([start, Math.min(start + size, n)]);
     }
     return out;
+}
+
+// Run `tasks` (functions returning promises) in waves of at most `limit`, as a front model
+// has instances: a long input must not fill the queue past its timeout. After a wave with
+// a failed answer (status other than 200) no further wave starts; those left are undefined.
+async function inWaves(tasks, limit) {
+    const results = new Array(tasks.length);
+    const size = Math.max(1, limit);
+    for (let start = 0; start < tasks.length; start += size) {
+        const wave = await Promise.all(tasks.slice(start, start + size).map((t) => t()));
+        let failed = false;
+        for (let i = 0; i < wave.length; i++) {
+            results[start + i] = wave[i];
+            failed = failed || wave[i].status !== 200;
+        }
+        if (failed) {
+            break;
+        }
+    }
+    return results;
 }
 
 // The KServe v2 request of one chunk: the texts, binary EMBEDDING and JSON TOKENS back.
@@ -167,15 +190,13 @@ function decodeAnswer(buffer, headerLength, rows, dimensions, format) {
     const embeddings = [];
     for (let i = 0; i < rows; i++) {
         const start = headerLength + i * rowBytes;
-        const row = buffer.slice(start, start + rowBytes);
         if (format === "base64") {
-            embeddings.push(row.toString("base64"));
+            embeddings.push(buffer.slice(start, start + rowBytes).toString("base64"));
         } else {
-            const copy = new Uint8Array(row);  // aligned, for the float view
-            const floats = new Float32Array(copy.buffer);
+            const view = new DataView(buffer.buffer, buffer.byteOffset + start, rowBytes);
             const values = new Array(dimensions);
             for (let j = 0; j < dimensions; j++) {
-                values[j] = floats[j];
+                values[j] = view.getFloat32(j * 4, true);
             }
             embeddings.push(values);
         }
@@ -215,6 +236,22 @@ function respond(r, result) {
 }
 
 async function embeddings(r) {
+    try {
+        await serveEmbeddings(r);
+    } catch (e) {
+        r.error("openai.js: " + e.stack);
+        respond(r, failure(500, "internal error of the front door's OpenAI route: " + e.message));
+    }
+}
+
+async function serveEmbeddings(r) {
+    if (r.method !== "POST") {
+        r.headersOut["Allow"] = "POST";
+        respond(r, {status: 405, body: errorBody("use POST for /v1/embeddings",
+                                                 "invalid_request_error", null,
+                                                 "method_not_allowed")});
+        return;
+    }
     const request = parseRequest(r.requestText || "", loadedTable(),
                                  r.headersIn["x-priority"]);
     if (request.error) {
@@ -224,18 +261,20 @@ async function embeddings(r) {
     r.variables.openai_user = request.user;
     const model = request.model;
     const parts = chunks(request.texts.length, model.max_batch);
-    const replies = await Promise.all(parts.map((part) => r.subrequest(
+    const replies = await inWaves(parts.map((part) => () => r.subrequest(
         "/_triton_plain/v2/models/" + model.front + "/infer",
         {method: "POST", body: kserveBody(request.texts.slice(part[0], part[1]),
-                                          request.priority)})));
+                                          request.priority)})), model.in_flight);
+    const failed = replies.findIndex((x) => x !== undefined && x.status !== 200);
+    if (failed !== -1) {
+        respond(r, upstreamFailure(replies[failed].status, replies[failed].responseText || "",
+                                   parts[failed][0]));
+        return;
+    }
     const data = [];
     let tokens = 0;
     for (let p = 0; p < parts.length; p++) {
         const reply = replies[p];
-        if (reply.status !== 200) {
-            respond(r, upstreamFailure(reply.status, reply.responseText || "", parts[p][0]));
-            return;
-        }
         const headerLength = Number(reply.headersOut["Inference-Header-Content-Length"]);
         const answer = decodeAnswer(reply.responseBuffer, headerLength,
                                     parts[p][1] - parts[p][0], model.dimensions,

@@ -30,7 +30,7 @@ from perf.peers.stats import (
     round_orders,
     summarize,
 )
-from python_backends.tokenization import default_tokenizer_path
+from tests.conftest import MINILM_SOURCE
 
 PEERS_SRC = Path(servers.__file__).parent
 PEER_SIDE = ("batcher_server.py", "naive_server.py", "ort_text.py")
@@ -108,7 +108,7 @@ def test_every_request_text_is_new_and_keeps_its_base_text() -> None:
 
 
 def test_request_bodies_follow_each_servers_shape() -> None:
-    triton = load.triton_endpoint("http://h:1")
+    triton = load.triton_endpoint("http://h:1", "embed")
     assert triton.url == "http://h:1/v2/models/embed/infer"
     assert triton.body("hi") == {"inputs": [{"name": "TEXT", "datatype": "BYTES",
                                              "shape": [1, 1], "data": ["hi"]}]}
@@ -126,7 +126,7 @@ ANSWERS = {
     "openai": {"object": "list", "data": [{"embedding": VECTOR, "index": 0}]},
     "infer": {"result": VECTOR},
 }
-ENDPOINTS = {"triton": load.triton_endpoint("u"), "openai": load.openai_endpoint("u", "m"),
+ENDPOINTS = {"triton": load.triton_endpoint("u", "m"), "openai": load.openai_endpoint("u", "m"),
              "infer": load.infer_endpoint("u")}
 
 
@@ -255,7 +255,7 @@ def test_peer_side_code_imports_no_project_module(script: str) -> None:
 
 
 def test_the_fastapi_peers_pad_each_batch_to_its_longest_text() -> None:
-    tokenizer = load_tokenizer(str(default_tokenizer_path()))
+    tokenizer = load_tokenizer(str(MINILM_SOURCE / "tokenizer.json"))
     short, long = tokenizer.encode_batch(["hi", "a somewhat longer sentence than that"])
     assert len(short.ids) == len(long.ids) == sum(long.attention_mask) < 128
     assert sum(short.attention_mask) == 3  # [CLS] hi [SEP]

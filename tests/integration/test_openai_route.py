@@ -1,0 +1,277 @@
+"""The OpenAI-compatible route at the front door, driven by the clients application
+developers use: the `openai` package with its defaults (base64), LangChain's
+OpenAIEmbeddings and LlamaIndex's OpenAILikeEmbedding. Each must get the SDK's embeddings,
+and each error the typed exception that client raises."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import openai
+import pytest
+
+from client import EmbedClient
+from server.front_door import FrontDoor
+from server.launcher import TritonServer, free_port
+from server.settings import FrontDoorSettings
+from tests.integration.helpers import assert_serving, fresh, http_post
+from tests.integration.test_front_door import new_keys, open_front_door
+
+pytestmark = pytest.mark.timeout(120)
+
+MODEL = "minilm"  # the repository's text model, by its name (`tmr add minilm ...`)
+ALIAS = "sentence-transformers/all-MiniLM-L6-v2"  # its front config's openai_names
+TEXTS = ["The cat sat on the mat.", "Une phrase en français.", "数学は美しい。",
+         "short", "A somewhat longer sentence about Triton, batching and embeddings."]
+
+
+@pytest.fixture(scope="module")
+def door(triton: TritonServer) -> Iterator[FrontDoor]:
+    door = open_front_door(triton)
+    yield door
+    assert door.close() == 0
+
+
+def base_url(door: FrontDoor) -> str:
+    return f"http://{door.http_url}/v1"
+
+
+def client(door: FrontDoor, key: str | None = None, **options: object) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url(door), api_key=key or door.api_keys["alice"],
+                         max_retries=0, **options)
+
+
+def sdk(triton: TritonServer, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+    with EmbedClient(triton.grpc_url, protocol="grpc") as c:
+        result = c.embed_with_info(texts)
+    return result.embeddings, result.tokens
+
+
+def assert_same(vectors: object, reference: np.ndarray) -> None:
+    got = np.asarray(vectors, dtype=np.float64)
+    assert got.shape == reference.shape
+    cosine = (got * reference).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(
+        reference, axis=1)
+    assert cosine.min() >= 0.9999, cosine.min()
+
+
+def post(door: FrontDoor, body: object, headers: dict[str, str] | None = None,
+         path: str = "/v1/embeddings") -> tuple[int, dict]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, answer = http_post(door.http_url, path, raw,
+                               {"Authorization": f"Bearer {door.api_keys['alice']}",
+                                **(headers or {})})
+    return status, json.loads(answer)
+
+
+# -- the openai package -------------------------------------------------------------------
+
+
+def test_openai_with_its_defaults_gets_the_sdks_embeddings_and_token_counts(door, triton):
+    texts = fresh(*TEXTS)
+    reference, tokens = sdk(triton, texts)
+    with client(door) as c:  # encoding_format defaults to base64 in the openai client
+        one = c.embeddings.create(model=MODEL, input=texts[0])
+        many = c.embeddings.create(model=MODEL, input=texts)
+    assert one.model == MODEL and one.object == "list" and len(one.data) == 1
+    assert_same([one.data[0].embedding], reference[:1])
+    assert [d.index for d in many.data] == list(range(len(texts)))
+    assert_same([d.embedding for d in many.data], reference)
+    assert many.usage.prompt_tokens == many.usage.total_tokens == sum(tokens)
+
+
+def test_openai_100_texts_are_cut_into_chunks_and_come_back_in_order(door, triton):
+    texts = fresh(*(f"text number {i}: {TEXTS[i % len(TEXTS)]}" for i in range(100)))
+    reference, _ = sdk(triton, texts)
+    with client(door) as c:
+        answer = c.embeddings.create(model=ALIAS, input=texts, encoding_format="float")
+    assert [d.index for d in answer.data] == list(range(100))
+    assert_same([d.embedding for d in answer.data], reference)
+
+
+def test_float_and_base64_carry_the_same_float32_values(door):
+    texts = fresh("same values either way")
+    _, floats = post(door, {"model": MODEL, "input": texts, "encoding_format": "float"})
+    _, packed = post(door, {"model": MODEL, "input": texts, "encoding_format": "base64"})
+    decoded = np.frombuffer(base64.b64decode(packed["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_array_equal(np.asarray(floats["data"][0]["embedding"], np.float32),
+                                  decoded)
+
+
+def test_2048_inputs_are_served_in_one_request(door, triton):
+    texts = fresh(*(f"item {i}" for i in range(2048)))
+    with client(door, timeout=120) as c:
+        answer = c.embeddings.create(model=MODEL, input=texts)
+    assert [d.index for d in answer.data] == list(range(2048))
+    sample = [0, 63, 64, 1000, 2047]
+    reference, _ = sdk(triton, [texts[i] for i in sample])
+    assert_same([answer.data[i].embedding for i in sample], reference)
+
+
+def test_models_are_listed_and_retrieved_by_name_and_alias(door):
+    with client(door) as c:
+        listed = [m.id for m in c.models.list()]
+        assert MODEL in listed
+        assert c.models.retrieve(ALIAS).id == MODEL
+        with pytest.raises(openai.NotFoundError, match="The model 'nope' does not exist"):
+            c.models.retrieve("nope")
+
+
+def test_dimensions_equal_to_the_models_own_are_accepted(door):
+    with client(door) as c:
+        answer = c.embeddings.create(model=MODEL, input="x", dimensions=384)
+    assert len(answer.data[0].embedding) == 384
+
+
+# -- errors, as each client raises them ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"input": ""}, openai.BadRequestError, r"input\[0\] is an empty string"),
+    ({"input": ["fine", ""]}, openai.BadRequestError, r"input\[1\] is an empty string"),
+    ({"input": [[101, 2023, 102]]}, openai.BadRequestError,
+     r"input\[0\] is an array of token ids; .*check_embedding_ctx_length=False"),
+    ({"input": [7]}, openai.BadRequestError, r"input\[0\] is an array of token ids"),
+    ({"input": "x", "dimensions": 128}, openai.BadRequestError,
+     r"dimensions must be 384 for minilm \(its embeddings are not trained to be truncated\)"),
+    ({"input": "x", "encoding_format": "int8"}, openai.BadRequestError,
+     r'encoding_format must be "float" or "base64", got "int8"'),
+    ({"input": ["x"] * 2049}, openai.BadRequestError,
+     r"input has 2049 items, over the limit of 2048 per request"),
+    ({"input": "x", "model": "text-embedding-3-small"}, openai.NotFoundError,
+     r"The model 'text-embedding-3-small' does not exist; served embedding models: minilm"),
+], ids=["empty", "empty in a list", "token ids", "one token id", "dimensions", "format",
+        "2049 inputs", "unknown model"])
+def test_bad_requests_get_the_openai_clients_typed_errors(door, options, error, message):
+    with client(door) as c, pytest.raises(error, match=message) as info:
+        c.embeddings.create(**{"model": MODEL, **options})
+    assert info.value.body["type"] == "invalid_request_error"
+    assert_serving(door.upstreams[0])
+
+
+def test_a_text_over_the_token_limit_is_named_by_its_index_in_the_request(door):
+    texts = [f"text {i}" for i in range(100)]
+    texts[70] = "word " * 300  # in the second chunk of 64
+    with client(door) as c, pytest.raises(
+            openai.BadRequestError,
+            match=r"input\[70\] is 302 tokens, over the limit of 256 tokens") as info:
+        c.embeddings.create(model=MODEL, input=texts)
+    assert info.value.body["param"] == "input"
+
+
+def test_an_unknown_key_is_an_authentication_error_and_x_api_key_works_too(door):
+    with client(door, key="not-a-key") as c, pytest.raises(
+            openai.AuthenticationError, match="Incorrect or missing API key") as info:
+        c.embeddings.create(model=MODEL, input="x")
+    assert info.value.code == "invalid_api_key"
+    status, answer = http_post(door.http_url, "/v1/embeddings",
+                               json.dumps({"model": MODEL, "input": "x"}).encode(),
+                               {"x-api-key": door.api_keys["bob"]})
+    assert status == 200 and len(json.loads(answer)["data"]) == 1
+
+
+def test_over_the_rate_limit_is_a_rate_limit_error(triton):
+    slow = open_front_door(triton, rate_per_minute=1)
+    try:
+        with client(slow) as c, pytest.raises(openai.RateLimitError,
+                                              match="rate limit exceeded") as info:
+            for n in range(3):  # the rate's one and the burst's one pass, the third not
+                c.embeddings.create(model=MODEL, input=f"request {n}")
+        assert info.value.code == "rate_limit_exceeded"
+    finally:
+        assert slow.close() == 0
+
+
+def test_a_body_over_the_limit_gets_413_in_openais_shape(door):
+    status, answer = post(door, {"model": MODEL,
+                                 "input": ["x" * 16000] * (door.settings.max_body_bytes // 16000)})
+    assert status == 413
+    assert answer["error"]["code"] == "request_too_large"
+    assert str(door.settings.max_body_bytes) in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(("body", "headers", "path", "status", "message"), [
+    (b'{"model": "minilm", "input": ', {}, "/v1/embeddings", 400,
+     "the request body is not valid JSON"),
+    (b'["not", "an", "object"]', {}, "/v1/embeddings", 400, "must be a JSON object"),
+    ({"input": "x"}, {}, "/v1/embeddings", 400, "you must provide a model parameter"),
+    ({"model": MODEL}, {}, "/v1/embeddings", 400, "you must provide an input parameter"),
+    ({"model": MODEL, "input": "x"}, {"x-priority": "urgent"}, "/v1/embeddings", 400,
+     'x-priority must be 1 or "high", 2 or "standard"; got "urgent"'),
+    ({"model": MODEL, "input": "x", "user": 5}, {}, "/v1/embeddings", 400,
+     "user must be a string"),
+    ({"model": MODEL, "input": "x"}, {}, "/v1/completions", 404, "no such route"),
+], ids=["bad JSON", "not an object", "no model", "no input", "bad priority", "bad user",
+        "unknown route"])
+def test_malformed_requests_get_precise_errors_in_openais_shape(door, body, headers, path,
+                                                                status, message):
+    got, answer = post(door, body, headers, path)
+    assert got == status, answer
+    assert set(answer["error"]) == {"message", "type", "param", "code"}
+    assert message in answer["error"]["message"]
+
+
+def test_priority_header_is_served_and_the_user_is_logged(door):
+    for priority in ("high", "1", "standard", "2"):
+        status, answer = post(door, {"model": MODEL, "input": fresh("prioritised"),
+                                     "user": "tenant-42"}, {"x-priority": priority})
+        assert status == 200, answer
+    assert 'client=alice "POST /v1/embeddings HTTP/1.1" 200' in door.access_log.read_text()
+    assert 'user="tenant-42"' in door.access_log.read_text()
+
+
+def test_get_on_embeddings_is_405_and_missing_key_is_401_in_openais_shape(door):
+    status, answer = http_post(door.http_url, "/v1/embeddings", None,
+                               {"Authorization": f"Bearer {door.api_keys['alice']}"},
+                               method="GET")
+    assert status == 405 and json.loads(answer)["error"]["code"] == "method_not_allowed"
+    status, answer = http_post(door.http_url, "/v1/models", None, {}, method="GET")
+    assert status == 401 and json.loads(answer)["error"]["code"] == "invalid_api_key"
+
+
+def test_triton_down_is_a_503_the_openai_client_retries_then_raises():
+    dead = FrontDoor(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}",
+                     FrontDoorSettings(http_port=free_port(), grpc_port=free_port()), new_keys())
+    with dead, client(dead) as c, pytest.raises(openai.InternalServerError) as info:
+        c.embeddings.create(model=MODEL, input="x")
+    assert info.value.status_code == 503
+    assert info.value.body["type"] == "server_error"
+
+
+# -- LangChain and LlamaIndex --------------------------------------------------------------
+
+
+def test_langchain_openai_embeddings_documents_and_query(door, triton):
+    from langchain_openai import OpenAIEmbeddings
+
+    texts = fresh(*TEXTS)
+    reference, _ = sdk(triton, texts)
+    embeddings = OpenAIEmbeddings(model=ALIAS, base_url=base_url(door),
+                                  api_key=door.api_keys["alice"],
+                                  check_embedding_ctx_length=False, max_retries=0)
+    assert_same(embeddings.embed_documents(texts), reference)
+    assert_same([embeddings.embed_query(texts[2])], reference[2:3])
+
+
+def test_langchain_errors_are_the_openai_clients(door):
+    from langchain_openai import OpenAIEmbeddings
+
+    embeddings = OpenAIEmbeddings(model=MODEL, base_url=base_url(door), api_key="wrong-key",
+                                  check_embedding_ctx_length=False, max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        embeddings.embed_query("x")
+
+
+def test_llamaindex_openai_like_embedding(door, triton):
+    from llama_index.embeddings.openai_like import OpenAILikeEmbedding
+
+    texts = fresh(*TEXTS)
+    reference, _ = sdk(triton, texts)
+    embedding = OpenAILikeEmbedding(model_name=MODEL, api_base=base_url(door),
+                                    api_key=door.api_keys["bob"], embed_batch_size=2,
+                                    max_retries=0)
+    assert_same(embedding.get_text_embedding_batch(texts), reference)
+    assert_same([embedding.get_query_embedding(texts[0])], reference[:1])

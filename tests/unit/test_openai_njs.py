@@ -1,0 +1,145 @@
+"""server/nginx/openai.js's pure functions, run by the real njs (the `njs` CLI, the same
+0.7.9 engine as nginx's module): request checks, chunks, the KServe body, answers, errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import subprocess
+from typing import Any
+
+import pytest
+
+from server.front_door import NGINX_DIR
+
+TABLE = {"created": 1, "models": [{"id": "minilm", "names": ["minilm", "embed", "alias/x"],
+                                   "front": "embed", "dimensions": 4, "max_batch": 2,
+                                   "in_flight": 2}]}
+
+
+def njs(expression: str) -> Any:
+    """The JSON value of a JS expression over `openai` (the module) and `table`."""
+    script = (f"import openai from 'openai.js';\nvar table = {json.dumps(TABLE)};\n"
+              f"console.log(JSON.stringify({expression}));\n")
+    done = subprocess.run(["njs", "-p", str(NGINX_DIR), "-"], input=script, text=True,
+                          capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return json.loads(done.stdout)
+
+
+def parse(body: Any, priority: str | None = None) -> dict:
+    text = body if isinstance(body, str) else json.dumps(body)
+    return njs(f"openai.parseRequest({json.dumps(text)}, table, {json.dumps(priority)})")
+
+
+def error_of(result: dict) -> tuple[int, dict]:
+    return result["error"]["status"], json.loads(result["error"]["body"])["error"]
+
+
+def test_a_string_input_becomes_one_text_of_the_named_model_or_its_alias():
+    for name in ("minilm", "embed", "alias/x"):
+        result = parse({"model": name, "input": "hello", "user": "u" * 300})
+        assert result["texts"] == ["hello"] and result["model"]["front"] == "embed"
+        assert (result["format"], result["priority"]) == ("float", None)
+        assert result["user"] == "u" * 256  # logged, at most 256 characters
+
+
+@pytest.mark.parametrize(("header", "priority"), [("1", 1), ("high", 1), (" High ", 1),
+                                                  ("2", 2), ("standard", 2)])
+def test_the_priority_header_maps_to_tritons_levels(header, priority):
+    assert parse({"model": "minilm", "input": "x"}, header)["priority"] == priority
+
+
+@pytest.mark.parametrize(("body", "status", "param", "message"), [
+    ("{", 400, None, "the request body is not valid JSON"),
+    ({"input": "x"}, 400, "model", "you must provide a model parameter"),
+    ({"model": 3, "input": "x"}, 400, "model", "model must be a string"),
+    ({"model": "gpt", "input": "x"}, 404, "model",
+     "The model 'gpt' does not exist; served embedding models: minilm"),
+    ({"model": "minilm"}, 400, "input", "you must provide an input parameter"),
+    ({"model": "minilm", "input": []}, 400, "input", "input must be a non-empty string"),
+    ({"model": "minilm", "input": {"a": 1}}, 400, "input", "input must be a non-empty string"),
+    ({"model": "minilm", "input": ["a", None]}, 400, "input", "input[1] is null, not a string"),
+    ({"model": "minilm", "input": ["a", {"t": 1}]}, 400, "input",
+     "input[1] is an object, not a string"),
+    ({"model": "minilm", "input": [1, 2, 3]}, 400, "input",
+     "input[0] is an array of token ids"),
+    ({"model": "minilm", "input": [[1, 2], [3]]}, 400, "input",
+     "check_embedding_ctx_length=False"),
+    ({"model": "minilm", "input": ["a"] * 2049}, 400, "input",
+     "input has 2049 items, over the limit of 2048 per request"),
+    ({"model": "minilm", "input": "x", "dimensions": 3}, 400, "dimensions",
+     "dimensions must be 4 for minilm"),
+    ({"model": "minilm", "input": "x", "encoding_format": "hex"}, 400, "encoding_format",
+     'got "hex"'),
+], ids=lambda v: str(v)[:30])
+def test_a_bad_request_gets_openais_error_shape_naming_the_param(body, status, param, message):
+    got_status, error = error_of(parse(body))
+    assert (got_status, error["param"]) == (status, param)
+    assert message in error["message"]
+    assert error["type"] == "invalid_request_error"
+
+
+def test_an_unknown_priority_is_refused():
+    status, error = error_of(parse({"model": "minilm", "input": "x"}, "urgent"))
+    assert (status, error["param"]) == (400, "x-priority")
+
+
+def test_chunks_cover_the_inputs_in_order():
+    assert njs("openai.chunks(5, 2)") == [[0, 2], [2, 4], [4, 5]]
+    assert njs("openai.chunks(64, 64)") == [[0, 64]]
+
+
+def test_the_kserve_body_asks_for_binary_embeddings_and_json_tokens():
+    body = json.loads(njs('openai.kserveBody(["a", "b"], 1)'))
+    assert body["inputs"] == [{"name": "TEXT", "datatype": "BYTES", "shape": [2, 1],
+                               "data": ["a", "b"]}]
+    assert body["outputs"] == [{"name": "EMBEDDING", "parameters": {"binary_data": True}},
+                               {"name": "TOKENS", "parameters": {"binary_data": False}}]
+    assert body["parameters"] == {"priority": 1}
+    assert "parameters" not in json.loads(njs('openai.kserveBody(["a"], null)'))
+
+
+def kserve_answer(rows: list[list[float]], tokens: list[int]) -> tuple[str, int]:
+    """A Triton binary answer (JSON header, then the float32 rows), base64 for njs."""
+    header = json.dumps({"outputs": [
+        {"name": "EMBEDDING", "datatype": "FP32", "shape": [len(rows), 4],
+         "parameters": {"binary_data_size": 16 * len(rows)}},
+        {"name": "TOKENS", "datatype": "INT32", "shape": [len(rows), 1], "data": tokens}]})
+    payload = b"".join(struct.pack("<4f", *row) for row in rows)
+    return base64.b64encode(header.encode() + payload).decode(), len(header)
+
+
+@pytest.mark.parametrize("header_pad", [0, 1, 2, 3])  # float rows at any byte alignment
+def test_an_answer_decodes_to_float_rows_or_base64_and_sums_the_tokens(header_pad):
+    rows = [[0.5, -1.25, 3.0, 0.1], [1e-7, 2.0, -0.0, 7.5]]
+    packed, length = kserve_answer(rows, [3, 4])
+    packed = base64.b64encode(b" " * header_pad + base64.b64decode(packed)).decode()
+    buffer = f"Buffer.from({json.dumps(packed)}, 'base64').slice({header_pad})"
+    floats = njs(f"openai.decodeAnswer({buffer}, {length}, 2, 4, 'float')")
+    assert floats["tokens"] == 7
+    assert floats["embeddings"] == [[struct.unpack("<f", struct.pack("<f", v))[0] for v in r]
+                                    for r in rows]
+    packed64 = njs(f"openai.decodeAnswer({buffer}, {length}, 2, 4, 'base64')")
+    assert [base64.b64decode(e) for e in packed64["embeddings"]] == [
+        struct.pack("<4f", *r) for r in rows]
+
+
+@pytest.mark.parametrize(("status", "expected"), [(400, 400), (503, 503), (429, 503),
+                                                 (502, 503), (500, 500)])
+def test_tritons_errors_keep_their_meaning_with_the_requests_own_row_numbers(status, expected):
+    text = json.dumps({"error": "TEXT[3] is 302 tokens, over the limit; TEXT[10] too"})
+    result = njs(f"openai.upstreamFailure({status}, {json.dumps(text)}, 64)")
+    error = json.loads(result["body"])["error"]
+    assert result["status"] == expected
+    assert error["message"] == "input[67] is 302 tokens, over the limit; input[74] too"
+    assert error["type"] == {400: "invalid_request_error", 503: "server_error",
+                             500: "server_error"}[expected]
+
+
+def test_the_committed_models_table_is_the_repositorys():
+    from server.openai_models import COMMITTED, render
+
+    assert COMMITTED.read_text() == render(), (
+        "run: python -m server.openai_models > server/nginx/openai_models.json")
