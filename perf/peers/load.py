@@ -17,8 +17,8 @@ import math
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -36,14 +36,17 @@ Vector = Callable[[Any], Any]
 @dataclass(frozen=True)
 class Endpoint:
     """One server's embedding route: the URL to POST, the JSON body for one text, and
-    where the vector sits in the answer (raising KeyError/IndexError/TypeError if absent)."""
+    where the vector sits in the answer (raising KeyError/IndexError/TypeError if absent);
+    headers to send (an API key)."""
 
     url: str
     body: Body
     vector: Vector
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
-def triton_endpoint(base_url: str, model: str) -> Endpoint:
+def triton_endpoint(base_url: str, model: str,
+                    headers: Mapping[str, str] | None = None) -> Endpoint:
     """KServe v2 JSON: TEXT as BYTES [1, 1] in, the EMBEDDING output's data out."""
     def body(text: str) -> dict[str, Any]:
         return {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
@@ -52,13 +55,15 @@ def triton_endpoint(base_url: str, model: str) -> Endpoint:
     def vector(answer: Any) -> Any:
         return next(o["data"] for o in answer["outputs"] if o["name"] == "EMBEDDING")
 
-    return Endpoint(f"{base_url}/v2/models/{model}/infer", body, vector)
+    return Endpoint(f"{base_url}/v2/models/{model}/infer", body, vector, headers or {})
 
 
-def openai_endpoint(base_url: str, model: str, path: str = "/embeddings") -> Endpoint:
-    """OpenAI embeddings shape (infinity-emb, and any compatible server)."""
+def openai_endpoint(base_url: str, model: str, path: str = "/embeddings",
+                    headers: Mapping[str, str] | None = None) -> Endpoint:
+    """OpenAI embeddings shape (infinity-emb, the front door's /v1, any compatible server),
+    floats in JSON."""
     return Endpoint(f"{base_url}{path}", lambda text: {"model": model, "input": [text]},
-                    lambda answer: answer["data"][0]["embedding"])
+                    lambda answer: answer["data"][0]["embedding"], headers or {})
 
 
 def infer_endpoint(base_url: str, path: str = "/infer") -> Endpoint:
@@ -99,7 +104,8 @@ async def ask(session: aiohttp.ClientSession, endpoint: Endpoint,
               text: str) -> tuple[str | None, bytes]:
     """POST one text; (the error kind or None, the raw answer)."""
     try:
-        async with session.post(endpoint.url, json=endpoint.body(text)) as response:
+        async with session.post(endpoint.url, json=endpoint.body(text),
+                                headers=dict(endpoint.headers)) as response:
             raw = await response.read()
             return check_answer(endpoint, response.status, raw), raw
     except TimeoutError:

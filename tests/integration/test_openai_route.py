@@ -275,3 +275,36 @@ def test_llamaindex_openai_like_embedding(door, triton):
                                     max_retries=0)
     assert_same(embedding.get_text_embedding_batch(texts), reference)
     assert_same([embedding.get_query_embedding(texts[0])], reference[:1])
+
+
+# -- the README's snippets, as written -----------------------------------------------------
+
+
+def readme_snippets() -> list[tuple[str, str]]:
+    """(language, code) of every fenced block of the README's OpenAI section."""
+    import re
+
+    from server.settings import PROJECT_ROOT
+
+    text = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## OpenAI-compatible API", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```(bash|python)\n(.*?)```", section, re.S)
+
+
+def test_the_readme_snippets_run_as_written(door):
+    import subprocess
+    import sys
+
+    snippets = readme_snippets()
+    assert [lang for lang, _ in snippets] == ["bash", "python", "python", "python"]
+    for lang, code in snippets:
+        code = code.replace("localhost:8080", door.http_url).replace(
+            "tmr-dev-key", door.api_keys["alice"])
+        command = ["bash", "-c", code] if lang == "bash" else [sys.executable, "-c", code]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        out = done.stdout.strip()
+        if lang == "bash":
+            assert len(json.loads(out)["data"]) == 2
+        else:
+            assert out.split()[0] in ("2", "384"), out
