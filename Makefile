@@ -63,7 +63,7 @@ test-mpnet: setup ## tmr add all-mpnet-base-v2 on a copy, serve it, compare with
 unit: venv ## only the unit tests (no server)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-bench: setup ## the benchmark (about 5 min): writes docs/benchmarks.md
+bench: setup peers ## the benchmark with the peers (about 12 min): writes docs/benchmarks.md
 	$(PY) -m perf.bench
 
 soak: setup ## 30 minutes of steady load: memory, latency drift, errors, reloads (docs/reliability.md)

@@ -24,12 +24,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rich.console import Console
+
 from perf.peers.load import Endpoint, closed_loop, openai_endpoint, triton_endpoint
 from perf.peers.stats import LoadPoint
 from perf.subjects import text_model
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
+console = Console(stderr=True)
 TARGET = {"min_throughput_ratio": 0.9, "max_p99_ratio": 1.1, "concurrency": 16}
 
 
@@ -60,8 +63,9 @@ def compare(routes: dict[str, Endpoint], levels: Sequence[int], seconds: float,
     figures = []
     for level in levels:
         points: dict[str, list[LoadPoint]] = {name: [] for name in routes}
-        for _ in range(rounds):
+        for r in range(rounds):
             for name, endpoint in routes.items():
+                console.log(f"  c{level} round {r + 1}/{rounds}: {name}")
                 points[name].append(asyncio.run(closed_loop(endpoint, level, seconds)))
         figures += [median_figures(name, p) for name, p in points.items()]
     return figures

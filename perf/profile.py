@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from client.core import DEFAULT_MODEL
 from client.prometheus import metric_value
 from perf import perf_analyzer
 from perf.subjects import build_repository
@@ -165,7 +166,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--models", nargs="+", default=["embed", "embed_bare"])
+    parser.add_argument("--models", nargs="+", default=[DEFAULT_MODEL, "embed_bare"])
     parser.add_argument("--param", action="append", default=[], metavar="MODEL:KEY=VALUE",
                         help="set a config parameter on the served copy (repeatable)")
     args = parser.parse_args()

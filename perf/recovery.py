@@ -36,6 +36,7 @@ import tritonclient.http.aio as httpaio
 from client.errors import from_exception
 from perf.load import LevelSampler, Outcome, summarize
 from perf.overload import capacity_rps
+from perf.subjects import text_model
 from server.launcher import TritonServer, free_port
 from server.repository import copy_repository
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
@@ -43,6 +44,8 @@ from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptio
 RESULTS = PROJECT_ROOT / "perf" / "results"
 OVERLOAD = ((1, 32), (2, 128))  # (priority, closed-loop clients)
 NORMAL = ((0, 4),)  # priority 0: the model's default level
+
+FRONT = text_model().front  # the repository's text-embedding front model
 
 
 def text_input(text: str) -> list[httpaio.InferInput]:
@@ -56,7 +59,7 @@ async def one_request(client: httpaio.InferenceServerClient, text: str,
     """One `embed` call with only Triton's standard priority (0: the model's default)."""
     sent = time.monotonic()
     try:
-        await client.infer("embed", text_input(text), priority=priority)
+        await client.infer(FRONT, text_input(text), priority=priority)
         error, status = None, "200"
     except Exception as exc:  # tritonclient raises its own types; each is classified
         typed = from_exception(exc)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+from client.core import DEFAULT_MODEL
 from perf import perf_analyzer
 from perf.knee import Knee, find_knee, ratios, regressions
 from perf.perf_analyzer import PerfRow
@@ -188,7 +189,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     perf = sub.add_parser("perf", help="perf_analyzer sweeps, comparisons, baseline checks")
     verbs = perf.add_subparsers(dest="verb", required=True)
     sweep = verbs.add_parser("sweep", help="sweep concurrency for a model")
-    sweep.add_argument("--model", default="embed")
+    sweep.add_argument("--model", default=DEFAULT_MODEL)
     sweep.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
     sweep.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     sweep.add_argument("--url", default=None, help="a running server (default: start one)")
@@ -207,6 +208,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--min-throughput-ratio", type=float, default=0.8)
     check.add_argument("--max-p99-ratio", type=float, default=1.5)
     check.set_defaults(func=cmd_check)
-    from perf.plan_cli import add_plan_parser
+    from perf.plan_cli import add_capacity_parser, add_plan_parser
 
     add_plan_parser(verbs)
+    add_capacity_parser(verbs)

@@ -18,13 +18,13 @@ import tritonclient.http as httpclient
 
 from client import TritonClientError, UnavailableError
 from client.auth import key_headers
-from client.core import SERVED_BY_OUTPUT
+from client.core import DEFAULT_MODEL, SERVED_BY_OUTPUT
 from client.errors import from_exception
 from python_backends.families import Family, family
 from server.repository import set_parameter
 
 AUTO = -1
-DEFAULT_FRONT = "embed"
+DEFAULT_FRONT = DEFAULT_MODEL
 TRITON_DTYPES = {np.dtype(np.int64): "INT64", np.dtype(np.int32): "INT32",
                  np.dtype(np.float32): "FP32", np.dtype(np.object_): "BYTES",
                  np.dtype(np.uint8): "UINT8"}

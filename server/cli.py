@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from client.core import DEFAULT_MODEL
 from server.observability import PROMETHEUS_PORT
 from server.settings import DEFAULT_REPOSITORY, FrontDoorSettings, Ports
 
@@ -120,11 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--protocol", choices=["http", "grpc"], default="http")
     embed.add_argument("--priority", type=int, default=None)
     embed.add_argument("--timeout-ms", type=int, default=None)
-    embed.add_argument("--model", default="embed")
+    embed.add_argument("--model", default=DEFAULT_MODEL)
     embed.set_defaults(func=cmd_embed)
 
     degrade = sub.add_parser("degrade", help="force a front model's degradation level (or `auto`)")
-    degrade.add_argument("--model", default="embed", help="the front model")
+    degrade.add_argument("--model", default=DEFAULT_MODEL, help="the front model")
     degrade.add_argument("--level", required=True, choices=["auto", "0", "1", "2", "3", "4"])
     degrade.add_argument("--url", default="localhost:8000", help="the server's HTTP host:port")
     degrade.add_argument("--poll", action="store_true",

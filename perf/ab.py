@@ -1,0 +1,120 @@
+"""A/B of serving configurations, in one run: each variant is the repository with config
+edits, served on its own server, driven by the closed-loop HTTP client of perf/peers.
+
+    python -m perf.ab --variant base --variant "one:embed:count: 3:count: 1" \\
+        [--levels 1 4 8 16] [--seconds 6] [--rounds 2]
+
+A variant is `NAME` (the repository as it is) or `NAME:MODEL:REGEX:REPLACEMENT[;...]`,
+edits of `MODEL/config.pbtxt` (perf.subjects.build_repository). Every variant's server is
+started once, then the rounds visit them in mirrored order (perf.peers.stats.round_orders),
+a new text per request; each point keeps the best round. The table gives requests/s and
+p99 per level, p50 at c1, p99/p50 at c16 and the goodput under the 60 ms objective, and
+every variant's ratio of goodput to the first's. Results: perf/results/ab-<timestamp>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from perf.peers.load import Endpoint, closed_loop, triton_endpoint
+from perf.peers.stats import LoadPoint, best_of, goodput, render_table, round_orders
+from perf.subjects import build_repository, text_model
+from server.launcher import TritonServer, free_port
+from server.settings import PROJECT_ROOT, Ports, ServerOptions
+
+RESULTS = PROJECT_ROOT / "perf" / "results"
+P99_BUDGET_MS = 60.0
+console = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    edits: list[tuple[str, str, str]]
+
+
+def parse_variant(spec: str) -> Variant:
+    """`NAME` or `NAME:MODEL:REGEX:REPLACEMENT[;MODEL:REGEX:REPLACEMENT...]`."""
+    name, _, rest = spec.partition(":")
+    edits = []
+    for part in filter(None, rest.split(";")):
+        model, regex, replacement = part.split(":", 2)
+        edits.append((model, regex, replacement.replace("\\n", "\n")))
+    if not name:
+        raise ValueError(f"variant {spec!r} has no name")
+    return Variant(name, edits)
+
+
+def start(variant: Variant, root: Path, stack: ExitStack) -> Endpoint:
+    repo = build_repository(root / variant.name, variant.edits, text_only=True)
+    ports = Ports(free_port(), free_port(), free_port())
+    server = stack.enter_context(TritonServer(
+        ServerOptions(repository=repo, ports=ports), log_path=root / f"{variant.name}.log"))
+    server.wait_ready(timeout_s=300)
+    endpoint = triton_endpoint(f"http://{server.http_url}", text_model().front)
+    asyncio.run(closed_loop(endpoint, 8, 3.0))  # warm up
+    return endpoint
+
+
+def run(variants: Sequence[Variant], levels: Sequence[int], seconds: float,
+        rounds: int) -> dict[str, list[LoadPoint]]:
+    """Best point per level for each variant, all servers up at once (idle but one)."""
+    measured: dict[str, list[list[LoadPoint]]] = {v.name: [] for v in variants}
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        endpoints = {}
+        for v in variants:
+            console.log(f"starting {v.name}")
+            endpoints[v.name] = start(v, Path(tmp), stack)
+        for r, order in enumerate(round_orders([v.name for v in variants], rounds), start=1):
+            for name in order:
+                points = []
+                for level in levels:
+                    console.log(f"round {r}/{rounds}: {name} c{level}")
+                    points.append(asyncio.run(closed_loop(endpoints[name], level, seconds)))
+                measured[name].append(points)
+    return {name: best_of(rounds_) for name, rounds_ in measured.items()}
+
+
+def report(best: dict[str, list[LoadPoint]], levels: Sequence[int]) -> str:
+    lines = [render_table(list(best.items()), levels, P99_BUDGET_MS), ""]
+    first = next(iter(best))
+    base = goodput(best[first], P99_BUDGET_MS)
+    for name, points in best.items():
+        g = goodput(points, P99_BUDGET_MS)
+        share = f"{g.rps / base.rps:.2f}x" if g and base else "-"
+        lines.append(f"- {name}: goodput {share} the first variant's ({first})")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perf.ab", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", action="append", required=True, type=parse_variant)
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    best = run(args.variant, args.levels, args.seconds, args.rounds)
+    out = RESULTS / f"ab-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True)
+    text = report(best, args.levels)
+    (out / "ab.md").write_text(text + "\n")
+    (out / "ab.json").write_text(json.dumps({k: [asdict(p) for p in v]
+                                             for k, v in best.items()}, indent=1))
+    print(text)
+    print(f"\nresults in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
