@@ -8,8 +8,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from server.settings import DEFAULT_REPOSITORY
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,6 +52,35 @@ def _print(result: object) -> None:
     print(result.summary(), flush=True)  # type: ignore[attr-defined]
 
 
+class Stages:
+    """An export's progress: a line as each stage starts (seconds since the command began)
+    and the result line as each format ends, both plain prints that read the same in a CI
+    log; on a terminal, a transient bar above them: the stage, formats done of all, elapsed."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress, self.began = progress, time.perf_counter()
+        self.task = progress.add_task("export", total=total)
+
+    def stage(self, text: str) -> None:
+        print(f"[{time.perf_counter() - self.began:6.1f}s] {text}", flush=True)
+        self.progress.update(self.task, description=text)
+
+    def result(self, result: object) -> None:
+        _print(result)
+        self.progress.advance(self.task)
+
+
+def progress_bar() -> Progress:
+    """rich's Progress with a spinner, formats done of all and the elapsed time; off when
+    stdout is no terminal (rich would add a blank line to the log)."""
+    from rich import get_console
+    from rich.progress import MofNCompleteColumn, Progress, SpinnerColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), *Progress.get_default_columns()[:2], MofNCompleteColumn(),
+                    TimeElapsedColumn(), transient=True,
+                    disable=not get_console().is_interactive)
+
+
 def _logging(verbose: bool) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if verbose:
@@ -58,7 +91,7 @@ def export_command(args: argparse.Namespace) -> int:
     """Export from parsed arguments, a line per format; 0 ok, 1 a check failed, 2 bad name."""
     _logging(args.verbose)
     from export.errors import ExportCheckError
-    from export.pipeline import export_model  # imports torch: only when exporting
+    from export.pipeline import export_model, wanted_formats  # imports torch: when exporting
     from python_backends.families.catalog import UnknownModelError, catalog, find
 
     if bool(args.name) == bool(args.all):
@@ -67,9 +100,13 @@ def export_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         models = catalog(args.repository) if args.all else [find(args.repository, args.name)]
-        for model in models:
-            export_model(args.repository, model, args.formats, force=args.force,
-                         threads=args.threads, on_result=_print)
+        total = sum(len(wanted_formats(m, args.formats)) for m in models)
+        with progress_bar() as progress:
+            stages = Stages(progress, total)
+            for model in models:
+                export_model(args.repository, model, args.formats, force=args.force,
+                             threads=args.threads, on_result=stages.result,
+                             on_stage=stages.stage)
     except (UnknownModelError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -97,20 +97,31 @@ def write_front_files(recipe: Any, front_dir: Path) -> None:
         tmp.replace(folder / name)
 
 
-def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | None = None,
-                 force: bool = False, threads: int = 2,
-                 on_result: Callable[[ExportResult], None] | None = None,
-                 sources_root: Path | None = None) -> list[ExportResult]:
-    """Export the model's formats (all by default), skipping those up to date unless
-    `force`; then its front model's files. Raises ExportCheckError on a failed check.
-    A relative source is found in `sources_root` (the repository by default)."""
-    fam = model.family
-    wanted = list(dict.fromkeys(formats or [f.name for f in fam.formats]))
+def wanted_formats(model: FamilyModel, formats: Sequence[str] | None = None) -> list[str]:
+    """The formats to export (all the family's by default); ValueError for one the model
+    has no encoder for."""
+    wanted = list(dict.fromkeys(formats or [f.name for f in model.family.formats]))
     unknown = [f for f in wanted if f not in model.encoders]
     if unknown:
         raise ValueError(f"{model.base} has no encoder for {unknown}; it has "
                          f"{sorted(model.encoders)}")
+    return wanted
+
+
+def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | None = None,
+                 force: bool = False, threads: int = 2,
+                 on_result: Callable[[ExportResult], None] | None = None,
+                 sources_root: Path | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> list[ExportResult]:
+    """Export the model's formats (all by default), skipping those up to date unless
+    `force`; then its front model's files. Raises ExportCheckError on a failed check.
+    A relative source is found in `sources_root` (the repository by default).
+    `on_stage` hears each slow stage as it starts: loading the source, each format built."""
+    fam = model.family
+    wanted = wanted_formats(model, formats)
+    stage = on_stage or (lambda _: None)
     spec = encoder_spec(v.read_config(repository / model.encoder(wanted[0])))
+    stage(f"{model.base}: loading {spec.source}")
     recipe = recipe_for(fam, spec.source, threads, sources_root or repository)
     tools = tool_versions()
     results = []
@@ -119,6 +130,8 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
         fingerprint = source_fingerprint(recipe.weights_sha256, fmt, recipe.opset(fmt), tools,
                                          recipe.settings(fmt))
         current = None if force else v.is_up_to_date(model_dir, fingerprint)
+        if current is None:
+            stage(f"{model_dir.name}: exporting {fmt}")
         result = (ExportResult(model_dir.name, current, "up to date", model_dir / str(current))
                   if current is not None else publish(recipe, model_dir, fmt, fingerprint))
         results.append(result)

@@ -1,11 +1,12 @@
 """A/B of serving configurations, in one run: each variant is the repository with config
 edits, served on its own server, driven by the closed-loop HTTP client of perf/peers.
 
-    python -m perf.ab --variant base --variant "one:embed:count: 3:count: 1" \\
+    python -m perf.ab --variant base --variant "one~embed~count: 3~count: 1" \\
         [--levels 1 4 8 16] [--seconds 6] [--rounds 2]
 
-A variant is `NAME` (the repository as it is) or `NAME:MODEL:REGEX:REPLACEMENT[;...]`,
-edits of `MODEL/config.pbtxt` (perf.subjects.build_repository). Every variant's server is
+A variant is `NAME` (the repository as it is) or `NAME~MODEL~REGEX~REPLACEMENT[;...]`,
+edits of `MODEL/config.pbtxt` (perf.subjects.build_repository), `~` because configs are
+full of colons. Every variant's server is
 started once, then the rounds visit them in mirrored order (perf.peers.stats.round_orders),
 a new text per request; each point keeps the best round. The table gives requests/s and
 p99 per level, p50 at c1, p99/p50 at c16 and the goodput under the 60 ms objective, and
@@ -44,11 +45,11 @@ class Variant:
 
 
 def parse_variant(spec: str) -> Variant:
-    """`NAME` or `NAME:MODEL:REGEX:REPLACEMENT[;MODEL:REGEX:REPLACEMENT...]`."""
-    name, _, rest = spec.partition(":")
+    """`NAME` or `NAME~MODEL~REGEX~REPLACEMENT[;MODEL~REGEX~REPLACEMENT...]`."""
+    name, _, rest = spec.partition("~")
     edits = []
     for part in filter(None, rest.split(";")):
-        model, regex, replacement = part.split(":", 2)
+        model, regex, replacement = part.split("~", 2)
         edits.append((model, regex, replacement.replace("\\n", "\n")))
     if not name:
         raise ValueError(f"variant {spec!r} has no name")

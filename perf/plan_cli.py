@@ -1,4 +1,5 @@
-"""`tmr perf plan MODEL`: measure the model in-process, derive batching settings, show the diff.
+"""`tmr perf plan MODEL`: measure the model in-process, derive batching settings, show the diff;
+`tmr perf capacity SWEEP`: replicas for a target peak.
 
     tmr perf plan ENCODER [--memory-budget-mb 2048] [--latency-budget-ms 60]
                               [--arrival-rps 200] [--write] [--check]
@@ -9,6 +10,13 @@ process's peak RSS (device memory on a GPU is not measured here). `--check` star
 server with the proposal on a copy of the repository and sweeps it with perf_analyzer at
 concurrency = the preferred batch, printing predicted and measured side by side
 (throughput, p99, executed batch size).
+
+    tmr perf capacity SWEEP --target-rps 1000 [--p99-budget-ms 60] [--headroom 0.2]
+
+Replicas for a target peak from a measured sweep of one replica (a `tmr perf sweep`
+folder or its sweep.json): the arithmetic of `perf.planning.capacity`, and the HPA's
+minReplicas against server/k8s/triton.yaml. A sibling of `plan`, not an option of it:
+`plan` measures a model in-process, `capacity` only reads a result.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import difflib
 import re
 import resource
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,9 +34,20 @@ from pathlib import Path
 import numpy as np
 
 from perf.perf_analyzer import PerfRow
-from perf.planning import BatchPoint, Plan, check_table, plan
+from perf.planning import (
+    BatchPoint,
+    CapacityError,
+    Hpa,
+    Plan,
+    capacity,
+    capacity_report,
+    check_table,
+    plan,
+)
 from python_backends import versions as v
-from server.settings import DEFAULT_REPOSITORY
+from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
+
+K8S_TRITON = PROJECT_ROOT / "server" / "k8s" / "triton.yaml"
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 TOKENS = 32
@@ -131,3 +151,41 @@ def add_plan_parser(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--write", action="store_true", help="write the proposal to config.pbtxt")
     p.add_argument("--check", action="store_true", help="sweep the proposal on a served copy")
     p.set_defaults(func=cmd_plan)
+
+
+def manifest_hpa(path: Path = K8S_TRITON) -> Hpa:
+    """The HPA and PDB figures of the `triton` manifest (pyyaml: the dev extras)."""
+    import yaml
+
+    docs = {d["kind"]: d["spec"] for d in yaml.safe_load_all(path.read_text()) if d}
+    hpa, pdb = docs["HorizontalPodAutoscaler"], docs["PodDisruptionBudget"]
+    target = hpa["metrics"][0]["pods"]["target"]["averageValue"]
+    return Hpa(hpa["minReplicas"], hpa["maxReplicas"], int(target), pdb["maxUnavailable"])
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    """Print the replicas for the target; 2 when the sweep or the target gives none."""
+    from perf.sweep import load_rows
+
+    try:
+        meta, rows = load_rows(args.result)
+        cap = capacity(rows, args.target_rps, args.p99_budget_ms, args.headroom)
+    except FileNotFoundError as exc:
+        print(f"error: no sweep result at {exc.filename}", file=sys.stderr)
+        return 2
+    except CapacityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{meta.get('model', '?')} over {meta.get('protocol', '?')}, one replica "
+          f"({args.result}):\n")
+    print(capacity_report(cap, manifest_hpa()))
+    return 0
+
+
+def add_capacity_parser(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("capacity", help="replicas for a target peak, from a measured sweep")
+    p.add_argument("result", type=Path, help="a `tmr perf sweep` folder or its sweep.json")
+    p.add_argument("--target-rps", type=float, required=True, help="the peak to serve")
+    p.add_argument("--p99-budget-ms", type=float, default=60.0, help="the p99 objective")
+    p.add_argument("--headroom", type=float, default=0.2, help="spare share above the target")
+    p.set_defaults(func=cmd_capacity)

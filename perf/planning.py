@@ -4,6 +4,8 @@
 - preferred_batch_size = where the latency curve's throughput stops rising (the knee)
 - max_queue_delay = latency budget - compute time of that batch, capped by the time the
   arrival rate needs to fill it
+- replicas = ceil(target peak x (1 + headroom) / goodput of one replica), the goodput being
+  the throughput at the highest swept concurrency whose p99 is within the objective
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+
+from perf.perf_analyzer import PerfRow
 
 
 @dataclass(frozen=True)
@@ -96,3 +100,104 @@ def check_table(proposal: Plan, latency_budget_ms: float, measured_rps: float,
               f"| {name} | {p:.1f} | {m:.1f} | - |" for name, p, m in rows]
     verdict = "within" if measured_p99_ms <= latency_budget_ms else "over"
     return "\n".join(lines) + f"\n\nmeasured p99 is {verdict} the {latency_budget_ms:g} ms budget"
+
+
+# -- Capacity: replicas for a target peak ---------------------------------------------------
+
+
+class CapacityError(ValueError):
+    """Raised when a target or a sweep gives no replica count (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Hpa:
+    """The HorizontalPodAutoscaler and PodDisruptionBudget figures of the manifest."""
+
+    min_replicas: int
+    max_replicas: int
+    queue_target_us: int
+    pdb_max_unavailable: int
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Replicas for a target peak: ceil(target x (1 + headroom) / goodput of one replica)."""
+
+    target_rps: float
+    goodput_rps: float
+    concurrency: int  # the sweep level the goodput was measured at
+    p99_ms: float
+    p99_budget_ms: float
+    headroom: float
+    replicas: int
+
+    def share(self, replicas: int) -> float:
+        """Each replica's load as a share of its goodput when `replicas` serve the target."""
+        return self.target_rps / replicas / self.goodput_rps
+
+    def hpa_min_replicas(self, hpa: Hpa) -> int:
+        """The planned replicas, and never at or under what the PDB lets a drain take."""
+        return max(self.replicas, hpa.pdb_max_unavailable + 1)
+
+
+def goodput_row(rows: Sequence[PerfRow], p99_budget_ms: float) -> PerfRow:
+    """The row at the highest concurrency whose p99 is within the objective."""
+    if not rows:
+        raise CapacityError("the sweep has no rows")
+    within = [r for r in rows if r.p99_ms <= p99_budget_ms and r.throughput > 0]
+    if not within:
+        best = min(rows, key=lambda r: r.p99_ms)
+        raise CapacityError(f"no level is within the {p99_budget_ms:g} ms p99 objective: the "
+                            f"best is concurrency {best.concurrency} at p99 {best.p99_ms:.1f} ms")
+    return max(within, key=lambda r: r.concurrency)
+
+
+def capacity(rows: Sequence[PerfRow], target_rps: float, p99_budget_ms: float = 60.0,
+             headroom: float = 0.2) -> Capacity:
+    """Replicas for `target_rps` from a sweep of one replica (see Capacity)."""
+    if not target_rps > 0:
+        raise CapacityError(f"the target must be above 0 requests/s, not {target_rps:g}")
+    row = goodput_row(rows, p99_budget_ms)
+    needed = target_rps * (1 + headroom) / row.throughput
+    replicas = max(1, math.ceil(round(needed, 9)))  # 5.000000001 from float error stays 5
+    return Capacity(target_rps, row.throughput, row.concurrency, row.p99_ms, p99_budget_ms,
+                    headroom, replicas)
+
+
+def capacity_report(cap: Capacity, hpa: Hpa) -> str:
+    """The arithmetic in plain lines, then the HPA's minReplicas from it."""
+    peak = cap.target_rps * (1 + cap.headroom)
+    return "\n".join([
+        f"goodput of one replica: {cap.goodput_rps:.0f} req/s (concurrency {cap.concurrency}, "
+        f"p99 {cap.p99_ms:.1f} ms within the {cap.p99_budget_ms:g} ms objective)",
+        f"target {cap.target_rps:g} req/s + {cap.headroom:.0%} headroom = {peak:g} req/s",
+        f"replicas: ceil({peak:g} / {cap.goodput_rps:.1f} = {peak / cap.goodput_rps:.2f}) = "
+        f"{cap.replicas}, each at {cap.share(cap.replicas):.0%} of its goodput",
+        fewer_line(cap),
+        "",
+        *hpa_lines(cap, hpa),
+    ])
+
+
+def fewer_line(cap: Capacity) -> str:
+    """What one replica fewer would run at (a drain or a lost pod)."""
+    if cap.replicas == 1:
+        return "one replica fewer: none left to serve the target"
+    share = cap.share(cap.replicas - 1)
+    verdict = ("over its goodput: p99 beyond the objective" if share > 1
+               else f"within it, but under the {cap.headroom:.0%} headroom")
+    return f"one replica fewer ({cap.replicas - 1}): each at {share:.0%} of its goodput, {verdict}"
+
+
+def hpa_lines(cap: Capacity, hpa: Hpa) -> list[str]:
+    """minReplicas for the HPA, against the manifest's figures."""
+    wanted = cap.hpa_min_replicas(hpa)
+    why = (f" (the PDB lets a drain take {hpa.pdb_max_unavailable})"
+           if wanted > cap.replicas else "")
+    lines = [f"HPA minReplicas: {wanted}{why}; the manifest has {hpa.min_replicas}, "
+             f"maxReplicas {hpa.max_replicas}",
+             f"above it the HPA scales on avg_time_queue_us, target {hpa.queue_target_us} us "
+             f"({hpa.queue_target_us / 1000:g} ms of the {cap.p99_budget_ms:g} ms objective)"]
+    if wanted > hpa.max_replicas:
+        lines.append(f"raise maxReplicas to at least {wanted}: the manifest's is under the plan")
+    return lines

@@ -15,6 +15,9 @@ every request (no cache can answer). Every `--sample-s` it records:
 50 MB (Triton's own L0_memory_growth allows 100 MB), the p99 of the last stretch within
 20% of the first, throughput steady, no errors, no watchdog reloads.
 
+It prints a line as each stage starts and one per sample; on a terminal, a bar over the
+load's duration also shows the errors of the last minute and the RSS.
+
     make soak                                   # 30 minutes, writes perf/results/soak-*/
     .venv/bin/python -m perf.soak --minutes 2 --sample-s 10    # what CI runs
 """
@@ -23,17 +26,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 
 from client import NO_RETRY, AsyncEmbedClient, TritonClientError
+from client.core import DEFAULT_MODEL
 from client.prometheus import samples
 from perf.overload import capacity_rps
 from server.launcher import TritonServer, free_port, stub_processes
@@ -94,7 +101,7 @@ def process_rss(server_pid: int) -> dict[str, float]:
     return rss
 
 
-def triton_times(metrics_url: str, model: str = "embed") -> dict[str, float]:
+def triton_times(metrics_url: str, model: str = DEFAULT_MODEL) -> dict[str, float]:
     totals = dict.fromkeys(TRITON_TIMES, 0.0)
     for s in samples(metrics_url):
         base = s.name.removesuffix("_total")
@@ -171,6 +178,47 @@ class Sampler(threading.Thread):
             print(f"  {p.t_s:>6.0f}/{self.total_s:.0f} s  {p.served_rps:5.0f}/s  p50 "
                   f"{p.p50_ms:6.1f}  p99 {p.p99_ms:6.1f} ms  errors {sum(p.errors.values())}  "
                   f"RSS {p.total_rss_mb:7.1f} MB  reloads {p.watchdog_reloads}", flush=True)
+
+
+def live_status(points: Sequence[Sample], minute_s: float = 60.0) -> str:
+    """The progress bar's figures: errors in the samples of the last minute, latest RSS."""
+    if not points:
+        return "waiting for the first sample"
+    last = points[-1]
+    errors = sum(sum(p.errors.values()) for p in points if p.t_s > last.t_s - minute_s)
+    return f"errors in the last minute {errors}  RSS {last.total_rss_mb:.0f} MB"
+
+
+@contextlib.contextmanager
+def load_progress(total_s: float, sampler: Sampler) -> Iterator[None]:
+    """A bar over the load's duration with live_status, redrawn every second on a terminal;
+    in a log it stays off (rich would add a blank line) and the sampler's lines tell it."""
+    from rich import get_console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    done = threading.Event()
+    with Progress(TextColumn("soak"), BarColumn(), TimeElapsedColumn(),
+                  TextColumn(f"of {timedelta(seconds=round(total_s))}  {{task.fields[status]}}"),
+                  transient=True, disable=not get_console().is_interactive) as progress:
+        task = progress.add_task("soak", total=total_s, status=live_status([]))
+        began = time.monotonic()
+
+        def tick() -> None:
+            while not done.wait(1.0):
+                progress.update(task, completed=time.monotonic() - began,
+                                status=live_status(list(sampler.samples)))
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            ticker.join()
+
+
+def stage(text: str) -> None:
+    print(f"soak: {text}", flush=True)
 
 
 def per_request(after: dict, before: dict, name: str, served: float) -> float:
@@ -251,17 +299,22 @@ def soak(minutes: float, sample_s: float, load: float, out: Path,
     with tempfile.TemporaryDirectory() as tmp:
         repo = copy_repository([repository], Path(tmp) / "repository")
         ports = Ports(free_port(), free_port(), free_port())
+        stage("starting the server and the watchdog")
         with TritonServer(ServerOptions(repository=repo, ports=ports),
                           log_path=out / "tritonserver.log") as server:
             watchdog = Watchdog(server.http_url, server.metrics_url, interval_s=5.0)
             watchdog.start()
             try:
+                stage("measuring capacity (closed loop, 16 in flight)")
                 capacity = asyncio.run(capacity_rps(server.grpc_url))
+                stage(f"offering {load * capacity:.0f} req/s ({load:g} x {capacity:.0f}) for "
+                      f"{minutes:g} min")
                 window = [Window()]
                 sampler = Sampler(server, watchdog, window, sample_s, minutes * 60)
                 sampler.start()
                 urls = {"http": server.http_url, "grpc": server.grpc_url}
-                asyncio.run(steady_load(urls, load * capacity, minutes * 60, window))
+                with load_progress(minutes * 60, sampler):
+                    asyncio.run(steady_load(urls, load * capacity, minutes * 60, window))
                 sampler.stop_event.set()
                 sampler.join()
             finally:

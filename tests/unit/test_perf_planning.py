@@ -1,10 +1,22 @@
-"""The batch-planning arithmetic, on the seeds' worked example and synthetic curves."""
+"""The batch- and capacity-planning arithmetic, on the seeds' worked example, synthetic
+curves and the sweep figures of perf/README.md."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from perf.perf_analyzer import PerfRow
 from perf.planning import (
     BatchPoint,
+    CapacityError,
+    Hpa,
     Plan,
+    capacity,
+    capacity_report,
     check_table,
     max_batch_from_memory,
     per_sample_mb,
@@ -76,3 +88,104 @@ def test_check_table_puts_predicted_and_measured_side_by_side_with_ratios() -> N
     assert "| p99 latency (ms) | 60.0 | 75.0 | 1.25 |" in table
     assert "| executed batch size | 8.0 | 4.0 | 0.50 |" in table
     assert table.endswith("measured p99 is over the 60 ms budget")
+
+
+# -- capacity: replicas for a target peak ---------------------------------------------------
+
+
+def row(c: int, rps: float, p99: float) -> PerfRow:
+    return PerfRow(c, rps, p99 / 2, p99 * 0.8, p99 * 0.9, p99, 1.0, 2.0, 0.5)
+
+
+# perf/README.md "Figures from this machine": embed over gRPC, c4 is the last level in 60 ms.
+SWEEP = [row(1, 82, 20.9), row(2, 143, 24.4), row(4, 196, 44.6), row(8, 231, 72.9),
+         row(16, 233, 150.1), row(32, 266, 245.0)]
+HPA = Hpa(min_replicas=2, max_replicas=8, queue_target_us=20_000, pdb_max_unavailable=1)
+
+
+def test_goodput_is_the_highest_concurrency_within_the_p99_objective() -> None:
+    cap = capacity(SWEEP, target_rps=1000)
+    assert (cap.concurrency, cap.goodput_rps, cap.p99_ms) == (4, 196, 44.6)
+    assert capacity(SWEEP, target_rps=1000, p99_budget_ms=80).concurrency == 8
+    # Noise that dips back under the objective at a higher level counts: it was measured.
+    assert capacity([*SWEEP, row(64, 300, 59.0)], target_rps=1000).concurrency == 64
+
+
+def test_a_fractional_replica_count_rounds_up() -> None:
+    cap = capacity(SWEEP, target_rps=1000)  # 1000 x 1.2 / 196 = 6.12
+    assert cap.replicas == 7
+    assert cap.share(7) == pytest.approx(1000 / 7 / 196)
+
+
+def test_an_exact_multiple_does_not_round_up_on_float_error() -> None:
+    assert capacity(SWEEP, target_rps=980).replicas == 6  # 980 x 1.2 / 196 = 6 exactly
+    assert capacity([row(1, 196, 30)], target_rps=196 * 5 / 1.2).replicas == 5  # 4.999999...
+
+
+def test_a_small_target_needs_one_replica_but_the_hpa_minimum_stays_above_the_pdb() -> None:
+    cap = capacity(SWEEP, target_rps=10)
+    assert cap.replicas == 1
+    assert cap.hpa_min_replicas(HPA) == 2
+    assert "HPA minReplicas: 2 (the PDB lets a drain take 1)" in capacity_report(cap, HPA)
+
+
+@pytest.mark.parametrize("target", [0, -5, float("nan")])
+def test_a_target_of_zero_or_less_is_refused(target: float) -> None:
+    with pytest.raises(CapacityError, match="target must be above 0 requests/s"):
+        capacity(SWEEP, target_rps=target)
+
+
+def test_a_sweep_with_no_level_within_the_objective_names_its_best_p99() -> None:
+    with pytest.raises(CapacityError, match=r"no level is within the 15 ms p99 objective: "
+                                            r"the best is concurrency 1 at p99 20.9 ms"):
+        capacity(SWEEP, target_rps=100, p99_budget_ms=15)
+    with pytest.raises(CapacityError, match="the sweep has no rows"):
+        capacity([], target_rps=100)
+
+
+def test_the_report_shows_the_arithmetic_one_replica_fewer_and_the_hpa_minimum() -> None:
+    report = capacity_report(capacity(SWEEP, target_rps=1000), HPA)
+    assert report.splitlines()[:4] == [
+        "goodput of one replica: 196 req/s (concurrency 4, p99 44.6 ms within the 60 ms "
+        "objective)",
+        "target 1000 req/s + 20% headroom = 1200 req/s",
+        "replicas: ceil(1200 / 196.0 = 6.12) = 7, each at 73% of its goodput",
+        "one replica fewer (6): each at 85% of its goodput, within it, but under the 20% "
+        "headroom",
+    ]
+    assert "HPA minReplicas: 7; the manifest has 2, maxReplicas 8" in report
+    assert "target 20000 us (20 ms of the 60 ms objective)" in report
+    assert "raise maxReplicas" not in report
+
+
+def test_a_plan_over_the_hpa_maximum_says_to_raise_it_and_one_fewer_overloads() -> None:
+    cap = capacity([row(1, 100, 30)], target_rps=1000, headroom=0.0)  # exactly 10
+    report = capacity_report(cap, HPA)
+    assert "one replica fewer (9): each at 111% of its goodput, over its goodput" in report
+    assert report.endswith("raise maxReplicas to at least 10: the manifest's is under the plan")
+
+
+def test_the_hpa_figures_are_read_from_the_triton_manifest() -> None:
+    from perf.plan_cli import manifest_hpa
+
+    assert manifest_hpa() == HPA
+
+
+def test_tmr_perf_capacity_reads_a_sweep_folder_and_exits_2_on_a_refusal(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from server.cli import build_parser
+
+    def main(argv: list[str]) -> int:  # server.cli.main without its logging set-up
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+
+    folder = tmp_path / "20261130-034600"
+    folder.mkdir()
+    (folder / "sweep.json").write_text(json.dumps(
+        {"model": "embed", "protocol": "grpc", "rows": [asdict(r) for r in SWEEP]}))
+    assert main(["perf", "capacity", str(folder), "--target-rps", "1000"]) == 0
+    assert "replicas: ceil(1200 / 196.0 = 6.12) = 7" in capsys.readouterr().out
+    assert main(["perf", "capacity", str(folder), "--target-rps", "-1"]) == 2
+    assert "error: the target must be above 0" in capsys.readouterr().err
+    assert main(["perf", "capacity", str(tmp_path), "--target-rps", "1"]) == 2
+    assert "error: no sweep result at" in capsys.readouterr().err

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from perf.soak import Sample, verdict
 
 
@@ -25,3 +29,27 @@ def test_leaks_decay_errors_and_reloads_each_miss_their_target() -> None:
     assert {name for name, (_, _, held) in checks.items() if not held} == {
         "RSS growth after warm-up (MB)", "p99 last / first stretch",
         "throughput last / first stretch", "errors", "watchdog reloads"}
+
+
+def test_the_progress_line_counts_the_errors_of_the_last_minute_and_shows_the_latest_rss() -> None:
+    from perf.soak import live_status
+
+    assert live_status([]) == "waiting for the first sample"
+    points = [point(30, 1000, errors=5), point(60, 1010, errors=2), point(90, 1020, errors=1)]
+    assert live_status(points) == "errors in the last minute 3  RSS 1320 MB"  # t 60 and 90
+    assert live_status(points[:1]) == "errors in the last minute 5  RSS 1300 MB"
+
+
+def test_the_progress_bar_stays_silent_in_a_log_and_stops_with_the_load(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+    from types import SimpleNamespace
+
+    from perf.soak import load_progress
+
+    before = threading.active_count()
+    with load_progress(2.0, SimpleNamespace(samples=[point(30, 1000)])):  # type: ignore[arg-type]
+        time.sleep(1.1)  # one tick of the bar
+        print("  30/120 s  a sampler line")
+    assert capsys.readouterr().out == "  30/120 s  a sampler line\n"
+    assert threading.active_count() == before

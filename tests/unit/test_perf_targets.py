@@ -54,3 +54,11 @@ def test_route_targets_and_the_table():
     assert "| OpenAI route throughput vs KServe (c16) | 0.95 | >= 0.9 | met |" in text
     assert "| OpenAI route p99 vs KServe (c16) | 1.12 | <= 1.1 | MISSED |" in text
     assert "not measured" in table(route_targets(None))
+
+
+def test_an_ab_variant_is_a_name_and_config_edits_separated_by_tildes():
+    from perf.ab import Variant, parse_variant
+
+    assert parse_variant("base") == Variant("base", [])
+    assert parse_variant("two~embed~count: 3~count: 2;minilm_onnx~count: 2~count: 1") == Variant(
+        "two", [("embed", "count: 3", "count: 2"), ("minilm_onnx", "count: 2", "count: 1")])
