@@ -54,20 +54,20 @@ def build_repository(root: Path, edits: list[tuple[str, str, str]],
                      source: Path = DEFAULT_REPOSITORY, text_only: bool = False) -> Path:
     """The repository and the benchmark fixtures (perf/fixtures) in `root`, with config
     edits (model, regex, replacement) applied; `embed_bare` runs the served primary.
-    `text_only`: only the text model's folders and the fixtures (a lighter server)."""
+    `text_only`: only the text model's folders, no fixtures (a lighter server)."""
     import shutil
 
     from server.repository import copy_repository, edit_config, set_parameter
 
-    repo = copy_repository([source, FIXTURES], root / "repository")
     model = text_model(source)
+    repo = copy_repository([source] if text_only else [source, FIXTURES], root / "repository")
     if text_only:
-        keep = {*model.models, *(p.name for p in FIXTURES.iterdir() if p.is_dir())}
         for folder in repo.iterdir():
-            if folder.name not in keep:
+            if folder.name not in model.models:
                 shutil.rmtree(folder)
-    primary = model.encoder(model.family.primary)
-    set_parameter(repo, "embed_bare", "onnx_path", str(served_artifact(source, primary)))
+    else:
+        primary = model.encoder(model.family.primary)
+        set_parameter(repo, "embed_bare", "onnx_path", str(served_artifact(source, primary)))
     for name, pattern, replacement in edits:
         edit_config(repo, name, pattern, replacement)
     return repo

@@ -32,7 +32,7 @@ import numpy as np
 from PIL import ExifTags, Image, ImageOps
 
 from python_backends.errors import InvalidInputError, ModelError
-from python_backends.params import ConfigError, one_of, parameter, positive_int
+from python_backends.params import ConfigError, flag, one_of, parameter, positive_int
 
 ColorMode = Literal["L", "RGB"]
 RESAMPLING = {
@@ -64,10 +64,6 @@ def float_list(raw: str) -> tuple[float, ...]:
     if not all(np.isfinite(values)):
         raise ValueError("must be finite numbers")
     return values
-
-
-def flag(raw: str) -> bool:
-    return one_of("true", "false")(raw.lower()) == "true"
 
 
 def format_list(raw: str) -> tuple[str, ...]:

@@ -39,6 +39,11 @@ def one_of(*choices: str) -> Callable[[str], str]:
     return cast
 
 
+def flag(raw: str) -> bool:
+    """"true" or "false", in any case."""
+    return one_of("true", "false")(raw.lower()) == "true"
+
+
 def tensor_names(config: Mapping[str, Any], kind: str) -> list[str]:
     """Names of the config's `input` or `output` tensors, in config order."""
     return [t["name"] for t in config.get(kind, [])]

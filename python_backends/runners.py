@@ -21,20 +21,23 @@ class RunnerError(RuntimeError):
     """The runtime refused the inputs or failed while running them."""
 
 
-def onnx_session(path: str | Path, threads: int) -> Any:
-    """A CPU onnxruntime session with `threads` intra-op threads and no inter-op pool."""
+def onnx_session(path: str | Path, threads: int, spinning: bool = True) -> Any:
+    """A CPU onnxruntime session with `threads` intra-op threads and no inter-op pool;
+    `spinning` False stops idle intra-op threads from busy-waiting for the next op."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
-def onnx_runner(path: str | Path, threads: int, outputs: Sequence[str] | None = None) -> Runner:
-    session = onnx_session(path, threads)
+def onnx_runner(path: str | Path, threads: int, outputs: Sequence[str] | None = None,
+                spinning: bool = True) -> Runner:
+    session = onnx_session(path, threads, spinning)
     names = list(outputs or [o.name for o in session.get_outputs()])
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -68,8 +71,8 @@ def torchscript_runner(path: str | Path, threads: int, inputs: Sequence[str],
 
 
 def artifact_runner(path: Path, threads: int, inputs: Sequence[str],
-                    outputs: Sequence[str]) -> Runner:
+                    outputs: Sequence[str], spinning: bool = True) -> Runner:
     """The runner for an artifact, by its kind (.onnx or TorchScript)."""
     if path.suffix == ".onnx":
-        return onnx_runner(path, threads, outputs)
+        return onnx_runner(path, threads, outputs, spinning)
     return torchscript_runner(path, threads, inputs, outputs)

@@ -16,7 +16,7 @@ from python_backends.base import BaseModel, error_response, input_array, ok_resp
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
 from python_backends.errors import ModelError
 from python_backends.metrics import Counter
-from python_backends.params import parameter, positive_int, tensor_names
+from python_backends.params import flag, parameter, positive_int, tensor_names
 from python_backends.runners import RunnerError, artifact_runner
 from python_backends.structured_log import BatchFacts
 
@@ -36,7 +36,8 @@ class TensorModel(BaseModel):
         self.rows = Counter("tmr_backend_runtime_rows_total",
                             "Rows (batch items) passed to runtime calls", labels)
         path = self.artifact_path()
-        self.run = artifact_runner(path, self.threads, self.inputs, self.outputs)
+        spinning = parameter(self.config, "allow_spinning", True, flag)
+        self.run = artifact_runner(path, self.threads, self.inputs, self.outputs, spinning)
         self.log.info(f"loaded {path} with {self.threads} intra-op thread(s)")
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
