@@ -59,6 +59,7 @@ def added(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonServ
     out = tmr("add", NAME, "--family", "text_embedding", "--from", source,
               "--repository", str(repo), timeout_s=3000)
     assert out.returncode == 0, out.stdout + out.stderr
+    print(f"\ntmr add {NAME}:\n{out.stdout}")  # its fidelity and gate figures (-s shows them)
     server = start_server(repo, root / "tritonserver.log")
     yield server, repo, resolve(source)
     assert server.stop() == 0
