@@ -295,12 +295,28 @@ def write_doc(generated: str) -> None:
     DOC.write_text(f"{BEGIN}\n{generated}{END}{tail}")
 
 
-def main() -> int:
-    out = PROJECT_ROOT / "perf" / "results" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
-    results = run(out)
-    (out / "bench.json").write_text(json.dumps(results, indent=1, default=lambda o: (
-        asdict(o) if hasattr(o, "__dataclass_fields__") else str(o))))
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import pickle
+
+    parser = argparse.ArgumentParser(description="make bench: the benchmark, written to "
+                                     "docs/benchmarks.md")
+    parser.add_argument("--from-results", type=Path, metavar="DIR",
+                        help="re-render the report of an earlier run (its bench.pickle)")
+    args = parser.parse_args(argv)
+    if args.from_results:
+        out = args.from_results
+        results = pickle.loads((out / "bench.pickle").read_bytes())
+    else:
+        out = PROJECT_ROOT / "perf" / "results" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
+        out.mkdir(parents=True)
+        results = run(out)
+        try:
+            (out / "bench.pickle").write_bytes(pickle.dumps(results))
+        except (pickle.PicklingError, TypeError, AttributeError) as err:
+            console.print(f"[yellow]results not pickled ({err}); --from-results cannot re-render")
+        (out / "bench.json").write_text(json.dumps(results, indent=1, default=lambda o: (
+            asdict(o) if hasattr(o, "__dataclass_fields__") else str(o))))
     text = report(results)
     (out / "benchmarks.md").write_text(text)
     plot_ladder(results, DOC.parent / "benchmarks_ladder.png")

@@ -68,6 +68,11 @@ def build_repository(root: Path, edits: list[tuple[str, str, str]],
     else:
         primary = model.encoder(model.family.primary)
         set_parameter(repo, "embed_bare", "onnx_path", str(served_artifact(source, primary)))
+        # Fixtures with Python code tokenize as the front does: its tokenizer.json, beside them.
+        front_tokenizer = repo / model.front / "1" / "tokenizer.json"
+        for fixture in FIXTURES.iterdir():
+            if (fixture / "1" / "model.py").exists():
+                shutil.copy2(front_tokenizer, repo / fixture.name / "1" / "tokenizer.json")
     for name, pattern, replacement in edits:
         edit_config(repo, name, pattern, replacement)
     return repo
