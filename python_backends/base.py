@@ -47,8 +47,12 @@ class BaseModel:
         """Build heavy state (sessions, tokenizers) once per instance."""
 
     def artifact_path(self) -> Path:
-        """The version folder's artifact: `default_model_filename` or the class default."""
-        filename = self.config.get("default_model_filename") or self.default_filename
+        """The version folder's artifact: `default_model_filename` or the class default.
+        A model of the plain `python` backend has `model.py` there (its code, filled in by
+        Triton), so its artifact is the class default."""
+        filename = self.config.get("default_model_filename") or ""
+        if not filename or filename.endswith(".py"):
+            filename = self.default_filename
         return self.model_dir / self.version / filename
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -29,6 +29,8 @@ class TextRequest:
 class TextModel(BaseModel):
     """A model whose requests carry TEXT; `tokenize_requests` does the per-request checks."""
 
+    default_filename = "tokenizer.json"  # when the config names no default_model_filename
+
     def setup(self, args: dict[str, str]) -> None:
         self.limits = TextLimits.from_config(self.config)
         self.encoder = TextEncoder(self.artifact_path())  # the tokenizer.json of version 1
