@@ -295,6 +295,17 @@ def write_doc(generated: str) -> None:
     DOC.write_text(f"{BEGIN}\n{generated}{END}{tail}")
 
 
+def plain(value: Any) -> Any:
+    """`value` as JSON can hold it: dataclasses as dicts, every key a string."""
+    if hasattr(value, "__dataclass_fields__"):
+        value = asdict(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value if isinstance(value, str | int | float | bool | None) else str(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import pickle
@@ -307,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         out = args.from_results
         results = pickle.loads((out / "bench.pickle").read_bytes())
+        (out / "bench.json").write_text(json.dumps(plain(results), indent=1))
     else:
         out = PROJECT_ROOT / "perf" / "results" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"
         out.mkdir(parents=True)
@@ -315,8 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             (out / "bench.pickle").write_bytes(pickle.dumps(results))
         except (pickle.PicklingError, TypeError, AttributeError) as err:
             console.print(f"[yellow]results not pickled ({err}); --from-results cannot re-render")
-        (out / "bench.json").write_text(json.dumps(results, indent=1, default=lambda o: (
-            asdict(o) if hasattr(o, "__dataclass_fields__") else str(o))))
+        (out / "bench.json").write_text(json.dumps(plain(results), indent=1))
     text = report(results)
     (out / "benchmarks.md").write_text(text)
     plot_ladder(results, DOC.parent / "benchmarks_ladder.png")
