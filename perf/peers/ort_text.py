@@ -1,7 +1,7 @@
-"""The model code both FastAPI peers share: all-MiniLM-L6-v2's `tokenizer.json` and the
-project's exported ONNX (`model_repository/minilm_onnx/<latest>/model.onnx`: inputs
-`input_ids` / `attention_mask` int64, output `embedding`, already mean-pooled and
-L2-normalised) run with onnxruntime.
+"""The model code both FastAPI peers share: the text model's `tokenizer.json` and the
+project's exported ONNX of its primary encoder (inputs `input_ids` / `attention_mask`
+int64, output `embedding`, already pooled and normalised as the model says), run with
+onnxruntime. perf/peers/servers.py finds both in the repository and passes their paths.
 
 Runs in the peers' venv (`.peers/fastapi/venv`), so it imports no project module; the
 servers import it as a sibling file. Each batch is padded to its longest text (the
@@ -54,8 +54,8 @@ class OnnxEmbedder:
 def arguments(description: str, argv: list[str] | None = None) -> argparse.Namespace:
     """The command line both FastAPI peers take: model paths, address, threads."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--onnx", required=True, help="minilm_onnx's model.onnx")
-    parser.add_argument("--tokenizer", required=True, help="all-MiniLM-L6-v2's tokenizer.json")
+    parser.add_argument("--onnx", required=True, help="the primary encoder's exported ONNX")
+    parser.add_argument("--tokenizer", required=True, help="the front model's tokenizer.json")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--threads", type=int, default=0,

