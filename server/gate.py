@@ -137,9 +137,10 @@ def timings(runs: dict[str, Runner], batches: list[dict]) -> dict[str, list[list
     typical = serving_batches(batches)
     times: dict[str, list[list[float]]] = {name: [] for name in runs}
     spent = dict.fromkeys(runs, 0.0)
-    while len(times[next(iter(runs))]) < PERF_MAX_ROUNDS and (
-            len(times[next(iter(runs))]) < PERF_ROUNDS
-            or min(spent.values()) < PERF_MIN_SECONDS):
+    rounds = 0
+    while rounds < PERF_MAX_ROUNDS and (rounds < PERF_ROUNDS
+                                        or min(spent.values()) < PERF_MIN_SECONDS):
+        rounds += 1
         for name, run in runs.items():
             round_times = []
             for feeds in typical:
