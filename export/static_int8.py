@@ -7,14 +7,11 @@ MatMul-heavy graphs; a CNN is Conv-heavy and needs fixed activation ranges).
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from onnxruntime.quantization import (
     CalibrationDataReader,
     CalibrationMethod,
@@ -69,8 +66,8 @@ class QuantConfig:
         return asdict(self)
 
 
-# The default, chosen by measurement on this AVX2 CPU without VNNI (figures in report.json's
-# format_comparison, `--compare-formats`):
+# The default, chosen by measurement on this AVX2 CPU without VNNI (the figures of the image
+# family's first export, 2026-11):
 # - reduce_range (7-bit weights): U8S8 products saturate in VPMADDUBSW without VNNI; with full
 #   8-bit weights EfficientNet-Lite0's INT8 top-1 agreed with FP32 on 70% of the held-out views,
 #   with 7-bit weights on 85% (the logits' max abs diff fell from 4.2 to 1.7);
@@ -114,16 +111,3 @@ def quantize_int8(
             calibration_cache_path=None,
         )
     reader.rewind()
-
-
-def latency_ms(session: ort.InferenceSession, inputs: np.ndarray, runs: int = 20) -> float:
-    """Median wall time (ms) of one session run on `inputs` ([b, C, H, W]), after 3 warm-ups."""
-    feeds = {session.get_inputs()[0].name: np.ascontiguousarray(inputs)}
-    for _ in range(3):
-        session.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)

@@ -9,7 +9,10 @@ the sentence embedding itself.
 
 Formats: ONNX FP32 and TorchScript, each within PARITY_MAX_ABS_DIFF of eager PyTorch on
 parity batches; ONNX INT8 by dynamic quantization, the first variant whose cosines
-against FP32 pass the family's int8 gate (mean and minimum) on the fidelity corpus.
+against FP32 pass the family's int8 gate (mean and minimum) on the fidelity corpus. When
+none passes, the MatMuls a sensitivity scan ranks worst stay in FP32, fewest first
+(export/sensitivity.py); the scan, the attempts and the speed against FP32 go into the
+provenance.
 """
 
 from __future__ import annotations
@@ -17,23 +20,26 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-from export import onnx_fp32, quantize, torchscript
+from export import onnx_fp32, quantize, sensitivity, torchscript
 from export.corpus import build_corpus, corpus_sha256, parity_batches
 from export.errors import ExportCheckError
 from export.parity import check_fidelity, check_max_abs_diff, fidelity, max_abs_diff
 from export.quiet import quiet_export
 from export.signature import signature
+from export.timing import median_ms
 from python_backends.families import TEXT_EMBEDDING
 from python_backends.runners import Runner, onnx_runner, torchscript_runner
 from python_backends.versions import sha256_file
@@ -43,6 +49,9 @@ FAMILY = TEXT_EMBEDDING
 RECIPE_VERSION = 2  # bump when the recipe changes in a way the fingerprint would not see
 PARITY_MAX_ABS_DIFF = 1e-5
 FIDELITY_STRIDE = 4  # every 4th corpus text (about 1,000) judges INT8 against FP32
+SENSITIVITY_TEXTS = 32  # spread over the lengths; each MatMul's scan runs them once
+SPEED_BATCH = 8
+GUIDED_BUDGET_SHARE = 0.5  # of the gate's mean-cosine margin, for the scan's summed losses
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
                  "pooling_mode_max_tokens": "max"}
@@ -211,6 +220,9 @@ class TextEmbeddingRecipe:
         if fmt == "int8":
             gate = FAMILY.format("int8").gate
             settings |= {"quantization_candidates": [v.settings() for v in quantize.VARIANTS],
+                         "guided": {"base": quantize.GUIDED_BASE.name,
+                                    "budget_share": GUIDED_BUDGET_SHARE,
+                                    "sensitivity_texts": SENSITIVITY_TEXTS},
                          "fidelity": {"stride": FIDELITY_STRIDE,
                                       "mean_cosine": gate["gate_mean_cosine"],
                                       "min_cosine": gate["gate_min_cosine"]}}
@@ -276,8 +288,8 @@ class TextEmbeddingRecipe:
         fp32_run = onnx_runner(fp32, self.threads)
         diffs = self.check_parity(fp32_run, "int8 reference onnx")
         reference = self.embed(fp32_run, self.fidelity_texts)
-        attempts = []
-        for variant in quantize.VARIANTS:
+        attempts, scan = [], {}
+        for variant in self._int8_variants(fp32, 1.0 - mean, scan):
             quantize.quantize_int8(fp32, target, variant)
             onnx_fp32.verify_onnx(target, self.contract)
             stats = fidelity(reference, self.embed(onnx_runner(target, self.threads),
@@ -289,7 +301,8 @@ class TextEmbeddingRecipe:
                 attempt["passed"] = True
             except ExportCheckError as exc:
                 attempt["passed"], attempt["failure"] = False, str(exc)
-            log.info("int8 %s: %s", variant.name, attempt)
+            log.info("int8 %s: %s", variant.name, {k: v for k, v in attempt.items()
+                                                   if k != "variant"})
             attempts.append(attempt)
             if attempt["passed"]:
                 break
@@ -298,6 +311,7 @@ class TextEmbeddingRecipe:
             best = max(attempts, key=lambda a: a["fidelity"]["mean"])
             raise ExportCheckError("int8 fidelity (every variant)", best["fidelity"],
                                    {"mean": mean, "min": minimum}, best["failure"])
+        speed = self._speedup(fp32_run, onnx_runner(target, self.threads))
         fp32.unlink()
         chosen = attempts[-1]
         stats = chosen["fidelity"]
@@ -305,10 +319,43 @@ class TextEmbeddingRecipe:
                   "corpus": {"n": len(self.fidelity_texts),
                              "sha256": corpus_sha256(self.fidelity_texts)},
                   "thresholds": {"mean_cosine": mean, "min_cosine": minimum},
-                  "quantization": {"chosen": chosen["variant"]["name"], "attempts": attempts}}
+                  "quantization": {"chosen": chosen["variant"]["name"], "attempts": attempts,
+                                   **scan},
+                  "speed_vs_fp32_onnx": speed}
         figures = {"variant": chosen["variant"]["name"], "cos_mean": f"{stats['mean']:.4f}",
-                   "cos_min": f"{stats['min']:.4f}", "n": stats["n"]}
+                   "cos_min": f"{stats['min']:.4f}", "n": stats["n"],
+                   "speedup": f"{speed['speedup']:.2f}x"}
         return checks, figures
+
+    def _int8_variants(self, fp32: Path, budget: float,
+                       scan: dict[str, Any]) -> Iterator[quantize.QuantVariant]:
+        """The plain variants, then GUIDED_BASE keeping the MatMuls that the sensitivity
+        scan ranks worst in FP32, fewest first. The scan runs only if every plain variant
+        fails; its ranking goes into `scan` (for provenance)."""
+        yield from quantize.VARIANTS
+        nodes = [n.name for n in onnx.load(str(fp32), load_external_data=False).graph.node]
+        texts = self.fidelity_texts[:: max(1, len(self.fidelity_texts) // SENSITIVITY_TEXTS)]
+        batches = [tuple(torch.from_numpy(a) for a in self.feeds(texts[i:i + 16]).values())
+                   for i in range(0, len(texts), 16)]
+        log.info("int8: every plain variant failed; scanning the sensitivity of each MatMul "
+                 "on %d texts", len(texts))
+        ranking = sensitivity.linear_sensitivity(
+            self.embedder, batches, nodes, quantize.GUIDED_BASE.reduce_range,
+            lambda done, total: log.info("int8 sensitivity scan: %d/%d", done, total))
+        budget *= GUIDED_BUDGET_SHARE
+        counts = sensitivity.exclusion_counts([s.loss for s in ranking], budget)
+        scan["sensitivity"] = {"texts": len(texts), "budget": budget, "counts": counts,
+                               "ranking": [asdict(s) for s in ranking]}
+        for count in counts:
+            yield quantize.GUIDED_BASE.keeping(tuple(s.node for s in ranking[:count]))
+
+    def _speedup(self, fp32: Runner, int8: Runner) -> dict[str, float]:
+        """Median latency of both at batch SPEED_BATCH (mid-length corpus texts)."""
+        middle = len(self.fidelity_texts) // 2
+        feeds = self.feeds(self.fidelity_texts[middle:middle + SPEED_BATCH])
+        fp32_ms, int8_ms = median_ms(fp32, feeds), median_ms(int8, feeds)
+        return {"batch": SPEED_BATCH, "fp32_ms": round(fp32_ms, 2), "int8_ms": round(int8_ms, 2),
+                "speedup": round(fp32_ms / int8_ms, 3)}
 
     def front_files(self) -> dict[str, bytes]:
         """Files the front model's version folder holds: the tokenizer it tokenizes with."""
