@@ -83,6 +83,7 @@ def progress_bar() -> Progress:
 
 def _logging(verbose: bool) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("export.progress").setLevel(logging.INFO)  # a slow stage's own steps
     if verbose:
         logging.getLogger("export").setLevel(logging.INFO)
 

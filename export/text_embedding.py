@@ -45,6 +45,7 @@ from python_backends.runners import Runner, onnx_runner, torchscript_runner
 from python_backends.versions import sha256_file
 
 log = logging.getLogger(__name__)
+progress_log = logging.getLogger("export.progress")  # shown without -v (export/cli.py)
 FAMILY = TEXT_EMBEDDING
 RECIPE_VERSION = 2  # bump when the recipe changes in a way the fingerprint would not see
 PARITY_MAX_ABS_DIFF = 1e-5
@@ -303,6 +304,8 @@ class TextEmbeddingRecipe:
                 attempt["passed"], attempt["failure"] = False, str(exc)
             log.info("int8 %s: %s", variant.name, {k: v for k, v in attempt.items()
                                                    if k != "variant"})
+            progress_log.info("int8 %s: mean cosine %.4f, min %.4f: %s", variant.name,
+                              stats.mean, stats.min, "passed" if attempt["passed"] else "failed")
             attempts.append(attempt)
             if attempt["passed"]:
                 break
@@ -337,11 +340,10 @@ class TextEmbeddingRecipe:
         texts = self.fidelity_texts[:: max(1, len(self.fidelity_texts) // SENSITIVITY_TEXTS)]
         batches = [tuple(torch.from_numpy(a) for a in self.feeds(texts[i:i + 16]).values())
                    for i in range(0, len(texts), 16)]
-        log.info("int8: every plain variant failed; scanning the sensitivity of each MatMul "
-                 "on %d texts", len(texts))
+        progress_log.info("int8: every plain variant failed; scanning the sensitivity of each "
+                          "MatMul on %d texts", len(texts))
         ranking = sensitivity.linear_sensitivity(
-            self.embedder, batches, nodes, quantize.GUIDED_BASE.reduce_range,
-            lambda done, total: log.info("int8 sensitivity scan: %d/%d", done, total))
+            self.embedder, batches, nodes, quantize.GUIDED_BASE.reduce_range, _scan_progress)
         budget *= GUIDED_BUDGET_SHARE
         counts = sensitivity.exclusion_counts([s.loss for s in ranking], budget)
         scan["sensitivity"] = {"texts": len(texts), "budget": budget, "counts": counts,
@@ -366,6 +368,12 @@ class TextEmbeddingRecipe:
         """Every `stride`-th corpus text, length-sorted into batches (little padding)."""
         texts = sorted(build_corpus()[::stride], key=len)
         return [self.feeds(texts[i:i + batch]) for i in range(0, len(texts), batch)]
+
+
+def _scan_progress(done: int, total: int) -> None:
+    """A line at every tenth of the sensitivity scan (each step is one model pass)."""
+    if done == total or done % max(1, total // 10) == 0:
+        progress_log.info("int8 sensitivity scan: %d/%d MatMuls", done, total)
 
 
 def recipe(folder: Path, threads: int = 2) -> TextEmbeddingRecipe:

@@ -145,3 +145,19 @@ def test_mean_cosine_loss() -> None:
 ])
 def test_exclusion_counts(losses: list[float], budget: float, expected: list[int]) -> None:
     assert exclusion_counts(losses, budget) == expected
+
+
+def test_the_scan_reports_a_line_per_tenth_and_the_cli_shows_it_without_verbose(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from export.cli import _logging
+    from export.text_embedding import _scan_progress
+
+    _logging(verbose=False)
+    assert logging.getLogger("export.progress").isEnabledFor(logging.INFO)
+    with caplog.at_level(logging.INFO, logger="export.progress"):
+        for done in range(1, 73):
+            _scan_progress(done, 72)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 11 and lines[-1] == "int8 sensitivity scan: 72/72 MatMuls"
