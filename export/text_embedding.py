@@ -348,6 +348,9 @@ class TextEmbeddingRecipe:
         counts = sensitivity.exclusion_counts([s.loss for s in ranking], budget)
         scan["sensitivity"] = {"texts": len(texts), "budget": budget, "counts": counts,
                                "ranking": [asdict(s) for s in ranking]}
+        if not counts:
+            progress_log.warning("int8: the scan needs more than half of the %d MatMuls in "
+                                 "FP32 to fit the gate; no guided variant to try", len(ranking))
         for count in counts:
             yield quantize.GUIDED_BASE.keeping(tuple(s.node for s in ranking[:count]))
 
