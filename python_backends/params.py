@@ -8,6 +8,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+# An onnxruntime encoder's second session, run when its peer instances are idle
+# (python_backends/tensor_model.py); its configs set it to instances x threads.
+IDLE_THREADS_PARAMETER = "idle_intra_op_thread_count"
+
+
 class ConfigError(ValueError):
     """A config parameter is present but cannot be used; raised from initialize()."""
 

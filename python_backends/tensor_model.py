@@ -14,9 +14,17 @@ import numpy as np
 
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
+from python_backends.busy_peers import BusyPeers, peers_folder
 from python_backends.errors import ModelError
 from python_backends.metrics import Counter
-from python_backends.params import flag, parameter, positive_int, tensor_names
+from python_backends.params import (
+    IDLE_THREADS_PARAMETER,
+    ConfigError,
+    flag,
+    parameter,
+    positive_int,
+    tensor_names,
+)
 from python_backends.runners import RunnerError, artifact_runner
 from python_backends.structured_log import BatchFacts
 
@@ -25,6 +33,8 @@ class TensorModel(BaseModel):
     """The shared request loop of the Python-based backends: one runner per instance."""
 
     threads_parameter = "intra_op_thread_count"  # the native backend's parameter name
+    idle_threads_supported = False  # a second session with more threads (ONNX only)
+    peers: BusyPeers | None = None
 
     def setup(self, args: dict[str, str]) -> None:
         self.inputs = tensor_names(self.config, "input")
@@ -39,6 +49,24 @@ class TensorModel(BaseModel):
         spinning = parameter(self.config, "allow_spinning", True, flag)
         self.run = artifact_runner(path, self.threads, self.inputs, self.outputs, spinning)
         self.log.info(f"loaded {path} with {self.threads} intra-op thread(s)")
+        idle = parameter(self.config, IDLE_THREADS_PARAMETER, self.threads, positive_int)
+        if idle > self.threads:
+            self._setup_idle_session(path, idle, args.get("model_instance_name", "0"), labels)
+
+    def _setup_idle_session(self, path: Any, threads: int, instance: str,
+                            labels: dict[str, str]) -> None:
+        """A second session with `threads` threads (no spinning), run when no other
+        instance of this model is running a batch: a lone request gets every core, and
+        under load each instance keeps its own thread."""
+        if not self.idle_threads_supported:
+            raise ConfigError(f"{IDLE_THREADS_PARAMETER} is for onnxruntime models, not "
+                              f"{type(self).__name__}")
+        self.idle_run = artifact_runner(path, threads, self.inputs, self.outputs, False)
+        self.peers = BusyPeers(peers_folder(self.name, self.version), instance)
+        self.idle_calls = Counter(
+            "tmr_backend_idle_session_calls_total",
+            "Runtime calls made with the idle session (no other instance was busy)", labels)
+        self.log.info(f"idle session: {threads} intra-op threads when no peer is busy")
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         feeds = [{name: input_array(r, name) for name in self.inputs} for r in requests]
@@ -60,7 +88,14 @@ class TensorModel(BaseModel):
         return responses
 
     def _counted_run(self, batch: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-        out = self.run(batch)
+        if self.peers is None:
+            out = self.run(batch)
+        else:
+            with self.peers.running():  # flag first: two instances starting at once see each other
+                idle = not self.peers.others_busy()
+                out = (self.idle_run if idle else self.run)(batch)
+            if idle:
+                self.idle_calls.inc()
         self.calls.inc()
         self.rows.inc(rows)
         return out
@@ -70,6 +105,7 @@ class OnnxRuntimeModel(TensorModel):
     """`backend: "onnxruntime"` on the CPU, through the onnxruntime package."""
 
     default_filename = "model.onnx"
+    idle_threads_supported = True
 
 
 class TorchScriptModel(TensorModel):

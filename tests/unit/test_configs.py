@@ -205,7 +205,8 @@ def test_onnx_export_graph_names_equal_the_configs(path):
 def keys_read_by_code() -> set[str]:
     """String literals the code reads with: a call argument (parameter(config, "key"),
     params.get("key")), a subscript (params["key"]), a membership test ("key" in p), or a
-    class attribute naming the key a class reads (`threads_parameter = "KEY"`), or a key of
+    class attribute or module constant naming the key code reads (`threads_parameter = "KEY"`,
+    `IDLE_THREADS_PARAMETER = "key"`), or a key of
     a `*_casts` table (key -> how to read it). Other literal dict keys (the families'
     defaults) are definitions, not reads."""
     read: set[str] = set()
@@ -220,7 +221,7 @@ def keys_read_by_code() -> set[str]:
                 elif isinstance(node, ast.Compare):
                     values = [node.left, *node.comparators]
                 elif isinstance(node, ast.Assign) and any(
-                        isinstance(t, ast.Name) and t.id.endswith("_parameter")
+                        isinstance(t, ast.Name) and t.id.lower().endswith("_parameter")
                         for t in node.targets):
                     values = [node.value]
                 elif (isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Dict)
