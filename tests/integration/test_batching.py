@@ -90,7 +90,7 @@ def test_a_lone_request_runs_on_the_idle_session_and_a_crowd_on_the_instances_ow
             client.embed([f"a lone request number {i}"])
             time.sleep(0.05)  # past the peers' recent window (busy_peers.BusyPeers)
     idle1, all1 = idle_and_all()
-    assert all1 - all0 == 10
+    assert all1 - all0 >= 10
     assert idle1 - idle0 >= 8, "lone requests should use the idle session"
 
     asyncio.run(concurrent_embeds(triton.grpc_url, [f"crowd {i} " * (i % 7 + 1)
