@@ -1,10 +1,7 @@
 """The real Prometheus scraping the session's real Triton: recorded series, coverage, alerts.
 
-Prometheus runs the production rules with every `for:` shortened to FOR (2 s) and a 1 s
+Prometheus runs the production rules with every `for:` shortened to FOR (1 s) and a 1 s
 scrape and evaluation interval, so an overload of a few seconds shows in the alert states.
-FOR is two evaluations, not one: with `for` equal to the interval an alert is pending for
-a single evaluation, which a loaded 2-core host can fail to observe (a CI run saw
-TmrQueueNearlyFull firing without ever seeing it pending).
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ GPU_ONLY_METRICS = {"nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes",
                     "nv_gpu_utilization", "nv_gpu_power_usage"}
 # Both priorities far above the ~220 infer/s this machine serves, for long enough to fill
 # both queues (512 + 128) past 80%.
-FOR = "2s"
+FOR = "1s"
 OVERLOAD_RPS = 1200
 # The queue must stay over 80% for two evaluations, not just touch it. On a slow or busy
 # machine one burst may not hold it there, so the overload repeats in bursts until both
