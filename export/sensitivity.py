@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from export.parity import cosine_rows
+
 UINT8_LEVELS = 255
 
 
@@ -75,10 +77,9 @@ def onnx_node_for(module: str, nodes: Iterable[str]) -> str | None:
 
 def mean_cosine_loss(reference: np.ndarray, candidate: np.ndarray) -> float:
     """1 - the mean cosine of matching rows (rows flattened past the first axis)."""
-    a = reference.reshape(len(reference), -1).astype(np.float64)
-    b = candidate.reshape(len(candidate), -1).astype(np.float64)
-    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return float(1.0 - np.mean(np.sum(a * b, axis=1) / np.maximum(norms, 1e-30)))
+    rows = len(reference)
+    return float(1.0 - np.mean(cosine_rows(reference.reshape(rows, -1),
+                                           candidate.reshape(len(candidate), -1))))
 
 
 def linear_sensitivity(

@@ -7,8 +7,8 @@ Writes files of `perf/inputs/`:
   natural photos as clients send them, JPEG q90 at their own sizes (451x300 to 600x400),
   and the coffee photo at 1920x1280 (a web upload);
 - `<MODEL>.json` for each image model whose `source/source.py` defines
-  `perf_images(count)`: 64 images of what that model's clients send (digits: MNIST test
-  digits as 28x28 PNGs); the sweep takes a model's own file over its family's.
+  `perf_images(count)`: 64 images of what that model's clients send, as its source
+  defines them; the sweep takes a model's own file over its family's.
 
 Each request is one image (shape [1]); the front model decodes base64 text itself, so
 the same file serves HTTP and gRPC. The files are small enough to commit (< 1 MB).

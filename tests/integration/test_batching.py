@@ -70,4 +70,3 @@ def test_direct_encoder_requests_of_one_shape_are_batched_into_one_session_call(
     rows = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
                         model="minilm_int8") - calls_before
     assert rows == 32
-

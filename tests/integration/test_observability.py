@@ -1,7 +1,7 @@
 """The real Prometheus scraping the session's real Triton: recorded series, coverage, alerts.
 
-Prometheus runs the production rules with every `for:` shortened to FOR (1 s) and a 1 s
-scrape and evaluation interval, so an overload of a few seconds shows in the alert states.
+Prometheus runs the production rules with every `for:` shortened to 1 s and a 1 s scrape
+and evaluation interval, so an overload of a few seconds shows in the alert states.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ GPU_ONLY_METRICS = {"nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes",
                     "nv_gpu_utilization", "nv_gpu_power_usage"}
 # Both priorities far above the ~220 infer/s this machine serves, for long enough to fill
 # both queues (512 + 128) past 80%.
-FOR = "1s"
 OVERLOAD_RPS = 1200
 # The queue must stay over 80% for two evaluations, not just touch it. On a slow or busy
 # machine one burst may not hold it there, so the overload repeats in bursts until both
@@ -66,7 +65,7 @@ def prometheus(triton: TritonServer, watchdog_target: str,
     values = prometheus_values(f"localhost:{triton.opts.ports.metrics}", watchdog_target,
                                scrape_interval="1s", evaluation_interval="1s")
     config = write_config_dir(tmp_path_factory.mktemp("prometheus"), values,
-                              shorten_for(RULES_FILE.read_text(), FOR))
+                              shorten_for(RULES_FILE.read_text(), "1s"))
     with PrometheusServer(config.parent) as server:
         # Prometheus applies new targets every 5 s: load sent before it scrapes is lost.
         wait_for(server, 'count_over_time(up{job="triton"}[1m]) >= 2')
