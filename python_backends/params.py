@@ -9,7 +9,7 @@ T = TypeVar("T")
 
 
 # An onnxruntime encoder's second session, run when its peer instances are idle
-# (python_backends/tensor_model.py); opt-in, set by hand (docs/serving.md).
+# (python_backends/tensor_model.py); its configs set it to instances x threads.
 IDLE_THREADS_PARAMETER = "idle_intra_op_thread_count"
 
 

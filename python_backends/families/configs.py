@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from python_backends.families import Family, Tensor, family
 from python_backends.families.spec import DIM, IMAGE_DIMS
+from python_backends.params import IDLE_THREADS_PARAMETER
 from python_backends.versions import policy_line
 
 CPU, GPU = "cpu", "gpu"
@@ -84,6 +85,8 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
     values = {"family": fam.name, "format": fmt.name, "source": spec.source}
     if profile == CPU:
         values |= {fmt.threads_parameter: str(spec.threads), **fmt.gate, **spec.gate}
+        if fmt.backend == "onnxruntime" and spec.instances > 1:  # a lone request: every core
+            values[IDLE_THREADS_PARAMETER] = str(spec.instances * spec.threads)
     config = {
         "name": spec.name, "max_batch_size": fam.max_batch_size,
         "input": tensors(fam.encoder_inputs, spec.sizes),

@@ -4,6 +4,7 @@ similar lengths share encoder calls."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 
@@ -70,3 +71,29 @@ def test_direct_encoder_requests_of_one_shape_are_batched_into_one_session_call(
     rows = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
                         model="minilm_int8") - calls_before
     assert rows == 32
+
+
+def test_a_lone_request_runs_on_the_idle_session_and_a_crowd_on_the_instances_own(
+        triton) -> None:
+    """minilm_onnx has 2 instances x 1 thread and idle_intra_op_thread_count 2: with no peer
+    busy (nor finished within the recent window), a batch runs on the 2-thread session."""
+    from client import EmbedClient
+
+    def idle_and_all() -> tuple[float, float]:
+        return tuple(metric_value(triton.metrics_url, name, model="minilm_onnx")
+                     for name in ("tmr_backend_idle_session_calls_total",
+                                  "tmr_backend_runtime_calls_total"))
+
+    idle0, all0 = idle_and_all()
+    with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
+        for i in range(10):
+            client.embed([f"a lone request number {i}"])
+            time.sleep(0.05)  # past the peers' recent window (busy_peers.BusyPeers)
+    idle1, all1 = idle_and_all()
+    assert all1 - all0 >= 10
+    assert idle1 - idle0 >= 8, "lone requests should use the idle session"
+
+    asyncio.run(concurrent_embeds(triton.grpc_url, [f"crowd {i} " * (i % 7 + 1)
+                                                    for i in range(CONCURRENCY)]))
+    idle2, all2 = idle_and_all()
+    assert idle2 - idle1 < all2 - all1, "under load the instances run their own sessions"
