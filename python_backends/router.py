@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,13 +44,14 @@ from python_backends.degradation import (
     throttled,
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
-from python_backends.params import ConfigError, parameter
+from python_backends.params import ConfigError, parameter, positive_int
 from python_backends.router_metrics import RouterMetrics
 from python_backends.routing import Plan, RoutedRequest, plan_batch
 
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
+IN_FLIGHT_PARAMETER = "encoder_calls_in_flight"  # default: the encoder's instance count
 
 
 def rss_mb() -> float:
@@ -72,11 +74,13 @@ def gpu_memory_reader() -> Any:
 
 @dataclass(frozen=True)
 class Encoder:
-    """An encoder model as the router calls it: its name, output tensor and precision."""
+    """An encoder model as the router calls it: its name, output tensor, precision and
+    CPU instance count (how many of its calls can run at once)."""
 
     name: str
     output: str
     precision: str
+    instances: int = 1
 
     @classmethod
     def from_repository(cls, repository: Path, name: str) -> Encoder:
@@ -87,7 +91,8 @@ class Encoder:
             raise ConfigError(f"encoder {name!r} has no readable config in {repository}: "
                               f"{err}") from err
         fmt = config.parameters["format"].string_value if "format" in config.parameters else ""
-        return cls(name, config.output[0].name, "int8" if fmt == "int8" else "fp32")
+        instances = sum(g.count for g in config.instance_group) or 1
+        return cls(name, config.output[0].name, "int8" if fmt == "int8" else "fp32", instances)
 
 
 class ServedVersions(threading.Thread):
@@ -146,6 +151,11 @@ class FamilyRouter(BaseModel):
         self.metrics.level.set(self.policy.level)
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()])
         self.served.start()
+        # The length buckets of one batch go to the encoder at once, up to as many calls
+        # as it has instances (1: one after the other).
+        in_flight = parameter(self.config, IN_FLIGHT_PARAMETER,
+                              max(e.instances for e in self.encoders.values()), positive_int)
+        self.pool = ThreadPoolExecutor(in_flight, "tmr-encoder-call") if in_flight > 1 else None
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
 
     # -- what a family says ---------------------------------------------------------
@@ -168,6 +178,8 @@ class FamilyRouter(BaseModel):
     # -- the ladder -----------------------------------------------------------------
     def finalize(self) -> None:
         self.served.stopped.set()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
         super().finalize()
 
     def degradation_level(self) -> int | None:
@@ -237,10 +249,17 @@ class FamilyRouter(BaseModel):
             return self._call(fallback, rows, calls), self._served_by(fallback, self.levels[2])
 
     def _call(self, encoder: Encoder, rows: list, calls: list[list[int]]) -> np.ndarray:
-        """One BLS call per group of `calls` (row indices), results back in row order."""
+        """One BLS call per group of `calls` (row indices), results back in row order;
+        the calls run at once on the pool when there is more than one."""
+        feeds = [self.feeds([rows[i] for i in group]) for group in calls]
+        if self.pool is None or len(feeds) < 2:
+            parts = [self.call_encoder(encoder, f) for f in feeds]
+        else:
+            futures = [self.pool.submit(self.call_encoder, encoder, f) for f in feeds]
+            wait(futures)  # every call done before any error is raised: none left running
+            parts = [f.result() for f in futures]
         out: np.ndarray | None = None
-        for group in calls:
-            part = self.call_encoder(encoder, self.feeds([rows[i] for i in group]))
+        for group, part in zip(calls, parts):
             if out is None:
                 out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
             out[group] = part

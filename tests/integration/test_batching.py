@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import numpy as np
 
@@ -97,3 +98,23 @@ def test_a_lone_request_runs_on_the_idle_session_and_a_crowd_on_the_instances_ow
                                                     for i in range(CONCURRENCY)]))
     idle2, all2 = idle_and_all()
     assert idle2 - idle1 < all2 - all1, "under load the instances run their own sessions"
+
+
+def test_length_buckets_of_one_request_come_back_in_row_order(triton) -> None:
+    """One request whose rows fall in several length buckets: the buckets go to the
+    encoder as separate calls, at once (`encoder_calls_in_flight`, default the encoder's
+    instance count), and every row still gets its own text's vector (against
+    sentence-transformers, each text alone)."""
+    from client import EmbedClient
+    from tests.conftest import MINILM_SOURCE
+    from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
+
+    nonce = uuid.uuid4().hex[:8]  # no cached row can answer
+    texts = [f"{nonce} " + " ".join(["word"] * n) for n in (180, 1, 60, 3, 120, 9, 30, 240)]
+    before = model_counts(triton.http_url, "minilm_onnx").success_count
+    with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
+        got = client.embed(texts)
+    calls = model_counts(triton.http_url, "minilm_onnx").success_count - before
+    assert calls >= 4, f"{calls} encoder call(s): the rows should span several buckets"
+    reference = sentence_transformers_embeddings(MINILM_SOURCE, texts)
+    assert cosines(got, reference).min() >= 0.9999
