@@ -51,7 +51,7 @@ from python_backends.routing import Plan, RoutedRequest, plan_batch
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
-IN_FLIGHT_PARAMETER = "encoder_calls_in_flight"  # default: the encoder's instance count
+IN_FLIGHT_PARAMETER = "encoder_calls_in_flight"  # a batch's encoder calls at once (opt-in)
 
 
 def rss_mb() -> float:
@@ -74,13 +74,11 @@ def gpu_memory_reader() -> Any:
 
 @dataclass(frozen=True)
 class Encoder:
-    """An encoder model as the router calls it: its name, output tensor, precision and
-    CPU instance count (how many of its calls can run at once)."""
+    """An encoder model as the router calls it: its name, output tensor and precision."""
 
     name: str
     output: str
     precision: str
-    instances: int = 1
 
     @classmethod
     def from_repository(cls, repository: Path, name: str) -> Encoder:
@@ -91,8 +89,7 @@ class Encoder:
             raise ConfigError(f"encoder {name!r} has no readable config in {repository}: "
                               f"{err}") from err
         fmt = config.parameters["format"].string_value if "format" in config.parameters else ""
-        instances = sum(g.count for g in config.instance_group) or 1
-        return cls(name, config.output[0].name, "int8" if fmt == "int8" else "fp32", instances)
+        return cls(name, config.output[0].name, "int8" if fmt == "int8" else "fp32")
 
 
 class ServedVersions(threading.Thread):
@@ -151,11 +148,12 @@ class FamilyRouter(BaseModel):
         self.metrics.level.set(self.policy.level)
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()])
         self.served.start()
-        # The length buckets of one batch go to the encoder at once, up to as many calls
-        # as it has instances (1: one after the other).
-        in_flight = parameter(self.config, IN_FLIGHT_PARAMETER,
-                              max(e.instances for e in self.encoders.values()), positive_int)
+        # How many of one batch's encoder calls (its length buckets) run at once; 1, the
+        # default, sends them one after the other (docs/serving.md has the trade-off).
+        in_flight = parameter(self.config, IN_FLIGHT_PARAMETER, 1, positive_int)
         self.pool = ThreadPoolExecutor(in_flight, "tmr-encoder-call") if in_flight > 1 else None
+        if self.pool is not None:
+            self.log.info(f"up to {in_flight} encoder calls of a batch at once")
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
 
     # -- what a family says ---------------------------------------------------------
@@ -250,7 +248,7 @@ class FamilyRouter(BaseModel):
 
     def _call(self, encoder: Encoder, rows: list, calls: list[list[int]]) -> np.ndarray:
         """One BLS call per group of `calls` (row indices), results back in row order;
-        the calls run at once on the pool when there is more than one."""
+        with `encoder_calls_in_flight` above 1 they run at once on the pool."""
         feeds = [self.feeds([rows[i] for i in group]) for group in calls]
         if self.pool is None or len(feeds) < 2:
             parts = [self.call_encoder(encoder, f) for f in feeds]
