@@ -68,6 +68,11 @@ class TensorModel(BaseModel):
             "Runtime calls made with the idle session (no other instance was busy)", labels)
         self.log.info(f"idle session: {threads} intra-op threads when no peer is busy")
 
+    def finalize(self) -> None:
+        if self.peers is not None:
+            self.peers.close()
+        super().finalize()
+
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         feeds = [{name: input_array(r, name) for name in self.inputs} for r in requests]
         self.batch = BatchFacts(

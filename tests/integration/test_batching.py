@@ -4,13 +4,18 @@ similar lengths share encoder calls."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
 import numpy as np
+import tritonclient.http as httpclient
 
-from client import NO_RETRY, AsyncEmbedClient
+from client import NO_RETRY, AsyncEmbedClient, EmbedClient
+from client.auth import key_headers
+from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import metric_value, model_counts
+from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
 
 CONCURRENCY = 48
 
@@ -78,8 +83,6 @@ def test_a_lone_request_runs_on_the_idle_session_and_a_crowd_on_the_instances_ow
         triton) -> None:
     """minilm_onnx has 2 instances x 1 thread and idle_intra_op_thread_count 2: with no peer
     busy (nor finished within the recent window), a batch runs on the 2-thread session."""
-    from client import EmbedClient
-
     def idle_and_all() -> tuple[float, float]:
         return tuple(metric_value(triton.metrics_url, name, model="minilm_onnx")
                      for name in ("tmr_backend_idle_session_calls_total",
@@ -105,15 +108,6 @@ def test_length_buckets_sent_at_once_come_back_in_row_order(triton) -> None:
     buckets sends them to the encoder as calls at once, and every row still gets its own
     text's vector (against sentence-transformers, each text alone). `embed` is loaded
     with the parameter through Triton's config override, then reloaded from disk."""
-    import json
-
-    import tritonclient.http as httpclient
-
-    from client import EmbedClient
-    from client.auth import key_headers
-    from tests.conftest import MINILM_SOURCE
-    from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
-
     admin = httpclient.InferenceServerClient(triton.http_url)
     config = admin.get_model_config("embed", headers=key_headers(admin=True))
     config["parameters"]["encoder_calls_in_flight"] = {"string_value": "2"}
