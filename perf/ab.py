@@ -2,7 +2,7 @@
 edits, served on its own server, driven by the closed-loop HTTP client of perf/peers.
 
     python -m perf.ab --variant base --variant "one~embed~count: 3~count: 1" \\
-        [--levels 1 4 8 16] [--seconds 6] [--rounds 2]
+        [--levels 1 4 8 16] [--seconds 6] [--rounds 2] [--model embed_bare]
 
 A variant is `NAME` (the repository as it is) or `NAME~MODEL~REGEX~REPLACEMENT[;...]`,
 edits of `MODEL/config.pbtxt` (perf.subjects.build_repository), `~` because configs are
@@ -56,26 +56,32 @@ def parse_variant(spec: str) -> Variant:
     return Variant(name, edits)
 
 
-def start(variant: Variant, root: Path, stack: ExitStack) -> Endpoint:
-    repo = build_repository(root / variant.name, variant.edits, text_only=True)
+def start(variant: Variant, root: Path, stack: ExitStack, model: str | None = None) -> Endpoint:
+    """Serve the variant (the text model, and `model` if it is a fixture) and warm it up;
+    the endpoint of `model`, by default the text model's front."""
+    front = text_model().front
+    model = model or front
+    fixtures = [model] if model != front else []
+    repo = build_repository(root / variant.name, variant.edits, text_only=True,
+                            fixtures=fixtures)
     ports = Ports(free_port(), free_port(), free_port())
     server = stack.enter_context(TritonServer(
         ServerOptions(repository=repo, ports=ports), log_path=root / f"{variant.name}.log"))
     server.wait_ready(timeout_s=300)
-    endpoint = triton_endpoint(f"http://{server.http_url}", text_model().front)
+    endpoint = triton_endpoint(f"http://{server.http_url}", model)
     asyncio.run(closed_loop(endpoint, 8, 3.0))  # warm up
     return endpoint
 
 
 def run(variants: Sequence[Variant], levels: Sequence[int], seconds: float,
-        rounds: int) -> dict[str, list[LoadPoint]]:
+        rounds: int, model: str | None = None) -> dict[str, list[LoadPoint]]:
     """Best point per level for each variant, all servers up at once (idle but one)."""
     measured: dict[str, list[list[LoadPoint]]] = {v.name: [] for v in variants}
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         endpoints = {}
         for v in variants:
             console.log(f"starting {v.name}")
-            endpoints[v.name] = start(v, Path(tmp), stack)
+            endpoints[v.name] = start(v, Path(tmp), stack, model)
         for r, order in enumerate(round_orders([v.name for v in variants], rounds), start=1):
             for name in order:
                 points = []
@@ -104,8 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--model", help="the model to drive: the text model's front (the "
+                        "default) or a fixture of perf/fixtures, e.g. embed_bare")
     args = parser.parse_args(argv)
-    best = run(args.variant, args.levels, args.seconds, args.rounds)
+    best = run(args.variant, args.levels, args.seconds, args.rounds, args.model)
     out = RESULTS / f"ab-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True)
     text = report(best, args.levels)

@@ -7,8 +7,10 @@ Stages, each announced with its number and elapsed time:
    served figures is the best of the batches whose in-process time fits the 60 ms
    objective (perf/targets.py);
 2. peers (perf/peers): `embed` on Triton, infinity-emb, the seeds' asyncio batcher and
-   naive FastAPI, each in its own venv (`make peers`), driven by the same closed-loop
-   HTTP client with a new text per request; the peer table and the issue's targets;
+   naive FastAPI, each in its own venv (`make peers`), and the floor: `embed_bare`, the
+   least serving Triton allows (one stub, no BLS hop); all driven by the same closed-loop
+   HTTP client with a new text per request; the peer table and the issue's targets, for
+   `embed` and, to show what any layout could reach here, for the floor;
 3. the ladder: Triton gRPC straight to each encoder (FP32, INT8, TorchScript); `embed`
    over gRPC and HTTP (perf_analyzer); the SDK; the bare single-model fixture and the
    tokenizer alone; `embed`'s concurrency sweep; where the CPU goes (perf/profile.py);
@@ -190,7 +192,8 @@ def run(out: Path) -> dict:
     stage(1, total, "in-process onnxruntime, batch 1..32", began)
     results["in_process"] = in_process_rates(served_artifact(DEFAULT_REPOSITORY, primary),
                                              model.front)
-    stage(2, total, "the peers: embed, infinity-emb, the seeds' batcher, naive FastAPI", began)
+    stage(2, total, "the peers: embed, infinity-emb, the seeds' batcher, naive FastAPI, "
+          "and embed_bare (the floor)", began)
     peers = run_peers(out=out / "peers")
     results["peers"] = {s.name: s.best for s in peers.servers}
     results["peers_report"] = peers.report()
@@ -212,6 +215,7 @@ def report(r: dict) -> str:
     ratios = r["openai_route"]["ratios"]
     targets = [*serving_targets(r["peers"], reference, P99_BUDGET_MS),
                *route_targets(ratios.get(16) or ratios.get("16"))]
+    floor = floor_section(r["peers"], reference)
     checks = [
         ("dynamic batching on >= 1.4x off at c16",
          r["embed_grpc"]["rps"] / r["no_batching"]["rps"], 1.4),
@@ -234,7 +238,7 @@ def report(r: dict) -> str:
         f"({r['seconds'] / 60:.1f} min), every figure a ratio to others of the same run.", "",
         "## Against the peers", "", r["peers_report"], "",
         "## Targets", "",
-        table(targets), "",
+        table(targets), "", *floor,
         f"In-process reference: {reference:.0f} seq/s at batch {batch}, the best batch whose "
         f"in-process time fits the {P99_BUDGET_MS:g} ms objective (1 process per core x 1 "
         "thread, tokenizer included):", "",
@@ -265,6 +269,19 @@ def report(r: dict) -> str:
         "![ladder](benchmarks_ladder.png)", "", "![sweep](benchmarks_sweep.png)", "",
         "## Where the CPU goes (perf/profile.py)", "", profile_report(r["profile"], 16)]
     return "\n".join(rows) + "\n"
+
+
+def floor_section(peers: dict, reference: float) -> list[str]:
+    """The serving targets judged for `embed_bare`, the floor of serving overhead; empty
+    when the run did not measure it."""
+    if "bare" not in peers:
+        return []
+    return [
+        "The same serving targets for `embed_bare`, the least serving Triton allows on this "
+        "machine: tokenizer and onnxruntime in one Python stub, no BLS hop, no second stub "
+        "(perf/fixtures). A target it misses too is out of reach of any change of layout "
+        "here, not only of `embed`'s:", "",
+        table(serving_targets(peers, reference, P99_BUDGET_MS, subject="bare")), ""]
 
 
 def plot_ladder(r: dict, path: Path) -> None:

@@ -7,6 +7,7 @@ its front model, encoders, served artifact and tokenizer come from its configs.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from python_backends import versions as v
@@ -51,28 +52,30 @@ FIXTURES = PROJECT_ROOT / "perf" / "fixtures"
 
 
 def build_repository(root: Path, edits: list[tuple[str, str, str]],
-                     source: Path = DEFAULT_REPOSITORY, text_only: bool = False) -> Path:
+                     source: Path = DEFAULT_REPOSITORY, text_only: bool = False,
+                     fixtures: Sequence[str] = ()) -> Path:
     """The repository and the benchmark fixtures (perf/fixtures) in `root`, with config
     edits (model, regex, replacement) applied; `embed_bare` runs the served primary.
-    `text_only`: only the text model's folders, no fixtures (a lighter server)."""
+    `text_only`: only the text model's folders and the `fixtures` named (a lighter server)."""
     import shutil
 
     from server.repository import copy_repository, edit_config, set_parameter
 
     model = text_model(source)
-    repo = copy_repository([source] if text_only else [source, FIXTURES], root / "repository")
+    repo = copy_repository([source, FIXTURES], root / "repository")
     if text_only:
+        keep = {*model.models, *fixtures}
         for folder in repo.iterdir():
-            if folder.name not in model.models:
+            if folder.name not in keep:
                 shutil.rmtree(folder)
-    else:
+    if (repo / "embed_bare").is_dir():
         primary = model.encoder(model.family.primary)
         set_parameter(repo, "embed_bare", "onnx_path", str(served_artifact(source, primary)))
-        # Fixtures with Python code tokenize as the front does: its tokenizer.json, beside them.
-        front_tokenizer = repo / model.front / "1" / "tokenizer.json"
-        for fixture in FIXTURES.iterdir():
-            if (fixture / "1" / "model.py").exists():
-                shutil.copy2(front_tokenizer, repo / fixture.name / "1" / "tokenizer.json")
+    # Fixtures with Python code tokenize as the front does: its tokenizer.json, beside them.
+    front_tokenizer = repo / model.front / "1" / "tokenizer.json"
+    for fixture in FIXTURES.iterdir():
+        if (fixture / "1" / "model.py").exists() and (repo / fixture.name).is_dir():
+            shutil.copy2(front_tokenizer, repo / fixture.name / "1" / "tokenizer.json")
     for name, pattern, replacement in edits:
         edit_config(repo, name, pattern, replacement)
     return repo

@@ -59,10 +59,10 @@ def goodput_rps(points: Sequence[LoadPoint] | None, budget_ms: float) -> float |
 
 
 def serving_targets(servers: Mapping[str, Sequence[LoadPoint]], in_process: float,
-                    budget_ms: float) -> list[Target]:
-    """The issue's targets for `embed` against the peers (keys: embed, infinity, batcher,
-    naive; a missing peer gives an unmeasured target)."""
-    embed = servers["embed"]
+                    budget_ms: float, subject: str = "embed") -> list[Target]:
+    """The issue's targets for `subject` (by default `embed`) against the peers (keys:
+    embed, infinity, batcher, naive; a missing peer gives an unmeasured target)."""
+    embed = servers[subject]
     ours = goodput_rps(embed, budget_ms)
     c1, naive_c1, c16 = at(embed, 1), at(servers.get("naive", []), 1), at(embed, 16)
     return [

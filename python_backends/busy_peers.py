@@ -16,9 +16,10 @@ import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def peers_folder(model: str, version: str, server_pid: int | None = None) -> Path:
@@ -72,3 +73,21 @@ class BusyPeers:
         for fd in [self.own, *self.peers.values()]:
             os.close(fd)
         self.peers.clear()
+
+
+class IdleAwareRunner:
+    """Two runners of one artifact: `run`, an instance's share of the cores, and
+    `idle_run`, all of them; each batch takes `idle_run` when no peer instance is busy."""
+
+    def __init__(self, run: Callable[[Any], Any], idle_run: Callable[[Any], Any],
+                 peers: BusyPeers) -> None:
+        self.run, self.idle_run, self.peers = run, idle_run, peers
+
+    def __call__(self, feeds: Any) -> tuple[Any, bool]:
+        """(the outputs, whether the idle runner ran them)."""
+        with self.peers.running():  # flag first: two instances starting at once see each other
+            idle = not self.peers.others_busy()
+            return (self.idle_run if idle else self.run)(feeds), idle
+
+    def close(self) -> None:
+        self.peers.close()

@@ -14,7 +14,7 @@ import numpy as np
 
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
-from python_backends.busy_peers import BusyPeers, peers_folder
+from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.errors import ModelError
 from python_backends.metrics import Counter
 from python_backends.params import (
@@ -34,7 +34,7 @@ class TensorModel(BaseModel):
 
     threads_parameter = "intra_op_thread_count"  # the native backend's parameter name
     idle_threads_supported = False  # a second session with more threads (ONNX only)
-    peers: BusyPeers | None = None
+    idle_aware: IdleAwareRunner | None = None
 
     def setup(self, args: dict[str, str]) -> None:
         self.inputs = tensor_names(self.config, "input")
@@ -61,16 +61,17 @@ class TensorModel(BaseModel):
         if not self.idle_threads_supported:
             raise ConfigError(f"{IDLE_THREADS_PARAMETER} is for onnxruntime models, not "
                               f"{type(self).__name__}")
-        self.idle_run = artifact_runner(path, threads, self.inputs, self.outputs, False)
-        self.peers = BusyPeers(peers_folder(self.name, self.version), instance)
+        self.idle_aware = IdleAwareRunner(
+            self.run, artifact_runner(path, threads, self.inputs, self.outputs, False),
+            BusyPeers(peers_folder(self.name, self.version), instance))
         self.idle_calls = Counter(
             "tmr_backend_idle_session_calls_total",
             "Runtime calls made with the idle session (no other instance was busy)", labels)
         self.log.info(f"idle session: {threads} intra-op threads when no peer is busy")
 
     def finalize(self) -> None:
-        if self.peers is not None:
-            self.peers.close()
+        if self.idle_aware is not None:
+            self.idle_aware.close()
         super().finalize()
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
@@ -93,12 +94,10 @@ class TensorModel(BaseModel):
         return responses
 
     def _counted_run(self, batch: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-        if self.peers is None:
+        if self.idle_aware is None:
             out = self.run(batch)
         else:
-            with self.peers.running():  # flag first: two instances starting at once see each other
-                idle = not self.peers.others_busy()
-                out = (self.idle_run if idle else self.run)(batch)
+            out, idle = self.idle_aware(batch)
             if idle:
                 self.idle_calls.inc()
         self.calls.inc()

@@ -29,13 +29,14 @@ from perf.peers.servers import (
     Running,
     missing_peers,
     peer,
+    triton_bare,
     triton_embed,
 )
 from perf.peers.stats import NOISY_SHARE, LoadPoint, best_of, render_table, round_orders
 from server.settings import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
-SERVERS = ("embed", "infinity", "batcher", "naive")
+SERVERS = ("embed", "infinity", "batcher", "naive", "bare")
 LEVELS = (1, 4, 8, 16, 32)
 SECONDS = 6.0
 ROUNDS = 2
@@ -117,6 +118,8 @@ def start(name: str, peers: Path, out: Path, stack: ExitStack) -> Running:
     log = out / f"{name}.log"
     if name == "embed":
         return stack.enter_context(triton_embed(log))
+    if name == "bare":
+        return stack.enter_context(triton_bare(log))
     return stack.enter_context(peer(PEERS[name], peers, log))
 
 

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -30,6 +31,7 @@ from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, TRITON_VERSION, Po
 PEERS_DIR = PROJECT_ROOT / ".peers"
 HERE = Path(__file__).resolve().parent
 STOP_TIMEOUT_S = 20.0
+BARE = "embed_bare"  # the single-stub fixture of perf/fixtures
 # Variables of this process that must not leak into a peer's interpreter.
 LEAKY_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 
@@ -211,6 +213,25 @@ def triton_embed(log_path: Path) -> Iterator[Running]:
     ports = Ports(*free_ports(3))
     with TritonServer(ServerOptions(ports=ports), log_path=log_path) as server:
         yield Running("embed", f"`{front}` on Triton (this project)",
-                      triton_endpoint(f"http://{server.http_url}", front),
-                      {"tritonserver": TRITON_VERSION,
-                       **installed_versions(Path(sys.executable), ("onnxruntime", "numpy"))})
+                      triton_endpoint(f"http://{server.http_url}", front), triton_versions())
+
+
+@contextmanager
+def triton_bare(log_path: Path) -> Iterator[Running]:
+    """The least serving Triton allows here: the `embed_bare` fixture (tokenizer and
+    onnxruntime in one Python model, no BLS hop, no second stub), beside the text model
+    it reads its encoders' configs from."""
+    from perf.subjects import build_repository
+
+    with tempfile.TemporaryDirectory(prefix="tmr-bare-") as tmp:
+        repo = build_repository(Path(tmp), [], text_only=True, fixtures=[BARE])
+        ports = Ports(*free_ports(3))
+        with TritonServer(ServerOptions(repository=repo, ports=ports),
+                          log_path=log_path) as server:
+            yield Running("bare", f"`{BARE}` on Triton: one stub, no BLS hop (the floor)",
+                          triton_endpoint(f"http://{server.http_url}", BARE), triton_versions())
+
+
+def triton_versions() -> dict[str, str]:
+    return {"tritonserver": TRITON_VERSION,
+            **installed_versions(Path(sys.executable), ("onnxruntime", "numpy"))}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from python_backends.busy_peers import BusyPeers, peers_folder
+from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 
 pytestmark = pytest.mark.timeout(60)
 CTX = mp.get_context("spawn")
@@ -70,3 +70,19 @@ def test_the_folder_is_per_server_model_and_version() -> None:
     assert a != peers_folder("minilm_onnx", "2", server_pid=10)
     assert a != peers_folder("minilm_onnx", "1", server_pid=11)
     assert a != peers_folder("minilm_int8", "1", server_pid=10)
+
+
+def test_the_idle_runner_runs_a_batch_only_while_no_peer_is_busy(tmp_path) -> None:
+    ran: list[str] = []
+    runner = IdleAwareRunner(lambda feeds: ran.append("shared") or feeds * 2,
+                             lambda feeds: ran.append("idle") or feeds * 3,
+                             BusyPeers(tmp_path, "me", recent_ms=0))
+    assert runner(5) == (15, True)
+    proc, release = start_peer(tmp_path)
+    try:
+        assert runner(5) == (10, False)
+    finally:
+        release.set()
+        proc.join(30)
+    assert ran == ["idle", "shared"]
+    runner.close()

@@ -22,3 +22,13 @@ def test_every_python_fixture_gets_the_fronts_tokenizer_and_the_bare_model_its_o
 def test_text_only_keeps_the_text_models_folders_and_no_fixture(tmp_path: Path) -> None:
     repo = build_repository(tmp_path, [], text_only=True)
     assert {p.name for p in repo.iterdir()} == set(text_model(repo).models)
+
+
+def test_text_only_keeps_the_fixtures_named_ready_to_serve(tmp_path: Path) -> None:
+    repo = build_repository(tmp_path, [], text_only=True, fixtures=["embed_bare"])
+    model = text_model(repo)
+    assert {p.name for p in repo.iterdir()} == {*model.models, "embed_bare"}
+    assert (repo / "embed_bare" / "1" / "tokenizer.json").read_bytes() == (
+        repo / model.front / "1" / "tokenizer.json").read_bytes()
+    config = (repo / "embed_bare" / "config.pbtxt").read_text()
+    assert 'key: "onnx_path" value: { string_value: "" }' not in config

@@ -34,6 +34,25 @@ def test_serving_targets_are_ratios_to_the_peers_of_the_same_run():
     assert targets["goodput vs in-process at the allowed batches"].measured == 185 / 377
 
 
+def test_the_floor_is_judged_by_the_same_targets_against_the_same_peers():
+    bare = [point(1, 100, 8, 15), point(4, 200, 18, 45), point(16, 250, 55, 90)]
+    targets = {t.name: t for t in serving_targets({**PEERS, "bare": bare}, 377.0, 60,
+                                                  subject="bare")}
+    assert targets["goodput vs infinity-emb"].measured == 200 / 154
+    assert targets["p50 at c1 vs naive FastAPI's"].measured == 8 / 7.9
+    assert targets["p99/p50 at c16"].measured == 90 / 55
+
+
+def test_the_bench_report_judges_the_floor_only_when_it_was_measured():
+    from perf.bench import floor_section
+
+    assert floor_section(PEERS, 377.0) == []
+    bare = [point(1, 100, 8, 15), point(4, 200, 18, 45), point(16, 250, 55, 90)]
+    text = "\n".join(floor_section({**PEERS, "bare": bare}, 377.0))
+    assert "`embed_bare`" in text
+    assert f"| goodput vs infinity-emb | {200 / 154:.2f} | >= 1.5 | MISSED |" in text
+
+
 def test_a_missing_peer_or_point_is_not_measured_and_not_met():
     targets = {t.name: t for t in serving_targets({"embed": EMBED[:1]}, 377.0, 60)}
     assert targets["goodput vs infinity-emb"].measured is None
