@@ -28,6 +28,25 @@ def test_one_step_of_the_allocator_in_the_first_half_is_not_a_leak() -> None:
         "RSS growth over the second half (MB)"][0] == 0
 
 
+def test_one_step_of_the_allocator_in_the_second_half_is_not_a_leak() -> None:
+    # The CI soak of 2026-12-01 21:57: one 66 MB step at 80 s of 120, flat after it.
+    rss = {40: 4103.6, 50: 4105.0, 60: 4098.1, 70: 4105.6, 80: 4171.7, 90: 4172.2,
+           100: 4171.8, 111: 4174.6}
+    growth = verdict([point(t, mb) for t, mb in rss.items()], warmup_s=30, stretch_s=30).checks[
+        "RSS growth over the second half (MB)"]
+    assert growth[2] and growth[0] == pytest.approx(2 * 2.4, abs=0.01), growth
+
+
+def test_a_leak_counts_in_full_and_growth_in_both_quarters_misses_the_target() -> None:
+    leak = [point(t, 1000 + t / 2) for t in range(60, 1800, 30)]  # 0.5 MB/s
+    growth = verdict(leak, warmup_s=60, stretch_s=300).checks[
+        "RSS growth over the second half (MB)"]
+    assert not growth[2] and growth[0] == pytest.approx(435, abs=30), growth
+    two_steps = [point(t, 1000 + 30 * (t >= 1200) + 30 * (t >= 1600)) for t in range(60, 1800, 30)]
+    assert verdict(two_steps, warmup_s=60, stretch_s=300).checks[
+        "RSS growth over the second half (MB)"][0] == 60
+
+
 def test_leaks_decay_errors_and_reloads_each_miss_their_target() -> None:
     points = [point(t, 1000 + t / 10, p99=50 + t / 20, rps=100 - t / 30, errors=int(t == 900),
                     reloads=int(t > 1000)) for t in range(30, 1800, 30)]
