@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import random
 import tempfile
@@ -45,6 +46,7 @@ from client import NO_RETRY, AsyncEmbedClient, TritonClientError
 from client.core import DEFAULT_MODEL
 from client.prometheus import samples
 from perf.overload import capacity_rps
+from python_backends.gc_pauses import GcPauses
 from server.launcher import TritonServer, free_port, stub_processes
 from server.repository import copy_repository
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
@@ -313,6 +315,22 @@ def plot(points: list[Sample], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+@contextlib.contextmanager
+def quiet_caller_heap() -> Iterator[GcPauses]:
+    """Freeze the objects the caller already holds while the load runs, and time the load
+    process's collections. Run from pytest after hundreds of tests, a full collection walks
+    that whole heap and pauses the open-loop client. The client then sends the overdue
+    requests as one burst, and the server sees a load the soak never meant to offer."""
+    gc.collect()
+    gc.freeze()
+    pauses = GcPauses().install()
+    try:
+        yield pauses
+    finally:
+        gc.unfreeze()
+        pauses.remove()
+
+
 def soak(minutes: float, sample_s: float, load: float, out: Path,
          repository: Path = DEFAULT_REPOSITORY) -> tuple[list[Sample], Verdict, float, float]:
     """Run the soak on a server of its own; (samples, verdict, capacity, offered rate)."""
@@ -333,8 +351,10 @@ def soak(minutes: float, sample_s: float, load: float, out: Path,
                 sampler = Sampler(server, watchdog, window, sample_s, minutes * 60)
                 sampler.start()
                 urls = {"http": server.http_url, "grpc": server.grpc_url}
-                with load_progress(minutes * 60, sampler):
+                with load_progress(minutes * 60, sampler), quiet_caller_heap() as pauses:
                     asyncio.run(steady_load(urls, load * capacity, minutes * 60, window))
+                stage(f"load client: {sum(pauses.collections)} GC collections, longest pause "
+                      f"{pauses.longest_s * 1000:.0f} ms")
                 sampler.stop_event.set()
                 sampler.join()
             finally:

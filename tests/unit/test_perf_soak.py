@@ -78,3 +78,18 @@ def test_the_progress_bar_stays_silent_in_a_log_and_stops_with_the_load(
         print("  30/120 s  a sampler line")
     assert capsys.readouterr().out == "  30/120 s  a sampler line\n"
     assert threading.active_count() == before
+
+
+def test_the_load_runs_with_the_callers_heap_frozen_and_its_collections_timed() -> None:
+    import gc
+
+    from perf.soak import quiet_caller_heap
+
+    held = [[i] for i in range(10_000)]  # the caller's heap, as pytest's after many tests
+    with quiet_caller_heap() as pauses:
+        assert gc.get_freeze_count() >= len(held)
+        gc.collect()
+    assert gc.get_freeze_count() == 0
+    assert pauses.collections[2] == 1 and pauses.longest_s > 0
+    gc.collect()
+    assert pauses.collections[2] == 1  # removed from gc.callbacks on the way out
