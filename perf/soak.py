@@ -46,7 +46,7 @@ from client import NO_RETRY, AsyncEmbedClient, TritonClientError
 from client.core import DEFAULT_MODEL
 from client.prometheus import samples
 from perf.overload import capacity_rps
-from python_backends.gc_pauses import GcPauses
+from python_backends.gc_pauses import GcPauses, apply_policy
 from server.launcher import TritonServer, free_port, stub_processes
 from server.repository import copy_repository
 from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
@@ -244,10 +244,9 @@ def rss_growth(steady: list[Sample]) -> float:
     """MB the processes grew over the second half of the steady window, counted as twice
     the smaller growth of its two quarters: a leak keeps growing, in both quarters, while
     an allocator that sizes itself once (onnxruntime's arena after the largest batch so
-    far) steps up in one and stays. The third
-    quarter grows from the highest RSS of the first half, the fourth from the third's end.
-    A leak that starts only in the last quarter goes unseen; the 30-minute soak is long
-    enough that this is its last 7 minutes."""
+    far) steps up in one and stays. The third quarter grows from the highest RSS of the
+    first half, the fourth from the third's end. A leak that starts only in the last
+    quarter goes unseen: in the 30-minute soak, its last 7 minutes."""
     start, end = steady[0].t_s, steady[-1].t_s
     middle, three_quarters = start + (end - start) / 2, start + 3 * (end - start) / 4
     first_half = [p.total_rss_mb for p in steady if p.t_s <= middle]
@@ -321,8 +320,7 @@ def quiet_caller_heap() -> Iterator[GcPauses]:
     process's collections. Run from pytest after hundreds of tests, a full collection walks
     that whole heap and pauses the open-loop client. The client then sends the overdue
     requests as one burst, and the server sees a load the soak never meant to offer."""
-    gc.collect()
-    gc.freeze()
+    apply_policy("freeze")  # the stubs' gc_policy, applied to the load's own process
     pauses = GcPauses().install()
     try:
         yield pauses

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
 
-from perf.soak import Sample, verdict
+from perf.soak import Sample, quiet_caller_heap, verdict
 
 
 def point(t: float, rss: float, p99: float = 50.0, rps: float = 100.0, errors: int = 0,
@@ -81,10 +82,6 @@ def test_the_progress_bar_stays_silent_in_a_log_and_stops_with_the_load(
 
 
 def test_the_load_runs_with_the_callers_heap_frozen_and_its_collections_timed() -> None:
-    import gc
-
-    from perf.soak import quiet_caller_heap
-
     held = [[i] for i in range(10_000)]  # the caller's heap, as pytest's after many tests
     with quiet_caller_heap() as pauses:
         assert gc.get_freeze_count() >= len(held)
