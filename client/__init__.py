@@ -5,7 +5,7 @@ and gRPC, typed errors, retries, bounded bulk calls.
     with EmbedClient("localhost:8000", protocol="http") as c:
         vectors = c.embed(["a sentence", "another"], priority=1, timeout_ms=500)
 
-Names are imported on first use, so `client.triton_messages` (the table of Triton's error
+Names are imported on first use, so `core.messages` (the table of Triton's error
 messages, which the Python backend shares) imports nothing else.
 """
 

@@ -28,13 +28,13 @@ from client.retry import RetryPolicy, next_delay
 Protocol = Literal["http", "grpc"]
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 DEFAULT_MODEL = "embed"  # the repository's first text-embedding front model
-# The text-embedding family's tensors (python_backends/families/text_embedding.py; a unit
+# The text-embedding family's tensors (core/families/text_embedding.py; a unit
 # test keeps the two in step).
 TEXT_INPUT = "TEXT"
 EMBEDDING_OUTPUT = "EMBEDDING"
 SERVED_BY_OUTPUT = "SERVED_BY"
 TOKENS_OUTPUT = "TOKENS"
-# ... and the image-classification family's (python_backends/families/image_classification.py).
+# ... and the image-classification family's (core/families/image_classification.py).
 IMAGE_INPUT = "IMAGE"
 CLASSIFY_OUTPUTS = ("CLASS_IDS", "LABELS", "PROBABILITIES", SERVED_BY_OUTPUT)
 DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown

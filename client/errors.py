@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from client import triton_messages as messages
+from core import messages as messages
 
 
 class TritonClientError(Exception):

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.families import IMAGE_CLASSIFICATION
+from core.versions import sha256_file
 from export import onnx_fp32, torchscript
 from export.errors import ExportCheckError
 from export.image_eval import (
@@ -44,10 +46,8 @@ from export.image_eval import (
 from export.parity import check_max_abs_diff, max_abs_diff
 from export.signature import signature
 from export.static_int8 import DEFAULT_CONFIG, BatchCalibrationReader, quantize_int8
-from python_backends.families import IMAGE_CLASSIFICATION
 from python_backends.images import ImageSpec
 from python_backends.runners import Runner, onnx_runner, torchscript_runner
-from python_backends.versions import sha256_file
 
 log = logging.getLogger(__name__)
 FAMILY = IMAGE_CLASSIFICATION

@@ -18,18 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from export.provenance import build_provenance, source_fingerprint, tool_versions
-from export.sources import resolve, stored
-from python_backends import versions as v
-from python_backends.families import Family, family
-from python_backends.families.catalog import FamilyModel, UnknownModelError, find
-from python_backends.families.configs import (
+from core import versions as v
+from core.families import Family, family
+from core.families.catalog import FamilyModel, UnknownModelError, find
+from core.families.configs import (
     EncoderSpec,
     FrontSpec,
     encoder_spec,
     write_encoder,
     write_front,
 )
+from export.provenance import build_provenance, source_fingerprint, tool_versions
+from export.sources import resolve, stored
 
 FRONT_VERSION = "1"  # a front model's files (its tokenizer) live in version 1
 

@@ -1,6 +1,6 @@
 """The I/O contract an exported artifact must honour, and checks against it.
 
-The contract comes from the model's family (python_backends/families): the encoder's
+The contract comes from the model's family (core/families): the encoder's
 input and output names and types, with a dynamic batch axis, dynamic axes where the
 family's dims are -1, and the model's own dimension. Triton's configs rely on exactly
 these names.
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import onnx
 
+from core.families import Family
+from core.families.configs import sizes_of
 from export.errors import ExportCheckError
-from python_backends.families import Family
-from python_backends.families.configs import sizes_of
 
 ONNX_TYPES = {"TYPE_INT64": onnx.TensorProto.INT64, "TYPE_FP32": onnx.TensorProto.FLOAT,
               "TYPE_INT32": onnx.TensorProto.INT32}

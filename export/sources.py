@@ -23,7 +23,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from server.settings import PROJECT_ROOT
+from core.paths import PROJECT_ROOT
 
 CACHE = PROJECT_ROOT / ".triton" / "sources"
 MODEL_FILE = "config.json"  # what an installed model distribution ships

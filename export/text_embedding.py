@@ -33,6 +33,8 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
+from core.families import TEXT_EMBEDDING
+from core.versions import sha256_file
 from export import onnx_fp32, quantize, sensitivity, torchscript
 from export.corpus import build_corpus, corpus_sha256, parity_batches
 from export.errors import ExportCheckError
@@ -40,12 +42,10 @@ from export.parity import check_fidelity, check_max_abs_diff, fidelity, max_abs_
 from export.quiet import quiet_export
 from export.signature import signature
 from export.timing import median_ms
-from python_backends.families import TEXT_EMBEDDING
 from python_backends.runners import Runner, onnx_runner, torchscript_runner
-from python_backends.versions import sha256_file
 
 log = logging.getLogger(__name__)
-progress_log = logging.getLogger("export.progress")  # shown without -v (export/cli.py)
+progress_log = logging.getLogger("export.progress")  # shown without -v (cli/export.py)
 FAMILY = TEXT_EMBEDDING
 RECIPE_VERSION = 2  # bump when the recipe changes in a way the fingerprint would not see
 PARITY_MAX_ABS_DIFF = 1e-5

@@ -27,11 +27,13 @@ from pathlib import Path
 
 from rich.console import Console
 
+from core.paths import PROJECT_ROOT
+from core.ports import free_port
 from perf.peers.load import Endpoint, closed_loop, triton_endpoint
 from perf.peers.stats import LoadPoint, best_of, goodput, render_table, round_orders
 from perf.subjects import build_repository, text_model
-from server.launcher import TritonServer, free_port
-from server.settings import PROJECT_ROOT, Ports, ServerOptions
+from server.launcher import TritonServer
+from server.settings import Ports, ServerOptions
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 P99_BUDGET_MS = 60.0

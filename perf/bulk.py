@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from client import AsyncEmbedClient, EmbedClient
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.ports import free_port
+from core.repository import copy_repository
 from perf.load import LevelSampler
-from server.launcher import TritonServer, free_port
-from server.repository import copy_repository
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
+from server.launcher import TritonServer
+from server.settings import Ports, ServerOptions
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 

@@ -19,11 +19,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from client.prometheus import samples
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.ports import free_port
+from core.repository import copy_repository, put_parameter
 from perf import perf_analyzer
 from perf.subjects import text_model
-from server.launcher import TritonServer, free_port
-from server.repository import copy_repository, put_parameter
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
+from server.launcher import TritonServer
+from server.settings import Ports, ServerOptions
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"

@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from core.families import IMAGE_CLASSIFICATION
+from core.families.catalog import catalog
+from core.families.configs import parameters_of
+from core.paths import DEFAULT_REPOSITORY
+from core.versions import read_config
 from python_backends.errors import InvalidInputError
-from python_backends.families import IMAGE_CLASSIFICATION
-from python_backends.families.catalog import catalog
-from python_backends.families.configs import parameters_of
 from python_backends.images import ImageSpec, decode_image, preprocess_into
-from python_backends.versions import read_config
-from server.settings import DEFAULT_REPOSITORY
 
 
 @dataclass(frozen=True)

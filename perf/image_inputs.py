@@ -3,7 +3,7 @@
     python -m perf.image_inputs [--repository DIR]
 
 Writes files of `perf/inputs/`:
-- `images.json`, the image family's default (python_backends/families/): scikit-image's
+- `images.json`, the image family's default (core/families/): scikit-image's
   natural photos as clients send them, JPEG q90 at their own sizes (451x300 to 600x400),
   and the coffee photo at 1920x1280 (a web upload);
 - `<MODEL>.json` for each image model whose `source/source.py` defines
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from PIL import Image
 
+from core.paths import DEFAULT_REPOSITORY
 from perf.subjects import INPUTS
-from server.settings import DEFAULT_REPOSITORY
 
 PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
 MODEL_IMAGES = 64
@@ -48,9 +48,9 @@ def photos() -> list[bytes]:
 
 def model_images(repository: Path, count: int = MODEL_IMAGES) -> dict[str, list[bytes]]:
     """Front model -> `perf_images(count)` of its source, for image models that have one."""
+    from core.families import IMAGE_CLASSIFICATION
+    from core.families.catalog import catalog
     from export.image_classification import load_source
-    from python_backends.families import IMAGE_CLASSIFICATION
-    from python_backends.families.catalog import catalog
 
     found = {}
     for model in catalog(repository):

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from perf.peers.load import Endpoint, closed_loop, openai_endpoint, triton_endpoint
 from perf.peers.stats import LoadPoint
 from perf.subjects import text_model
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 console = Console(stderr=True)
@@ -111,8 +111,9 @@ def markdown(figures: Sequence[RouteFigures], r: dict[int, dict], seconds: float
 def run(levels: Sequence[int], seconds: float, rounds: int,
         repository: Path = DEFAULT_REPOSITORY) -> dict:
     """Start Triton and the front door, measure, stop; the result as a dict."""
+    from core.ports import free_port
     from server.front_door import FrontDoor
-    from server.launcher import TritonServer, free_port
+    from server.launcher import TritonServer
     from server.settings import FrontDoorSettings, Ports, ServerOptions
 
     model = text_model(repository)

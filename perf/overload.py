@@ -25,11 +25,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from client import NO_RETRY, AsyncEmbedClient
+from client.prometheus import metric_value
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.ports import free_port
+from core.repository import copy_repository
 from perf.load import LevelSampler, open_loop, summarize
-from server.launcher import TritonServer, free_port
-from server.repository import copy_repository
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
-from tests.integration.helpers import metric_value
+from server.launcher import TritonServer
+from server.settings import Ports, ServerOptions
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 SCENARIOS = {"normal": 0.7, "2x": 2.0, "10x": 10.0}

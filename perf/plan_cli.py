@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core import versions as v
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from perf.perf_analyzer import PerfRow
 from perf.planning import (
     BatchPoint,
@@ -44,8 +46,6 @@ from perf.planning import (
     check_table,
     plan,
 )
-from python_backends import versions as v
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
 
 K8S_TRITON = PROJECT_ROOT / "server" / "k8s" / "triton.yaml"
 
@@ -58,7 +58,7 @@ def peak_rss_mb() -> float:
 
 
 def measure(model_dir: Path, seconds: float = 1.0) -> list[BatchPoint]:
-    from server.gate import artifact_of, runner
+    from export.gate import artifact_of, runner
 
     config = v.parse_config((model_dir / "config.pbtxt").read_text())
     key = next((k for k in config.parameters if k.lower() == "intra_op_thread_count"), None)
@@ -96,10 +96,11 @@ def proposed_config(text: str, proposal: Plan) -> str:
 def check_with_sweep(model: str, proposal_text: str) -> tuple[PerfRow, float]:
     """The proposal served on a copy of the repository and swept at concurrency = the
     preferred batch: perf_analyzer's row, and the executed batch size from statistics."""
+    from core.ports import free_port
+    from core.repository import copy_repository
     from perf import perf_analyzer
     from perf.subjects import counts
-    from server.launcher import TritonServer, free_port
-    from server.repository import copy_repository
+    from server.launcher import TritonServer
     from server.settings import Ports, ServerOptions
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,11 +27,13 @@ from pathlib import Path
 
 from client.core import DEFAULT_MODEL
 from client.prometheus import metric_value
+from core.paths import PROJECT_ROOT
+from core.ports import free_port
+from core.repository import set_parameter
 from perf import perf_analyzer
 from perf.subjects import build_repository
-from server.launcher import TritonServer, free_port, stub_processes
-from server.repository import set_parameter
-from server.settings import PROJECT_ROOT, Ports, ServerOptions
+from server.launcher import TritonServer, stub_processes
+from server.settings import Ports, ServerOptions
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"

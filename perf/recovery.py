@@ -34,12 +34,14 @@ import numpy as np
 import tritonclient.http.aio as httpaio
 
 from client.errors import from_exception
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.ports import free_port
+from core.repository import copy_repository
 from perf.load import LevelSampler, Outcome, summarize
 from perf.overload import capacity_rps
 from perf.subjects import text_model
-from server.launcher import TritonServer, free_port
-from server.repository import copy_repository
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
+from server.launcher import TritonServer
+from server.settings import Ports, ServerOptions
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 OVERLOAD = ((1, 32), (2, 128))  # (priority, closed-loop clients)

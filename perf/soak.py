@@ -45,11 +45,13 @@ import numpy as np
 from client import NO_RETRY, AsyncEmbedClient, TritonClientError
 from client.core import DEFAULT_MODEL
 from client.prometheus import samples
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.ports import free_port
+from core.repository import copy_repository
 from perf.overload import capacity_rps
 from python_backends.gc_pauses import GcPauses, apply_policy
-from server.launcher import TritonServer, free_port, stub_processes
-from server.repository import copy_repository
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
+from server.launcher import TritonServer, stub_processes
+from server.settings import Ports, ServerOptions
 from server.watchdog import Watchdog
 
 RESULTS = PROJECT_ROOT / "perf" / "results"

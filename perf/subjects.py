@@ -10,11 +10,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from python_backends import versions as v
-from python_backends.families import TEXT_EMBEDDING
-from python_backends.families.catalog import FamilyModel, catalog, find
+from core import versions as v
+from core.families import TEXT_EMBEDDING
+from core.families.catalog import FamilyModel, catalog, find
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from python_backends.tokenization import TextEncoder
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
 
 INPUTS = PROJECT_ROOT / "perf" / "inputs"
 
@@ -59,7 +59,7 @@ def build_repository(root: Path, edits: list[tuple[str, str, str]],
     `text_only`: only the text model's folders and the `fixtures` named (a lighter server)."""
     import shutil
 
-    from server.repository import copy_repository, edit_config, set_parameter
+    from core.repository import copy_repository, edit_config, set_parameter
 
     model = text_model(source)
     repo = copy_repository([source, FIXTURES], root / "repository")

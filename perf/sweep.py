@@ -24,10 +24,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from client.core import DEFAULT_MODEL
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from perf import perf_analyzer
 from perf.knee import Knee, find_knee, ratios, regressions
 from perf.perf_analyzer import PerfRow
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 INPUTS = PROJECT_ROOT / "perf" / "inputs"
@@ -38,8 +38,8 @@ def input_file(model: str, repository: Path = DEFAULT_REPOSITORY) -> Path | str:
     """perf/inputs/<model>.json; else, for a family's front, the family's input file; else
     perf_analyzer's `random` (an encoder's fixed-shape tensors), or the text family's file
     for models outside the repository's families (the benchmark fixtures)."""
-    from python_backends.families import TEXT_EMBEDDING
-    from python_backends.families.catalog import catalog
+    from core.families import TEXT_EMBEDDING
+    from core.families.catalog import catalog
 
     path = INPUTS / f"{model}.json"
     if path.exists():
@@ -58,7 +58,8 @@ def server_for(url: str | None, protocol: str) -> Iterator[tuple[str, str]]:
     if url:
         yield url, url
         return
-    from server.launcher import TritonServer, free_port
+    from core.ports import free_port
+    from server.launcher import TritonServer
     from server.settings import Ports, ServerOptions
 
     ports = Ports(free_port(), free_port(), free_port())

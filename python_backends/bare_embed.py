@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from core.params import IDLE_THREADS_PARAMETER, flag, parameter, positive_int
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.embed import EmbedModel
 from python_backends.errors import ModelError
-from python_backends.params import IDLE_THREADS_PARAMETER, flag, parameter, positive_int
 from python_backends.router import Encoder
 from python_backends.runners import onnx_runner
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from core.params import one_of, parameter
 from python_backends.errors import ModelError
 from python_backends.gc_pauses import POLICIES, GcPauses, apply_policy
 from python_backends.metrics import CounterFamily, Gauge
-from python_backends.params import one_of, parameter
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BATCH_LOG_INTERVAL_S, BatchFacts, BatchLog
 

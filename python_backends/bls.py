@@ -6,13 +6,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from client import triton_messages as messages
+from core import messages as messages
 from python_backends.errors import ChildModelError
 from python_backends.pb import pb_utils
 
 # Child failures that mean "cannot serve now" rather than "broken": the caller may retry
 # elsewhere. BLS reports every child failure as INTERNAL, so the kind comes from the
-# message (client.triton_messages, the one table of Triton's messages).
+# message (core.messages, the one table of Triton's messages).
 UNAVAILABLE_KINDS = frozenset({messages.QUEUE_FULL, messages.TIMEOUT, messages.NOT_FOUND,
                                messages.NOT_READY, messages.STUB_UNHEALTHY,
                                messages.SERVER_STOPPING})

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from core.params import parameter, positive_int
 from python_backends.base import error_response, input_array, ok_response
 from python_backends.errors import InvalidInputError
 from python_backends.images import ImageBatchBuffer, ImageSpec, sniff_format, top_k
-from python_backends.params import parameter, positive_int
 from python_backends.router import FamilyRouter, Prepared, strings_array
 
 IMAGE_INPUT = "IMAGE"

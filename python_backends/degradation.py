@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from python_backends.params import parameter, positive_int
+from core.params import parameter, positive_int
 
 
 @dataclass(frozen=True)

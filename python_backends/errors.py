@@ -30,7 +30,7 @@ class UnavailableError(ModelError):
 class ChildModelError(ModelError):
     """A BLS call failed; the message names the child model and repeats its error.
 
-    `kind` is what the child's message reports (client.triton_messages: queue_full,
+    `kind` is what the child's message reports (core.messages: queue_full,
     not_found, stub_unhealthy...; "error" otherwise); `code` is UNAVAILABLE when the child
     cannot serve now and another model might, INTERNAL otherwise."""
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from core.families.catalog import catalog
+from core.families.configs import parameters_of
+from core.versions import read_config
 from python_backends.base import BaseModel, ok_response
 from python_backends.bls import bls_infer
 from python_backends.errors import ModelError
-from python_backends.families.catalog import catalog
-from python_backends.families.configs import parameters_of
-from python_backends.versions import read_config
 
 
 class HealthModel(BaseModel):

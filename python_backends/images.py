@@ -31,8 +31,8 @@ from typing import Any, Literal
 import numpy as np
 from PIL import ExifTags, Image, ImageOps
 
+from core.params import ConfigError, flag, one_of, parameter, positive_int
 from python_backends.errors import InvalidInputError, ModelError
-from python_backends.params import ConfigError, flag, one_of, parameter, positive_int
 
 ColorMode = Literal["L", "RGB"]
 RESAMPLING = {

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from python_backends import versions
+from core import versions
+from core.params import ConfigError, parameter, positive_int
 from python_backends.base import BaseModel, error_response
 from python_backends.batching import length_buckets
 from python_backends.bls import bls_infer
@@ -44,7 +45,6 @@ from python_backends.degradation import (
     throttled,
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
-from python_backends.params import ConfigError, parameter, positive_int
 from python_backends.router_metrics import RouterMetrics
 from python_backends.routing import Plan, RoutedRequest, plan_batch
 

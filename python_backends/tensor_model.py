@@ -12,12 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from python_backends.base import BaseModel, error_response, input_array, ok_response
-from python_backends.batching import concat_feeds, group_by_shape, split_outputs
-from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
-from python_backends.errors import ModelError
-from python_backends.metrics import Counter
-from python_backends.params import (
+from core.params import (
     IDLE_THREADS_PARAMETER,
     ConfigError,
     flag,
@@ -25,6 +20,11 @@ from python_backends.params import (
     positive_int,
     tensor_names,
 )
+from python_backends.base import BaseModel, error_response, input_array, ok_response
+from python_backends.batching import concat_feeds, group_by_shape, split_outputs
+from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
+from python_backends.errors import ModelError
+from python_backends.metrics import Counter
 from python_backends.runners import RunnerError, artifact_runner
 from python_backends.structured_log import BatchFacts
 

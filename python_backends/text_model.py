@@ -15,7 +15,7 @@ from python_backends.tokenization import (
 )
 
 TokenRows = list[list[int]]
-TEXT_INPUT = "TEXT"  # the text families' one input (python_backends/families)
+TEXT_INPUT = "TEXT"  # the text families' one input (core/families)
 
 
 @dataclass

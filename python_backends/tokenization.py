@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from core.params import one_of, parameter, positive_int
 from python_backends.errors import InvalidInputError
-from python_backends.params import one_of, parameter, positive_int
 
 OverlengthPolicy = Literal["reject", "truncate"]
 

@@ -20,8 +20,8 @@ from client import TritonClientError, UnavailableError
 from client.auth import key_headers
 from client.core import DEFAULT_MODEL, SERVED_BY_OUTPUT
 from client.errors import from_exception
-from python_backends.families import Family, family
-from server.repository import set_parameter
+from core.families import Family, family
+from core.repository import set_parameter
 
 AUTO = -1
 DEFAULT_FRONT = DEFAULT_MODEL

@@ -14,8 +14,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.paths import PROJECT_ROOT
 from server.errors import DistributionError
-from server.settings import PROJECT_ROOT
 
 PYTHON_BASED_BACKENDS = PROJECT_ROOT / "python_backends" / "backends"
 

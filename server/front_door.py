@@ -23,10 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from core.paths import DEFAULT_REPOSITORY
 from server.errors import FrontDoorError
 from server.launcher import stop_process
 from server.openai_models import render as render_openai_models
-from server.settings import API_KEYS_ENV, DEFAULT_REPOSITORY, DEV_API_KEYS, FrontDoorSettings
+from server.settings import API_KEYS_ENV, DEV_API_KEYS, FrontDoorSettings
 
 NGINX_DIR = Path(__file__).resolve().parent / "nginx"
 TEMPLATE = NGINX_DIR / "nginx.conf.template"

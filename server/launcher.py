@@ -22,9 +22,10 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+from core.paths import PROJECT_ROOT
 from server.distribution import ServerHome, prepare_home
 from server.errors import ModelLoadError, PortInUseError, ServerStartError
-from server.settings import PROJECT_ROOT, ServerOptions, server_flags
+from server.settings import ServerOptions, server_flags
 
 HOME_DIR = PROJECT_ROOT / ".triton"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version (\d+): (.*?)\"?$")
@@ -114,13 +115,6 @@ def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,
     if log is not None:
         log.close()
     return process.returncode
-
-
-def free_port() -> int:
-    """A TCP port that is free right now (for tests and side-by-side servers)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def load_failures(log_text: str) -> dict[str, str]:

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from core.paths import PROJECT_ROOT
+from core.ports import free_port
 from server.errors import PrometheusError, TemplateError
-from server.launcher import free_port, stop_process
-from server.settings import PROJECT_ROOT
+from server.launcher import stop_process
 
 PROMETHEUS_DIR = PROJECT_ROOT / "server" / "prometheus"
 CONFIG_TEMPLATE = PROMETHEUS_DIR / "prometheus.yml"

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from python_backends.families import TEXT_EMBEDDING
-from python_backends.families.catalog import catalog
-from python_backends.families.configs import parameters_of
-from python_backends.versions import read_config
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.families import TEXT_EMBEDDING
+from core.families.catalog import catalog
+from core.families.configs import parameters_of
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.versions import read_config
 
 COMMITTED = PROJECT_ROOT / "server" / "nginx" / "openai_models.json"
 CREATED = 1_764_460_800  # 2025-11-30: what /v1/models reports as `created` (no real date)

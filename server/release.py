@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from google.protobuf.json_format import MessageToDict
 
 from client.auth import key_headers
-from python_backends import versions as v
+from core import versions as v
 from server.errors import ReleaseError
 
 

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from python_backends.families.catalog import catalog, missing_exports
+from client.auth import API_KEY_HEADER
+from core.families.catalog import catalog, missing_exports
 from server.front_door import FrontDoor, FrontDoorError
 from server.launcher import HOME_DIR, ServerStartError, TritonServer
 from server.observability import (
@@ -18,7 +19,7 @@ from server.observability import (
     prometheus_values,
     write_config_dir,
 )
-from server.settings import API_KEY_HEADER, API_KEYS_ENV, FrontDoorSettings, Ports, ServerOptions
+from server.settings import API_KEYS_ENV, FrontDoorSettings, Ports, ServerOptions
 from server.watchdog import Watchdog
 
 WATCHDOG_PORT_OFFSET = 100  # metrics 8002 -> watchdog 8102
@@ -72,7 +73,7 @@ def embed_example(server: TritonServer, front: str) -> str:
 
 def classify_example(server: TritonServer, front: str) -> str:
     from client import EmbedClient
-    from python_backends.families.image_classification import probe_image
+    from core.families.image_classification import probe_image
 
     with EmbedClient(server.http_url, protocol="http", model=front) as client:
         best = client.classify([probe_image()], top_k=1).predictions[0][0]

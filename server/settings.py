@@ -12,21 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-# The keys' names are the SDK's (it ships alone); the server side uses the same.
-from client.auth import (  # noqa: F401  (re-exported for server code and compose tests)
-    ADMIN_KEY_ENV,
-    ADMIN_KEY_HEADER,
-    API_KEY_ENV,
-    API_KEY_HEADER,
-    DEV_ADMIN_KEY,
-    GRPC_ADMIN_KEY_HEADER,
-    admin_key_header,
-    default_admin_key,
-)
+from client.auth import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, default_admin_key
 from client.limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_BODY_BYTES
+from core.paths import DEFAULT_REPOSITORY
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_REPOSITORY = PROJECT_ROOT / "model_repository"
 TRITON_VERSION = "2.51.0"
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # NGC 24.10 == Triton 2.51.0
 # The other images of docker-compose.yml and server/k8s/ (tests/unit/test_compose.py).

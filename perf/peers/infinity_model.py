@@ -21,13 +21,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from core.families.configs import encoder_spec
+from core.paths import DEFAULT_REPOSITORY
+from core.versions import read_config
 from export.quiet import quiet_export
 from export.sources import resolve
 from export.text_embedding import ModelFacts, encode, load_embedder, load_tokenizer, read_facts
 from perf.subjects import text_model
-from python_backends.families.configs import encoder_spec
-from python_backends.versions import read_config
-from server.settings import DEFAULT_REPOSITORY
 
 OPSET = 17
 INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]

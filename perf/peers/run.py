@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from core.paths import PROJECT_ROOT
 from perf.peers import cpu
 from perf.peers.load import closed_loop, embed_one
 from perf.peers.servers import (
@@ -33,7 +34,6 @@ from perf.peers.servers import (
     triton_embed,
 )
 from perf.peers.stats import NOISY_SHARE, LoadPoint, best_of, render_table, round_orders
-from server.settings import PROJECT_ROOT
 
 RESULTS = PROJECT_ROOT / "perf" / "results"
 SERVERS = ("embed", "infinity", "batcher", "naive", "bare")

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.ports import free_port
 from perf.peers.load import Endpoint, infer_endpoint, openai_endpoint, triton_endpoint
 from perf.subjects import served_artifact, text_model
-from server.launcher import TritonServer, free_port, stop_process
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, TRITON_VERSION, Ports, ServerOptions
+from server.launcher import TritonServer, stop_process
+from server.settings import TRITON_VERSION, Ports, ServerOptions
 
 PEERS_DIR = PROJECT_ROOT / ".peers"
 HERE = Path(__file__).resolve().parent

@@ -19,9 +19,9 @@ import numpy as np
 from client import NO_RETRY, AsyncEmbedClient
 from client.auth import key_headers
 from client.prometheus import metric_value
-from python_backends import versions as v
-from python_backends.versions import sha256_file
-from server.settings import PROJECT_ROOT
+from core import versions as v
+from core.paths import PROJECT_ROOT
+from core.versions import sha256_file
 
 __all__ = ["metric_value"]
 
@@ -148,5 +148,5 @@ def noisy_copy(source: Path, scale: float) -> bytes:
 
 def tmr(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
     """`tmr ARGS` in the project, its output captured."""
-    return subprocess.run([sys.executable, "-m", "server.cli", *args], cwd=PROJECT_ROOT,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=timeout_s)

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from client import EmbedClient
+from core.families.catalog import find
+from core.repository import copy_repository
+from core.versions import versions_on_disk
 from export.sources import resolve
-from python_backends.families.catalog import find
-from python_backends.versions import versions_on_disk
 from server.launcher import TritonServer
-from server.repository import copy_repository
 from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server
 from tests.integration.helpers import tmr
 from tests.integration.test_embed_serving import TEXTS, sentence_transformers_embeddings

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from python_backends.families.catalog import catalog
+from core.families.catalog import catalog
+from core.ports import free_port
 from server.healthcheck import check
-from server.launcher import TritonServer, free_port
+from server.launcher import TritonServer
 from tests.conftest import REPOSITORY
-
-pytestmark = pytest.mark.integration
 
 
 @pytest.mark.timeout(60)

@@ -13,10 +13,10 @@ import tritonclient.http as httpclient
 
 from client import NO_RETRY, EmbedClient
 from client.auth import key_headers
-from python_backends.families.catalog import catalog
+from core.families.catalog import catalog
+from core.repository import copy_repository
 from server.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from server.launcher import TritonServer
-from server.repository import copy_repository
 from tests.conftest import REPOSITORY, start_server
 from tests.integration.helpers import (
     fresh,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from client import AsyncEmbedClient, EmbedClient
-from python_backends.families import TEXT_EMBEDDING
+from core.families import TEXT_EMBEDDING
 from python_backends.tokenization import TextEncoder, pad_batch
 from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import http_post

@@ -21,18 +21,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from client import NO_RETRY, AccessDeniedError, EmbedClient, RateLimitedError, UnavailableError
+from client.auth import ADMIN_KEY_ENV, API_KEY_ENV
+from core.paths import PROJECT_ROOT
+from core.ports import free_port
 from server import front_door
 from server.front_door import FrontDoor, render
-from server.launcher import TritonServer, free_port
+from server.launcher import TritonServer
 from server.serve import start_front_door
-from server.settings import (
-    ADMIN_KEY_ENV,
-    API_KEY_ENV,
-    API_KEYS_ENV,
-    PROJECT_ROOT,
-    FrontDoorSettings,
-    admin_key,
-)
+from server.settings import API_KEYS_ENV, FrontDoorSettings, admin_key
 from tests.conftest import REPOSITORY
 from tests.integration.helpers import assert_serving, fresh, http_post, vm_rss_bytes
 
@@ -268,7 +264,7 @@ def test_the_sdk_without_the_admin_key_falls_back_to_metadata(door, protocol):
 @pytest.mark.timeout(120)
 def test_tmr_versions_sends_the_admin_key_through_the_front_door(door):
     env = {**os.environ, API_KEY_ENV: door.api_keys["alice"]}
-    command = [sys.executable, "-m", "server.cli", "versions", "minilm_onnx", "--url",
+    command = [sys.executable, "-m", "cli.main", "versions", "minilm_onnx", "--url",
                door.http_url, "--repository", str(REPOSITORY)]
     out = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
                          timeout=90)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from server.repository import copy_repository
+from core.repository import copy_repository
 from tests.conftest import REPOSITORY
 from tests.integration.helpers import add_version, noisy_copy, tmr
 

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
+from core.ports import free_port
 from perf.load import open_loop
 from python_backends.structured_log import FIELDS, parse_line
-from server.launcher import TritonServer, free_port
+from server.launcher import TritonServer
 from server.observability import (
     DASHBOARDS_DIR,
     RULES_FILE,

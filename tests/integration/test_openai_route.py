@@ -14,8 +14,9 @@ import openai
 import pytest
 
 from client import EmbedClient
+from core.ports import free_port
 from server.front_door import FrontDoor
-from server.launcher import TritonServer, free_port
+from server.launcher import TritonServer
 from server.settings import FrontDoorSettings
 from tests.integration.helpers import assert_serving, fresh, http_post
 from tests.integration.test_front_door import new_keys, open_front_door
@@ -284,7 +285,7 @@ def readme_snippets() -> list[tuple[str, str]]:
     """(language, code) of every fenced block of the README's OpenAI section."""
     import re
 
-    from server.settings import PROJECT_ROOT
+    from core.paths import PROJECT_ROOT
 
     text = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## OpenAI-compatible API", 1)[1].split("\n## ", 1)[0]

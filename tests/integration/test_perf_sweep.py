@@ -7,12 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from server.settings import PROJECT_ROOT
+from core.paths import PROJECT_ROOT
 
 
 def test_short_sweep_writes_parsed_rows_a_knee_and_plots(triton) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "server.cli", "perf", "sweep", "--model", "embed",
+        [sys.executable, "-m", "cli.main", "perf", "sweep", "--model", "embed",
          "--concurrency", "1", "2", "--url", triton.grpc_url, "--interval-ms", "1000",
          # A short check of the plumbing, not a measurement: any two windows will do.
          "--stability-percentage", "1000"],
@@ -26,6 +26,6 @@ def test_short_sweep_writes_parsed_rows_a_knee_and_plots(triton) -> None:
     assert (folder / "embed-c1.csv").read_text().startswith("Concurrency,Inferences/Second")
     assert (folder / "sweep.png").stat().st_size > 0
     check = subprocess.run(
-        [sys.executable, "-m", "server.cli", "perf", "compare", str(folder), str(folder)],
+        [sys.executable, "-m", "cli.main", "perf", "compare", str(folder), str(folder)],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert "| 1 | 1.00 | 1.00 |" in check.stdout

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from core.paths import PROJECT_ROOT
+from core.repository import copy_repository
 from server.launcher import TritonServer
-from server.repository import copy_repository
-from server.settings import PROJECT_ROOT
 from tests.conftest import REPOSITORY, start_server
 
 
@@ -26,7 +26,7 @@ def polled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonSer
 
 def degrade(server: TritonServer, repo: str, level: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", "degrade", "--level", level, "--poll",
+        [sys.executable, "-m", "cli.main", "degrade", "--level", level, "--poll",
          "--repository", repo, "--url", server.http_url, "--timeout-s", "60"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
 

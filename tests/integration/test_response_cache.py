@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from client import EmbedClient
+from core.repository import copy_repository, edit_config
 from server.launcher import TritonServer
-from server.repository import copy_repository, edit_config
 from tests.conftest import REPOSITORY, start_server
 from tests.integration.helpers import fresh, http_post, metric_value
 

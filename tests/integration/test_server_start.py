@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from server.launcher import ModelLoadError, PortInUseError, TritonServer
-from server.settings import DEFAULT_REPOSITORY, PROJECT_ROOT, Ports, ServerOptions
+from server.settings import Ports, ServerOptions
 from tests.conftest import REPOSITORY, free_ports
 from tests.integration.helpers import assert_serving, metric_value
 
@@ -48,7 +49,7 @@ def test_model_that_fails_to_load_is_named_with_tritons_reason(tmp_path: Path) -
 
 def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     ports = free_ports()
-    cmd = [sys.executable, "-m", "server.cli", "serve", "--repository", str(REPOSITORY),
+    cmd = [sys.executable, "-m", "cli.main", "serve", "--repository", str(REPOSITORY),
            "--http-port", str(ports.http), "--grpc-port", str(ports.grpc),
            "--metrics-port", str(ports.metrics)]
     proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
@@ -77,7 +78,7 @@ def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: 
 def test_tmr_embed_prints_norm_and_first_values(triton) -> None:
     for protocol, url in (("http", triton.http_url), ("grpc", triton.grpc_url)):
         out = subprocess.run(
-            [sys.executable, "-m", "server.cli", "embed", "--protocol", protocol, "--url", url,
+            [sys.executable, "-m", "cli.main", "embed", "--protocol", protocol, "--url", url,
              "a sentence to embed"], cwd=PROJECT_ROOT, capture_output=True, text=True,
             timeout=60, check=True).stdout
         assert f"embed v1 over {protocol}" in out
@@ -86,7 +87,7 @@ def test_tmr_embed_prints_norm_and_first_values(triton) -> None:
 
 def test_tmr_embed_reports_typed_error_and_exit_code(triton) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "server.cli", "embed", "--url", triton.http_url, " "],
+        [sys.executable, "-m", "cli.main", "embed", "--url", triton.http_url, " "],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "InvalidInputError" in proc.stderr and "TEXT[0] is empty" in proc.stderr

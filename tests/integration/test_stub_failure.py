@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from client import UnavailableError
+from core.repository import copy_repository
 from server.admin import AUTO, deep_health, wait_for_level
 from server.launcher import TritonServer, stub_processes
-from server.repository import copy_repository
 from server.watchdog import Watchdog
 from tests.conftest import REPOSITORY, start_server
 from tests.integration.helpers import steady_high_priority_load

@@ -16,9 +16,9 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 
-from python_backends import versions as v
+from core import versions as v
+from core.repository import copy_repository
 from server.launcher import TritonServer
-from server.repository import copy_repository
 from tests.conftest import REPOSITORY, start_server
 from tests.integration.helpers import add_version, noisy_copy, tmr
 

@@ -1,4 +1,4 @@
-"""python_backends.params, bls.child_failure and stub_env.environment_info (no Triton)."""
+"""core.params, bls.child_failure and stub_env.environment_info (no Triton)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from core.params import ConfigError, one_of, parameter, positive_int, tensor_names
 from python_backends.bls import child_failure
-from python_backends.params import ConfigError, one_of, parameter, positive_int, tensor_names
 from python_backends.pb import pb_utils
 from python_backends.stub_env import environment_info
 

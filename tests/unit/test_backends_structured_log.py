@@ -11,6 +11,7 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
+from core.paths import DEFAULT_REPOSITORY
 from python_backends.pb import Log
 from python_backends.queues import queue_capacities
 from python_backends.structured_log import (
@@ -22,7 +23,6 @@ from python_backends.structured_log import (
     format_line,
     parse_line,
 )
-from server.settings import DEFAULT_REPOSITORY
 
 # A real line of Triton 2.51's log (--log-format=ISO8601): the message is escaped once.
 TRITON_LINE = ('2026-11-30T02:54:21Z I 14788 pb.py:42] "{\\"event\\":\\"batch\\",\\"model\\":'

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from core.params import ConfigError
 from python_backends.errors import InvalidInputError
-from python_backends.params import ConfigError
 from python_backends.tokenization import (
     TextEncoder,
     TextLimits,

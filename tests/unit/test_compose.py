@@ -20,16 +20,16 @@ import compose
 import pytest
 import yaml
 
+from client.auth import ADMIN_KEY_ENV
+from core.paths import PROJECT_ROOT
 from server import front_door, observability
 from server.healthcheck import DRAIN_FILE
 from server.serve import WATCHDOG_PORT_OFFSET
 from server.settings import (
-    ADMIN_KEY_ENV,
     API_KEYS_ENV,
     EXIT_TIMEOUT_S,
     GRAFANA_IMAGE,
     NGINX_IMAGE,
-    PROJECT_ROOT,
     PROMETHEUS_IMAGE,
     PYTHON_IMAGE,
     TRITON_IMAGE,
@@ -156,7 +156,7 @@ def python_stub_shm_bound() -> int:
     64 texts of max_text_bytes in, and per row two INT64 max_tokens inputs and one FP32
     384 embedding out to the encoder, plus the EMBEDDING and SERVED_BY outputs back.
     """
-    from python_backends.versions import parse_config
+    from core.versions import parse_config
 
     repo = PROJECT_ROOT / "model_repository"
     embed = parse_config((repo / "embed" / "config.pbtxt").read_text())
@@ -362,7 +362,7 @@ def test_perf_runs_the_sdk_perf_analyzer_on_demand_against_triton() -> None:
 
 
 def test_the_triton_image_installs_every_familys_python_based_backend() -> None:
-    from python_backends.families import FAMILIES
+    from core.families import FAMILIES
 
     for fam in FAMILIES.values():
         source, target = "python_backends/backends", "/opt/tritonserver/backends"

@@ -1,6 +1,6 @@
 """Every config.pbtxt, parsed exactly as Triton parses it, against its family and the exports.
 
-The family models' configs are generated (python_backends/families/configs.py): each
+The family models' configs are generated (core/families/configs.py): each
 must be exactly what its family makes of what varies per model, so no two can drift.
 Every parameter any config sets must be read by some code.
 """
@@ -14,10 +14,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from python_backends.degradation import PolicySettings
-from python_backends.families import FAMILIES
-from python_backends.families.catalog import catalog
-from python_backends.families.configs import (
+from core.families import FAMILIES
+from core.families.catalog import catalog
+from core.families.configs import (
     GPU,
     encoder_config,
     encoder_spec,
@@ -26,8 +25,9 @@ from python_backends.families.configs import (
     gpu_spec,
     parameters_of,
 )
-from server.settings import DEFAULT_REPOSITORY as REPO
-from server.settings import PROJECT_ROOT
+from core.paths import DEFAULT_REPOSITORY as REPO
+from core.paths import PROJECT_ROOT
+from python_backends.degradation import PolicySettings
 
 CPU_CORES = 2  # this machine's cores: CPU encoders must not oversubscribe them
 MAIN_CONFIGS = sorted(REPO.glob("*/config.pbtxt"))
@@ -210,7 +210,7 @@ def keys_read_by_code() -> set[str]:
     a `*_casts` table (key -> how to read it). Other literal dict keys (the families'
     defaults) are definitions, not reads."""
     read: set[str] = set()
-    for folder in ("python_backends", "server", "export", "perf"):
+    for folder in ("core", "python_backends", "server", "export", "perf", "cli"):
         for path in (PROJECT_ROOT / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 values: list[ast.AST] = []

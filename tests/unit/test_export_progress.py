@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from core.families.catalog import find
+from core.paths import DEFAULT_REPOSITORY
 from export import pipeline
 from export.errors import ExportCheckError
 from export.pipeline import ExportResult
-from python_backends.families.catalog import find
-from server.settings import DEFAULT_REPOSITORY
 
 STAGE_LINE = re.compile(r"^\[ *\d+\.\ds\] ")
 
@@ -77,7 +77,7 @@ def fake_export(fail_on: str | None = None) -> Any:
 
 def test_tmr_export_prints_each_stage_as_it_starts_and_each_result_as_it_ends(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from export.cli import export_command
+    from cli.export import export_command
 
     monkeypatch.setattr(pipeline, "export_model", fake_export())
     assert export_command(export_args()) == 0
@@ -95,7 +95,7 @@ def test_tmr_export_prints_each_stage_as_it_starts_and_each_result_as_it_ends(
 
 def test_tmr_export_keeps_its_exit_codes_for_a_failed_check_and_an_unknown_format(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from export.cli import export_command
+    from cli.export import export_command
 
     monkeypatch.setattr(pipeline, "export_model", fake_export(fail_on="int8"))
     assert export_command(export_args()) == 1

@@ -151,7 +151,7 @@ def test_the_scan_reports_a_line_per_tenth_and_the_cli_shows_it_without_verbose(
         caplog: pytest.LogCaptureFixture) -> None:
     import logging
 
-    from export.cli import _logging
+    from cli.export import _logging
     from export.text_embedding import _scan_progress
 
     _logging(verbose=False)

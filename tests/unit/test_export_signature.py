@@ -6,9 +6,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from core.families import TEXT_EMBEDDING
 from export.errors import ExportCheckError
 from export.signature import check_forward_arguments, check_onnx_signature, signature
-from python_backends.families import TEXT_EMBEDDING
 
 INT64, FLOAT = TensorProto.INT64, TensorProto.FLOAT
 CONTRACT = signature(TEXT_EMBEDDING, 384)  # a text-embedding model of 384 dimensions

@@ -6,14 +6,14 @@ import hashlib
 import json
 from pathlib import Path
 
-from python_backends.versions import (
+from core.versions import (
     is_up_to_date,
     next_version,
     read_provenance,
     sha256_file,
     write_provenance,
 )
-from python_backends.versions import (
+from core.versions import (
     versions_on_disk as list_versions,
 )
 

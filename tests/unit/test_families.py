@@ -10,11 +10,9 @@ import numpy as np
 import pytest
 
 from client import core as sdk
-from export.sources import SourceError, expand, join_pieces, model_folder, resolve
-from export.text_embedding import read_facts
-from python_backends.families import TEXT_EMBEDDING, family
-from python_backends.families.catalog import UnknownModelError, catalog, find, missing_exports
-from python_backends.families.configs import (
+from core.families import TEXT_EMBEDDING, family
+from core.families.catalog import UnknownModelError, catalog, find, missing_exports
+from core.families.configs import (
     EncoderSpec,
     FrontSpec,
     encoder_spec,
@@ -23,7 +21,9 @@ from python_backends.families.configs import (
     write_encoder,
     write_front,
 )
-from python_backends.versions import read_config, with_specific_version
+from core.versions import read_config, with_specific_version
+from export.sources import SourceError, expand, join_pieces, model_folder, resolve
+from export.text_embedding import read_facts
 from tests.conftest import MINILM_SOURCE, REPOSITORY
 
 

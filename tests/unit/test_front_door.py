@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from client.auth import key_headers
+from client.auth import ADMIN_KEY_ENV, API_KEY_ENV, DEV_ADMIN_KEY, key_headers
 from client.core import output_names
 from client.errors import (
     AccessDeniedError,
@@ -20,6 +20,7 @@ from client.errors import (
     UnavailableError,
     classify,
 )
+from core.paths import DEFAULT_REPOSITORY
 from server import front_door
 from server.front_door import (
     PLACEHOLDERS,
@@ -32,10 +33,6 @@ from server.front_door import (
     render,
 )
 from server.settings import (
-    ADMIN_KEY_ENV,
-    API_KEY_ENV,
-    DEFAULT_REPOSITORY,
-    DEV_ADMIN_KEY,
     MAX_BODY_BYTES,
     MAX_GRPC_BODY_BYTES,
     RESTRICTED_APIS,

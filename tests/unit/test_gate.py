@@ -1,11 +1,11 @@
-"""server.gate's pure judgements: top-1 quality, cosine quality, the blocked p99 ratio."""
+"""export.gate's pure judgements: top-1 quality, cosine quality, the blocked p99 ratio."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from server.gate import GateSettings, block_p99_ratio, cosine_quality, top1_quality
+from export.gate import GateSettings, block_p99_ratio, cosine_quality, top1_quality
 
 GATES = {"gate_max_top1_drop": 0.01, "gate_min_agreement": 0.8}
 # Logits for 4 rows of 3 classes: the reference's top-1 is 0, 1, 2, 2.

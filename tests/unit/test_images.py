@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
+from core.params import ConfigError
 from python_backends.errors import InvalidInputError, ModelError
 from python_backends.images import (
     ImageBatchBuffer,
@@ -21,7 +22,6 @@ from python_backends.images import (
     softmax,
     top_k,
 )
-from python_backends.params import ConfigError
 from tests import image_samples as samples
 from tests.image_samples import bomb, encode, raw_png
 

@@ -15,13 +15,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from core.paths import PROJECT_ROOT
 from server import front_door
 from server.healthcheck import DRAIN_FILE
 from server.serve import WATCHDOG_PORT_OFFSET
 from server.settings import (
     EXIT_TIMEOUT_S,
     NGINX_IMAGE,
-    PROJECT_ROOT,
     FrontDoorSettings,
     Ports,
     ServerOptions,

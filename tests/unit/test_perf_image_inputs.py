@@ -6,8 +6,8 @@ import io
 
 from PIL import Image
 
+from core.paths import DEFAULT_REPOSITORY
 from perf.image_inputs import model_images
-from server.settings import DEFAULT_REPOSITORY
 
 
 def test_only_sources_that_define_perf_images_get_a_file_of_their_own() -> None:

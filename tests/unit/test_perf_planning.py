@@ -65,10 +65,10 @@ def test_plan_respects_memory_and_latency_budgets() -> None:
 
 
 def test_the_proposal_is_a_config_triton_parses_with_the_planned_values() -> None:
+    from core import versions as v
+    from core.paths import DEFAULT_REPOSITORY
     from perf.plan_cli import proposed_config
     from perf.planning import Plan
-    from python_backends import versions as v
-    from server.settings import DEFAULT_REPOSITORY
 
     text = (DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt").read_text()
     new = proposed_config(text, Plan(48, 16, 20_000, 5.0, 60.0, 266.0))
@@ -173,9 +173,9 @@ def test_the_hpa_figures_are_read_from_the_triton_manifest() -> None:
 
 def test_tmr_perf_capacity_reads_a_sweep_folder_and_exits_2_on_a_refusal(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from server.cli import build_parser
+    from cli.main import build_parser
 
-    def main(argv: list[str]) -> int:  # server.cli.main without its logging set-up
+    def main(argv: list[str]) -> int:  # cli.main.main without its logging set-up
         args = build_parser().parse_args(argv)
         return args.func(args)
 

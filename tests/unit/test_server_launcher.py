@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from core.paths import PROJECT_ROOT
+from core.ports import free_port
 from server.launcher import (
     ModelLoadError,
     PortInUseError,
     ServerStartError,
     check_ports_free,
-    free_port,
     interpreter_libdir,
     load_failures,
     stub_environment,
 )
-from server.settings import PROJECT_ROOT
 
 # Observed verbatim in Triton 2.51 logs.
 LOAD_FAILURE_LINE = (

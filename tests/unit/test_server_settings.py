@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from core.paths import DEFAULT_REPOSITORY
 from server.settings import (
-    DEFAULT_REPOSITORY,
     POLL_INTERVAL_S,
     RESPONSE_CACHE_BYTES,
     Ports,

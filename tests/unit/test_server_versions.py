@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from python_backends import versions as v
-from server.settings import DEFAULT_REPOSITORY
+from core import versions as v
+from core.paths import DEFAULT_REPOSITORY
 
 CONFIG = (DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt").read_text()
 SHIPPED_POLICY = "version_policy: { specific: { versions: [ 1 ] } }"

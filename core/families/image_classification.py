@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from python_backends.families.spec import DIM, IMAGE_DIMS, Family, Format, Tensor
+from core.families.spec import DIM, IMAGE_DIMS, Family, Format, Tensor
 
 THROUGHPUT_GATE = {"gate_min_throughput_ratio": "0.8", "gate_max_p99_ratio": "1.5"}
 # Top-1 against eager PyTorch on the model's evaluation set: accuracy points lost where it

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from python_backends.families import Family, family
-from python_backends.families.configs import parameters_of
-from python_backends.versions import read_config, versions_on_disk
+from core.families import Family, family
+from core.families.configs import parameters_of
+from core.versions import read_config, versions_on_disk
 
 
 class UnknownModelError(KeyError):

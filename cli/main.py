@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from client.core import DEFAULT_MODEL
+from core.paths import DEFAULT_REPOSITORY
 from server.observability import PROMETHEUS_PORT
-from server.settings import DEFAULT_REPOSITORY, FrontDoorSettings, Ports
+from server.settings import FrontDoorSettings, Ports
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
-    from client.cli import embed_command
+    from cli.embed import embed_command
 
     return embed_command(args)
 
@@ -64,19 +65,19 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
-    from server.release_cli import versions_command
+    from cli.release import versions_command
 
     return versions_command(args)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from server.release_cli import gate_command
+    from cli.release import gate_command
 
     return gate_command(args)
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    from server.release_cli import release_command
+    from cli.release import release_command
 
     return release_command(args)
 
@@ -110,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--front-door-grpc-port", type=int, default=FrontDoorSettings().grpc_port)
     serve.set_defaults(func=cmd_serve)
 
-    from export.cli import add_add_parser, add_export_parser
+    from cli.export import add_add_parser, add_export_parser
 
     add_export_parser(sub)
     add_add_parser(sub)
@@ -168,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     from perf.sweep import add_parser as add_perf_parser
 
     add_perf_parser(sub)
-    from server.watchdog_cli import add_parser as add_watchdog_parser
+    from cli.watchdog import add_parser as add_watchdog_parser
 
     add_watchdog_parser(sub)
     return parser

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from python_backends.families.spec import DIM, Family, Format, Tensor
+from core.families.spec import DIM, Family, Format, Tensor
 
 FP32_GATE = {"gate_mean_cosine": "0.9999", "gate_min_cosine": "0.999",
              "gate_min_throughput_ratio": "0.8", "gate_max_p99_ratio": "1.5"}

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from python_backends import versions as v
-from python_backends.families import family
-from python_backends.families.configs import encoder_spec, parameters_of
+from core import versions as v
+from core.families import family
+from core.families.configs import encoder_spec, parameters_of
 from python_backends.runners import Runner, artifact_runner
 
 PERF_ROUNDS = 8  # at least; more until each runner has been timed for PERF_MIN_SECONDS

@@ -3,8 +3,10 @@
 Triton 2.51 reports most failures by message, not by a code the caller can branch on: a
 BLS call's failure comes back as INTERNAL whatever it was, and HTTP and gRPC differ in
 status. Both the SDK (client.errors) and the router (python_backends.bls) turn a message
-into one of these kinds with `kind_of`, then branch on the kind. No imports: the SDK ships
-alone, and the Python backend imports this module as it is.
+into one of these kinds with `kind_of`, then branch on the kind. The project's own refusal
+(a front model degraded to a level that refuses the request) is written by
+`degraded_refusal` and read back by `degraded_level`: its wording lives here only.
+No imports: the SDK and the Python backend both import this module as it is.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ STUB_UNHEALTHY = "stub_unhealthy"  # a dead Python stub (2.51 never restarts one
 OUT_OF_MEMORY = "out_of_memory"
 SERVER_STOPPING = "server_stopping"
 UNREACHABLE = "unreachable"  # no connection
+DEGRADED = "degraded"  # a front model refusing work on purpose (not in MARKERS: see below)
 
 # First match wins: "unknown model ... is not at ready state" is a version not ready.
+_DEGRADED_MARKER = "is degraded to level"
 MARKERS: tuple[tuple[str, str], ...] = (
     ("is restricted, expecting header", RESTRICTED),
     ("rate limit exceeded", RATE_LIMITED),
@@ -49,3 +53,17 @@ def kind_of(message: str) -> str | None:
     """The kind of failure a Triton (or front door) message reports, or None."""
     lowered = message.lower()
     return next((kind for marker, kind in MARKERS if marker in lowered), None)
+
+
+def degraded_refusal(model: str, level: int, level_name: str, reason: str) -> str:
+    """The message of a request a front model refuses at its degradation level."""
+    return f"{model} {_DEGRADED_MARKER} {level} ({level_name}): {reason}"
+
+
+def degraded_level(message: str) -> int | None:
+    """The level named by a degraded_refusal message (anywhere in `message`), or None."""
+    at = message.find(_DEGRADED_MARKER + " ")
+    if at < 0:
+        return None
+    digits = message[at + len(_DEGRADED_MARKER) + 1:].split(" ", 1)[0]
+    return int(digits) if digits.isdigit() else None

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from python_backends import versions as v
+from core import versions as v
 from server import release
 
 
@@ -49,7 +49,7 @@ def summarize(checks: dict) -> str:
 
 
 def gate_command(args: argparse.Namespace) -> int:
-    from server.gate import run_gate
+    from export.gate import run_gate
 
     release.check_candidate(args.repository / args.model, args.version)
     result = run_gate(args.repository / args.model, args.version)
@@ -66,7 +66,7 @@ def release_command(args: argparse.Namespace) -> int:
                    else release.rollback_target(model_dir, args.to))
         release.check_candidate(model_dir, version)
         if not args.no_gate:
-            from server.gate import run_gate
+            from export.gate import run_gate
 
             result = run_gate(model_dir, version)
             print(result.table())

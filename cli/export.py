@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from server.settings import DEFAULT_REPOSITORY
+from core.paths import DEFAULT_REPOSITORY
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -91,9 +91,9 @@ def _logging(verbose: bool) -> None:
 def export_command(args: argparse.Namespace) -> int:
     """Export from parsed arguments, a line per format; 0 ok, 1 a check failed, 2 bad name."""
     _logging(args.verbose)
+    from core.families.catalog import UnknownModelError, catalog, find
     from export.errors import ExportCheckError
     from export.pipeline import export_model, wanted_formats  # imports torch: when exporting
-    from python_backends.families.catalog import UnknownModelError, catalog, find
 
     if bool(args.name) == bool(args.all):
         print("error: name one model, or --all", file=sys.stderr)
@@ -138,7 +138,7 @@ def add_command(args: argparse.Namespace) -> int:
     print(f"added '{args.name}' ({args.family}) to {args.repository} in "
           f"{time.perf_counter() - started:.1f}s")
     if args.url:
-        from python_backends.families.catalog import find
+        from core.families.catalog import find
         from server.admin import load_models
 
         loaded = load_models(args.url, find(args.repository, args.name).models)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from python_backends.families.image_classification import IMAGE_CLASSIFICATION
-from python_backends.families.spec import DIM, Family, Format, Tensor
-from python_backends.families.text_embedding import TEXT_EMBEDDING
+from core.families.image_classification import IMAGE_CLASSIFICATION
+from core.families.spec import DIM, Family, Format, Tensor
+from core.families.text_embedding import TEXT_EMBEDDING
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION)}
 

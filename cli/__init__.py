@@ -1,0 +1,1 @@
+"""`tmr`: the one command line; the only package allowed to import every other."""

@@ -1,0 +1,1 @@
+"""The layer below every other package: facts each of them reads (no project imports)."""

@@ -1,0 +1,40 @@
+"""Writing files that servers read while we write them, and ${NAME} templates."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
+
+
+class TemplateError(KeyError):
+    """A template names a placeholder that no value was given for."""
+
+
+def write_atomically(path: Path, data: str | bytes) -> Path:
+    """Write through a hidden temporary file and a rename: a reader (Triton polling the
+    repository, nginx, Prometheus) sees the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def placeholders(template: str) -> list[str]:
+    """The distinct ${NAME} placeholders of `template`, sorted."""
+    return sorted(set(_PLACEHOLDER.findall(template)))
+
+
+def render_template(template: str, values: Mapping[str, object]) -> str:
+    """`template` with every ${NAME} replaced; a name without a value raises TemplateError."""
+    missing = [name for name in placeholders(template) if name not in values]
+    if missing:
+        raise TemplateError(f"no value for {', '.join('${' + m + '}' for m in missing)}")
+    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)

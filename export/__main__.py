@@ -1,5 +1,0 @@
-"""`python -m export ...`: see export.cli."""
-
-from export.cli import main
-
-raise SystemExit(main())
