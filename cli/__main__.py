@@ -1,5 +1,5 @@
-"""`python -m export ...`: see cli.export."""
+"""`python -m cli ...`: the same as `tmr ...`."""
 
-from cli.export import main
+from cli.main import main
 
 raise SystemExit(main())

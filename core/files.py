@@ -9,8 +9,12 @@ from pathlib import Path
 _PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 
-class TemplateError(KeyError):
-    """A template names a placeholder that no value was given for."""
+class TemplateError(ValueError):
+    """A template names a placeholder that no value was given for (`missing`, sorted)."""
+
+    def __init__(self, missing: list[str]) -> None:
+        self.missing = missing
+        super().__init__(f"no value for placeholder(s) {', '.join(missing)}")
 
 
 def write_atomically(path: Path, data: str | bytes) -> Path:
@@ -36,5 +40,5 @@ def render_template(template: str, values: Mapping[str, object]) -> str:
     """`template` with every ${NAME} replaced; a name without a value raises TemplateError."""
     missing = [name for name in placeholders(template) if name not in values]
     if missing:
-        raise TemplateError(f"no value for {', '.join('${' + m + '}' for m in missing)}")
+        raise TemplateError(missing)
     return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)

@@ -14,6 +14,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.files import write_atomically
 from core.paths import PROJECT_ROOT
 from server.errors import DistributionError
 
@@ -94,6 +95,5 @@ def prepare_home(root: Path, dist: TritonDistribution | None = None) -> ServerHo
 def _copy(src: Path, dst: Path) -> None:
     if dst.is_file() and not dst.is_symlink() and dst.read_bytes() == src.read_bytes():
         return
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copy2(src, tmp)
-    tmp.replace(dst)
+    write_atomically(dst, src.read_bytes())
+    shutil.copystat(src, dst)

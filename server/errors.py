@@ -7,12 +7,15 @@
     FrontDoorError         nginx is missing, refuses its config, or did not start or stop
     PrometheusError        Prometheus did not start, or answered a query with an error
     TemplateError          a config template names a placeholder that was given no value
+                           (core.files.TemplateError: core.files renders every template)
     ReleaseError           a promotion or rollback that did not happen (the old version serves)
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from core.files import TemplateError  # noqa: F401  (core.files renders every template)
 
 
 class ServerStartError(RuntimeError):
@@ -42,10 +45,6 @@ class FrontDoorError(RuntimeError):
 
 class PrometheusError(RuntimeError):
     """Prometheus did not start, or answered a query with an error."""
-
-
-class TemplateError(ValueError):
-    """A template names a placeholder that was given no value."""
 
 
 class ReleaseError(RuntimeError):

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from core.files import TemplateError, render_template
 from core.paths import DEFAULT_REPOSITORY
 from server.errors import FrontDoorError
 from server.launcher import stop_process
@@ -49,22 +50,16 @@ POLICY_PLACEHOLDERS = (
 )
 PLACEHOLDERS = HOST_PLACEHOLDERS + POLICY_PLACEHOLDERS  # every ${NAME} of the template
 STOP_TIMEOUT_S = 10.0
-_PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _KEY = re.compile(r"[A-Za-z0-9_.~+/=-]{8,}")
 
 
-def placeholders(template: str) -> list[str]:
-    """The distinct ${NAME} placeholders of `template`, sorted."""
-    return sorted(set(_PLACEHOLDER.findall(template)))
-
-
 def render(template: str, values: Mapping[str, object]) -> str:
     """Substitute the ${NAME} placeholders; a placeholder without a value is an error."""
-    missing = [name for name in placeholders(template) if name not in values]
-    if missing:
-        raise FrontDoorError(f"no value for template placeholders {missing}")
-    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), template)
+    try:
+        return render_template(template, values)
+    except TemplateError as err:
+        raise FrontDoorError(f"no value for template placeholders {err.missing}") from err
 
 
 def envsubst_variables() -> str:

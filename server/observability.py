@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from core.files import render_template
 from core.paths import PROJECT_ROOT
 from core.ports import free_port
-from server.errors import PrometheusError, TemplateError
+from server.errors import PrometheusError
 from server.launcher import stop_process
 
 PROMETHEUS_DIR = PROJECT_ROOT / "server" / "prometheus"
@@ -44,7 +45,6 @@ PLACEHOLDERS = ("SCRAPE_INTERVAL", "EVALUATION_INTERVAL", "TRITON_METRICS_TARGET
 SCRAPE_INTERVAL = "15s"  # production and `tmr serve --prometheus`; tests use 1s
 EVALUATION_INTERVAL = "15s"
 PROMETHEUS_PORT = 9090  # `tmr serve --prometheus` (compose publishes the image's 9090)
-_PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 _FOR = re.compile(r"^(\s*for:\s*)\S+\s*$", re.MULTILINE)
 _PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
                     "group_left", "group_right", "inf", "nan"}
@@ -55,14 +55,6 @@ _PROMQL_STRIP = [
     re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"),
 ]
 _PROMQL_NAME = re.compile(r"(?<![\w.$])[A-Za-z_:][A-Za-z0-9_:]*")
-
-
-def render_template(text: str, values: dict[str, str]) -> str:
-    """`text` with every `${NAME}` replaced; a name without a value raises TemplateError."""
-    missing = sorted({m for m in _PLACEHOLDER.findall(text) if m not in values})
-    if missing:
-        raise TemplateError(f"no value for placeholder(s) {', '.join(missing)}")
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
 def prometheus_values(triton_target: str, watchdog_target: str,

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from client.auth import ADMIN_KEY_ENV
+from core.files import placeholders
 from core.paths import PROJECT_ROOT
 from server import front_door, observability
 from server.healthcheck import DRAIN_FILE
@@ -264,7 +265,7 @@ def test_nginx_renders_the_cpu_template_with_exactly_its_placeholders() -> None:
     listed = re.search(r"envsubst '([^']*)'", script)
     assert listed and listed.group(1).split() == front_door.envsubst_variables().split()
     assert "< /etc/tmr/nginx/nginx.conf.template > /etc/nginx/nginx.conf" in script
-    assert front_door.placeholders(front_door.TEMPLATE.read_text()) == sorted(
+    assert placeholders(front_door.TEMPLATE.read_text()) == sorted(
         front_door.PLACEHOLDERS)
     assert set(nginx["environment"]) == set(front_door.PLACEHOLDERS)
     mounts = {m["target"]: m["source"] for m in nginx["volumes"]}

@@ -20,6 +20,7 @@ from client.errors import (
     UnavailableError,
     classify,
 )
+from core.files import placeholders
 from core.paths import DEFAULT_REPOSITORY
 from server import front_door
 from server.front_door import (
@@ -28,7 +29,6 @@ from server.front_door import (
     FrontDoorError,
     api_keys_map,
     parse_api_keys,
-    placeholders,
     policy_values,
     render,
 )

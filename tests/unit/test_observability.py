@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core.files import TemplateError
 from server.observability import (
     CONFIG_TEMPLATE,
     DASHBOARDS_DIR,
@@ -18,7 +19,6 @@ from server.observability import (
     PROMTOOL_BIN,
     RULES_FILE,
     RULES_TEST_FILE,
-    TemplateError,
     base_metrics,
     metric_names,
     prometheus_values,
