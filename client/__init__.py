@@ -1,9 +1,13 @@
 """Thin SDK over `tritonclient` for the repository's front models: sync and asyncio, HTTP
 and gRPC, typed errors, retries, bounded bulk calls.
 
-    from client import EmbedClient
-    with EmbedClient("localhost:8000", protocol="http") as c:
+    from client import Client
+    with Client("localhost:8000", protocol="http") as c:
         vectors = c.embed(["a sentence", "another"], priority=1, timeout_ms=500)
+        best = c.classify([jpeg_bytes], model="efficientnet_lite0").predictions[0][0]
+
+`EmbedClient` and `AsyncEmbedClient` are the old names of `Client` and `AsyncClient`
+(kept for one release).
 
 Names are imported on first use, so `core.messages` (the table of Triton's error
 messages, which the Python backend shares) imports nothing else.
@@ -15,7 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see
-    from client.aio import AsyncEmbedClient
+    from client.aio import AsyncClient, AsyncEmbedClient
     from client.core import ClassifyResult, EmbedResult, Prediction
     from client.errors import (
         AccessDeniedError,
@@ -32,10 +36,12 @@ if TYPE_CHECKING:  # what type checkers and editors see
         UnavailableError,
     )
     from client.retry import NO_RETRY, RetryPolicy
-    from client.sync import EmbedClient
+    from client.sync import Client, EmbedClient
 
 _EXPORTS = {
+    "AsyncClient": "client.aio",
     "AsyncEmbedClient": "client.aio",
+    "Client": "client.sync",
     "EmbedClient": "client.sync",
     "EmbedResult": "client.core",
     "ClassifyResult": "client.core",
@@ -52,8 +58,10 @@ _EXPORTS = {
 __all__ = [
     "NO_RETRY",
     "AccessDeniedError",
+    "AsyncClient",
     "AsyncEmbedClient",
     "ClassifyResult",
+    "Client",
     "DeadlineExceededError",
     "EmbedClient",
     "EmbedResult",

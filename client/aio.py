@@ -52,8 +52,8 @@ async def first_error_cancels_all(calls: list[Any]) -> list[Any]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class AsyncEmbedClient(ClientBase):
-    """The asyncio twin of `EmbedClient` (same keys, fallback and results); `async with`."""
+class AsyncClient(ClientBase):
+    """The asyncio twin of `Client` (same keys, fallback and results); `async with`."""
 
     def __init__(self, url: str | None = None, protocol: Protocol = "http",
                  model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None,
@@ -179,8 +179,11 @@ class AsyncEmbedClient(ClientBase):
     async def close(self) -> None:
         await self._client.close()
 
-    async def __aenter__(self) -> AsyncEmbedClient:
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+AsyncEmbedClient = AsyncClient  # the old name; deprecated, kept for one release

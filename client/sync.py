@@ -33,9 +33,10 @@ from client.errors import (
 from client.retry import RetryPolicy
 
 
-class EmbedClient(ClientBase):
-    """`embed(texts) -> (n, dim)` for a text-embedding front model, `classify(images)` for
-    an image-classification one, plus readiness and metadata calls.
+class Client(ClientBase):
+    """The client of every front model: `embed(texts) -> (n, dim)` for a text-embedding
+    one, `classify(images)` for an image-classification one, plus readiness and metadata
+    calls. (`EmbedClient` is the same class under its old name, kept for one release.)
 
     `api_key` goes to the front door, `admin_key` to the model config (see client.auth);
     `max_batch_size` spares the config call, which a client without the admin key cannot
@@ -164,8 +165,11 @@ class EmbedClient(ClientBase):
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> EmbedClient:
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+EmbedClient = Client  # the old name (it also classifies); deprecated, kept for one release
