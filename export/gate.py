@@ -190,7 +190,7 @@ def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
                                           inputs, [output])
         outputs["current"] = outputs_of(runs["current"], batches, output)
     judge = QUALITY[fam.gate_metric]
-    labels = recipe.gate_labels() if hasattr(recipe, "gate_labels") else None
+    labels = recipe.gate_labels()
     for against in ("reference", "current"):
         if against in outputs:
             stats, why = judge(outputs[against], outputs["candidate"], settings.quality, labels)

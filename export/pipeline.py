@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from core import versions as v
 from core.families import Family, family
@@ -29,6 +29,7 @@ from core.families.configs import (
     write_front,
 )
 from export.provenance import build_provenance, source_fingerprint, tool_versions
+from export.recipe import ExportRecipe, RecipeModule
 from export.sources import resolve, stored
 
 FRONT_VERSION = "1"  # a front model's files (its tokenizer) live in version 1
@@ -54,13 +55,14 @@ class ExportResult:
         return f"{self.model_name:<24} v{self.version:<3} {action:<22} {figures}".rstrip()
 
 
-def recipe_for(fam: Family, source: str, threads: int, repository: Path | None = None) -> Any:
+def recipe_for(fam: Family, source: str, threads: int,
+               repository: Path | None = None) -> ExportRecipe:
     """The family's export recipe for a source (folder, distribution or parts:...)."""
-    module = importlib.import_module(fam.export_recipe)
+    module = cast(RecipeModule, importlib.import_module(fam.export_recipe))
     return module.recipe(resolve(source, repository), threads)
 
 
-def publish(recipe: Any, model_dir: Path, fmt: str, fingerprint: str) -> ExportResult:
+def publish(recipe: ExportRecipe, model_dir: Path, fmt: str, fingerprint: str) -> ExportResult:
     """Build, check and publish one new version of a format (see the module docstring)."""
     model_dir.mkdir(parents=True, exist_ok=True)
     work = model_dir / f".tmp-{os.getpid()}"
@@ -87,7 +89,7 @@ def publish(recipe: Any, model_dir: Path, fmt: str, fingerprint: str) -> ExportR
     return ExportResult(model_dir.name, version, "written", final, figures)
 
 
-def write_front_files(recipe: Any, front_dir: Path) -> None:
+def write_front_files(recipe: ExportRecipe, front_dir: Path) -> None:
     """The front model's files (its tokenizer), each replaced atomically."""
     folder = front_dir / FRONT_VERSION
     folder.mkdir(parents=True, exist_ok=True)
@@ -172,7 +174,7 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     try:
         for fmt in fam.formats:
             write_encoder(staging, EncoderSpec(fam.name, name, fmt.name, facts.dimension, source,
-                                               getattr(facts, "input_shape", ())))
+                                               facts.input_shape))
         write_front(staging, FrontSpec(fam.name, front, name, facts.dimension,
                                        facts.front_parameters))
         staged = find(staging, name)

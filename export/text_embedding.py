@@ -75,6 +75,10 @@ class ModelFacts:
     def front_parameters(self) -> dict[str, str]:
         return {"max_tokens": str(self.max_tokens), "normalize": str(self.normalize).lower()}
 
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return ()  # a text model's input is token ids of any length
+
     def settings(self) -> dict[str, Any]:
         return {"architecture": self.architecture, "pooling": self.pooling,
                 "normalize": self.normalize, "max_tokens": self.max_tokens}
@@ -367,6 +371,9 @@ class TextEmbeddingRecipe:
         return {FAMILY.front_artifact: (self.facts.folder / "tokenizer.json").read_bytes()}
 
     # -- the release gate -----------------------------------------------------------
+    def gate_labels(self) -> None:
+        return None  # embeddings are judged by cosine against the reference, not by labels
+
     def gate_batches(self, stride: int = 16, batch: int = 16) -> list[dict[str, np.ndarray]]:
         """Every `stride`-th corpus text, length-sorted into batches (little padding)."""
         texts = sorted(build_corpus()[::stride], key=len)

@@ -1,0 +1,70 @@
+"""What a family's export recipe is: the one interface export, `tmr add` and the release
+gate use, whatever the family (text_embedding.py and image_classification.py implement it).
+
+A family names its recipe module (`Family.export_recipe`); that module's `recipe(folder,
+threads)` returns an `ExportRecipe`. Nothing outside the recipe module probes it for
+optional methods: every member below is part of the interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from core.families import Family
+from export.signature import Signature
+
+
+class RecipeFacts(Protocol):
+    """What a source says about its model, as the pipeline and `tmr add` need it."""
+
+    weights: Path  # what the provenance fingerprints
+    dimension: int  # the embedding size, or the classes
+
+    @property
+    def input_shape(self) -> tuple[int, ...]: ...  # () for a model without one (text)
+
+    @property
+    def front_parameters(self) -> Mapping[str, str]: ...  # the front config's model values
+
+
+class ExportRecipe(Protocol):
+    """One source of one family, exported in every format of the family."""
+
+    family: Family
+    facts: RecipeFacts
+    contract: Signature  # the exported graphs' tensor names, equal to the configs'
+
+    @property
+    def weights_sha256(self) -> str: ...
+
+    def build(self, fmt: str, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Write format `fmt`'s artifact into `work`; (checks, figures)."""
+        ...
+
+    def opset(self, fmt: str) -> int | None: ...
+
+    def settings(self, fmt: str) -> dict[str, Any]: ...
+
+    def front_files(self) -> dict[str, bytes]:
+        """The files of the front model's version folder (its tokenizer, its labels)."""
+        ...
+
+    def eager(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The eager PyTorch reference the gate compares against."""
+        ...
+
+    def gate_batches(self) -> list[dict[str, np.ndarray]]: ...
+
+    def gate_labels(self) -> np.ndarray | None:
+        """True classes of the gate batches' rows, or None where the family has none."""
+        ...
+
+
+class RecipeModule(Protocol):
+    """A family's recipe module."""
+
+    def recipe(self, folder: Path, threads: int = 2) -> ExportRecipe: ...
