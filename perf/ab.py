@@ -7,9 +7,9 @@ edits, served on its own server, driven by the closed-loop HTTP client of perf/p
 A variant is `NAME` (the repository as it is) or `NAME~MODEL~REGEX~REPLACEMENT[;...]`,
 edits of `MODEL/config.pbtxt` (perf.subjects.build_repository), `~` because configs are
 full of colons. Every variant's server is
-started once, then the rounds visit them in mirrored order (perf.peers.stats.round_orders),
+started once, then the rounds visit them in mirrored order (perf.stats.round_orders),
 a new text per request; each point keeps the best round. The table gives requests/s and
-p99 per level, p50 at c1, p99/p50 at c16 and the goodput under the 60 ms objective, and
+p99 per level, p50 at c1, p99/p50 at c16 and the goodput under the p99 objective (core.paths), and
 every variant's ratio of goodput to the first's. Results: perf/results/ab-<timestamp>/.
 """
 
@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
-import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
@@ -27,16 +25,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from core.paths import PROJECT_ROOT
-from core.ports import free_port
-from perf.peers.load import Endpoint, closed_loop, triton_endpoint
-from perf.peers.stats import LoadPoint, best_of, goodput, render_table, round_orders
+from core.paths import P99_OBJECTIVE_MS
+from perf import harness
+from perf.peers.load import Endpoint, closed_loop_point, triton_endpoint
+from perf.stats import LoadPoint, best_of, goodput, render_table, round_orders
 from perf.subjects import build_repository, text_model
-from server.launcher import TritonServer
-from server.settings import Ports, ServerOptions
 
-RESULTS = PROJECT_ROOT / "perf" / "results"
-P99_BUDGET_MS = 60.0
 console = Console(stderr=True)
 
 
@@ -66,12 +60,9 @@ def start(variant: Variant, root: Path, stack: ExitStack, model: str | None = No
     fixtures = [model] if model != front else []
     repo = build_repository(root / variant.name, variant.edits, text_only=True,
                             fixtures=fixtures)
-    ports = Ports(free_port(), free_port(), free_port())
-    server = stack.enter_context(TritonServer(
-        ServerOptions(repository=repo, ports=ports), log_path=root / f"{variant.name}.log"))
-    server.wait_ready(timeout_s=300)
+    server = stack.enter_context(harness.server(repo, root / f"{variant.name}.log"))
     endpoint = triton_endpoint(f"http://{server.http_url}", model)
-    asyncio.run(closed_loop(endpoint, 8, 3.0))  # warm up
+    asyncio.run(closed_loop_point(endpoint, 8, 3.0))  # warm up
     return endpoint
 
 
@@ -89,17 +80,17 @@ def run(variants: Sequence[Variant], levels: Sequence[int], seconds: float,
                 points = []
                 for level in levels:
                     console.log(f"round {r}/{rounds}: {name} c{level}")
-                    points.append(asyncio.run(closed_loop(endpoints[name], level, seconds)))
+                    points.append(asyncio.run(closed_loop_point(endpoints[name], level, seconds)))
                 measured[name].append(points)
     return {name: best_of(rounds_) for name, rounds_ in measured.items()}
 
 
 def report(best: dict[str, list[LoadPoint]], levels: Sequence[int]) -> str:
-    lines = [render_table(list(best.items()), levels, P99_BUDGET_MS), ""]
+    lines = [render_table(list(best.items()), levels, P99_OBJECTIVE_MS), ""]
     first = next(iter(best))
-    base = goodput(best[first], P99_BUDGET_MS)
+    base = goodput(best[first], P99_OBJECTIVE_MS)
     for name, points in best.items():
-        g = goodput(points, P99_BUDGET_MS)
+        g = goodput(points, P99_OBJECTIVE_MS)
         share = f"{g.rps / base.rps:.2f}x" if g and base else "-"
         lines.append(f"- {name}: goodput {share} the first variant's ({first})")
     return "\n".join(lines)
@@ -116,14 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "default) or a fixture of perf/fixtures, e.g. embed_bare")
     args = parser.parse_args(argv)
     best = run(args.variant, args.levels, args.seconds, args.rounds, args.model)
-    out = RESULTS / f"ab-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
-    text = report(best, args.levels)
-    (out / "ab.md").write_text(text + "\n")
-    (out / "ab.json").write_text(json.dumps({k: [asdict(p) for p in v]
-                                             for k, v in best.items()}, indent=1))
-    print(text)
-    print(f"\nresults in {out}")
+    harness.write_report(harness.run_dir("ab"), "ab", report(best, args.levels),
+                         {k: [asdict(p) for p in v] for k, v in best.items()})
     return 0
 
 

@@ -12,20 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from client import AsyncEmbedClient, EmbedClient
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from core.ports import free_port
-from core.repository import copy_repository
+from perf import harness
 from perf.load import LevelSampler
 from server.launcher import TritonServer
-from server.settings import Ports, ServerOptions
-
-RESULTS = PROJECT_ROOT / "perf" / "results"
 
 
 @dataclass(frozen=True)
@@ -46,15 +39,10 @@ def corpus(n: int, tag: str) -> list[str]:
 
 
 def timed(server: TritonServer, name: str, protocol: str, n: int, call) -> BulkRun:
-    sampler = LevelSampler(server.metrics_url, period_s=0.1)
-    sampler.start()
-    began = time.monotonic()
-    try:
+    with LevelSampler(server.metrics_url, period_s=0.1) as sampler:
+        began = time.monotonic()
         call()
-    finally:
         seconds = time.monotonic() - began
-        sampler.stop_event.set()
-        sampler.join()
     top = max((level for _, level in sampler.samples), default=0.0)
     return BulkRun(name, protocol, n, seconds, top)
 
@@ -91,16 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync-texts", type=int, default=3000)
     parser.add_argument("--async-texts", type=int, default=10000)
     args = parser.parse_args(argv)
-    out = RESULTS / f"bulk-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = copy_repository([DEFAULT_REPOSITORY], Path(tmp) / "repository")
-        opts = ServerOptions(repository=repo, ports=Ports(free_port(), free_port(), free_port()))
-        with TritonServer(opts, log_path=out / "tritonserver.log") as server:
-            runs = run(server, args.sync_texts, args.async_texts)
-    report = markdown(runs)
-    (out / "bulk.md").write_text(report + "\n")
-    print(report)
+    out = harness.run_dir("bulk")
+    with harness.served_copy(out / "tritonserver.log") as server:
+        runs = run(server, args.sync_texts, args.async_texts)
+    harness.write_report(out, "bulk", markdown(runs))
     return 0
 
 

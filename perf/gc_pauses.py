@@ -12,23 +12,15 @@ round by round on the same machine, so noise hits both alike.
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from client.prometheus import samples
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from core.ports import free_port
-from core.repository import copy_repository, put_parameter
-from perf import perf_analyzer
-from perf.subjects import text_model
-from server.launcher import TritonServer
-from server.settings import Ports, ServerOptions
-
-RESULTS = PROJECT_ROOT / "perf" / "results"
-INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"
+from core.repository import put_parameter
+from perf import harness, perf_analyzer
+from perf.subjects import INPUTS, text_model
 
 
 @dataclass(frozen=True)
@@ -65,17 +57,23 @@ def gc_totals(metrics_url: str) -> tuple[dict[str, float], dict[str, float], flo
     return counts, seconds, longest
 
 
-def measure(repo: Path, policy: str, out: Path, interval_ms: int) -> GcRun:
-    model = text_model(repo)
-    for name in model.models:  # the front and every CPU encoder: Python stubs all
-        put_parameter(repo, name, "gc_policy", policy)
-    opts = ServerOptions(repository=repo, ports=Ports(free_port(), free_port(), free_port()))
-    with TritonServer(opts, log_path=out / f"triton-{policy}.log") as server:
-        perf_analyzer.run(model.front, server.grpc_url, 16, INPUTS, out / "warmup.csv",
+def with_policy(policy: str) -> Callable[[Path], None]:
+    """An edit setting `gc_policy` on the front and every CPU encoder (Python stubs all)."""
+    def edit(repo: Path) -> None:
+        for name in text_model(repo).models:
+            put_parameter(repo, name, "gc_policy", policy)
+    return edit
+
+
+def measure(policy: str, out: Path, interval_ms: int) -> GcRun:
+    model = text_model()
+    inputs = INPUTS / model.family.perf_inputs
+    with harness.served_copy(out / f"triton-{policy}.log", edit=with_policy(policy)) as server:
+        perf_analyzer.run(model.front, server.grpc_url, 16, inputs, out / "warmup.csv",
                           interval_ms=2000)
         before = gc_totals(server.metrics_url)
         began = time.monotonic()
-        row = perf_analyzer.run(model.front, server.grpc_url, 16, INPUTS,
+        row = perf_analyzer.run(model.front, server.grpc_url, 16, inputs,
                                 out / f"{policy}.csv", interval_ms=interval_ms)
         seconds = time.monotonic() - began
         after = gc_totals(server.metrics_url)
@@ -105,20 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--interval-ms", type=int, default=5000)
     args = parser.parse_args(argv)
-    out = RESULTS / f"gc-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
+    out = harness.run_dir("gc")
     runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = copy_repository([DEFAULT_REPOSITORY], Path(tmp) / "repository")
-        for _ in range(args.rounds):
-            for policy in ("default", "freeze"):
-                runs.append(measure(repo, policy, out, args.interval_ms))
-                print(markdown(runs[-1:]).splitlines()[-1], flush=True)
-    report = markdown(runs)
-    (out / "gc.md").write_text(report + "\n")
-    (out / "gc.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
-    print(report)
-    print(f"\nresults in {out}")
+    for _ in range(args.rounds):
+        for policy in ("default", "freeze"):
+            runs.append(measure(policy, out, args.interval_ms))
+            print(markdown(runs[-1:]).splitlines()[-1], flush=True)
+    harness.write_report(out, "gc", markdown(runs), [asdict(r) for r in runs])
     return 0
 
 

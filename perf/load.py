@@ -1,103 +1,184 @@
-"""Open-loop load with a priority mix, built on the SDK (perf_analyzer aborts on rejections).
+"""The load generators: one closed loop, one open loop, and the senders they drive.
 
-Requests arrive at a fixed rate whatever the server does, so overload is real overload.
-Each outcome is recorded with its priority, latency and error type; `summarize()` turns
-them into per-priority goodput, percentiles and rejections by reason.
+A `Send` asks the server one text at one priority and returns its `Outcome`; the loops
+only decide when to send. Every text is new (`unique_texts`), so Triton's response cache
+answers none of them. perf_analyzer stays for plain sweeps; these loops are for what it
+cannot do here: a per-request priority mix, and going on through rejections.
+
+    async with sdk_sender(url) as send:
+        outcomes = await open_loop(send, 200.0, 10.0)    # 200 req/s, 20% priority 1
+        outcomes = await closed_loop(send, [(1, 16)], 5.0)  # 16 clients at priority 1
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import threading
 import time
-import urllib.request
-from collections import Counter
-from dataclasses import dataclass, field
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
 
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
 from client import NO_RETRY, AsyncEmbedClient, TritonClientError
+from client.errors import from_exception
+from client.prometheus import samples
+from core.families import TEXT_EMBEDDING
+from perf import subjects
+from perf.stats import Outcome
+
+Send = Callable[[str, int], Awaitable[Outcome]]  # (text, priority) -> how it ended
+Rate = float | Callable[[float], float]  # requests/s, or requests/s at t seconds in
+Record = Callable[[Outcome], None]
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """One request: when it was sent, its priority, how long it took, and how it ended."""
-
-    sent: float
-    priority: int
-    latency_ms: float
-    error: str | None  # the SDK error class name, or None when served
-    served_by: str = ""
-    status: str = ""  # Triton's status of a failure (HTTP code or gRPC StatusCode)
+def short_texts(tag: str = "load") -> Iterator[str]:
+    """Short numbered sentences, the default of both loops: `tag` names the run."""
+    for i in itertools.count():
+        yield f"{tag} request {i}: the server under pressure keeps answering"
 
 
-@dataclass
-class PrioritySummary:
-    """What one priority level got during a run."""
-
-    priority: int
-    offered_rps: float
-    goodput_rps: float
-    success_ratio: float
-    p50_ms: float
-    p99_ms: float
-    errors: dict[str, int] = field(default_factory=dict)
+def unique_texts(texts: Sequence[str] | None = None, nonce: str | None = None) -> Iterator[str]:
+    """The base texts (by default the text family's perf inputs) in turn, each with a
+    suffix no other request of any run carries."""
+    texts = texts or subjects.texts()
+    nonce = nonce or uuid.uuid4().hex[:8]
+    for i in itertools.count():
+        yield f"{texts[i % len(texts)]} ({nonce}-{i})"
 
 
-def summarize(outcomes: list[Outcome], seconds: float) -> list[PrioritySummary]:
-    """Per priority: offered and served rate, latency percentiles of served requests."""
-    rows = []
-    for priority in sorted({o.priority for o in outcomes}):
-        mine = [o for o in outcomes if o.priority == priority]
-        ok = [o.latency_ms for o in mine if o.error is None]
-        rows.append(PrioritySummary(
-            priority=priority, offered_rps=len(mine) / seconds,
-            goodput_rps=len(ok) / seconds, success_ratio=len(ok) / len(mine),
-            p50_ms=float(np.percentile(ok, 50)) if ok else float("nan"),
-            p99_ms=float(np.percentile(ok, 99)) if ok else float("nan"),
-            errors=dict(Counter(o.error for o in mine if o.error)),
-        ))
-    return rows
-
-
-async def _one(client: AsyncEmbedClient, text: str, priority: int,
-               outcomes: list[Outcome]) -> None:
-    sent = time.monotonic()
-    try:
-        result = await client.embed_with_info([text], priority=priority)
-        error, served = None, result.served_by[0] if result.served_by else ""
-    except TritonClientError as err:
-        error, served = type(err).__name__, ""
-    outcomes.append(Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, served))
-
-
-async def open_loop(url: str, rate_rps: float, seconds: float, high_share: float = 0.2,
-                    seed: int = 0, protocol: str = "grpc") -> list[Outcome]:
-    """Send `rate_rps` requests a second for `seconds`, `high_share` of them priority 1.
-
-    Texts are unique, so Triton's response cache cannot answer them.
-    """
-    rng = random.Random(seed)
+async def closed_loop(send: Send, clients: Sequence[tuple[int, int]], seconds: float,
+                      texts: Iterator[str] | None = None,
+                      record: Record | None = None) -> list[Outcome]:
+    """`clients` as (priority, how many): each client sends one request and waits for its
+    answer, starting new ones for `seconds`. The outcomes, or none when `record` takes
+    them as they come."""
+    pool = texts or short_texts()
     outcomes: list[Outcome] = []
-    async with AsyncEmbedClient(url, protocol=protocol, retry=NO_RETRY) as client:
-        await client.max_batch_size()
-        start, tasks, n = time.monotonic(), [], 0
-        while (now := time.monotonic()) < start + seconds:
-            due = int((now - start) * rate_rps)
-            while n < due:
-                priority = 1 if rng.random() < high_share else 2
-                text = f"load {seed} request {n}: the server under pressure keeps answering"
-                tasks.append(asyncio.ensure_future(_one(client, text, priority, outcomes)))
-                n += 1
-            await asyncio.sleep(0.002)
-        await asyncio.gather(*tasks)
+    keep = record or outcomes.append
+    deadline = time.monotonic() + seconds
+
+    async def client(priority: int) -> None:
+        while time.monotonic() < deadline:
+            keep(await send(next(pool), priority))
+
+    await asyncio.gather(*(client(p) for p, n in clients for _ in range(n)))
     return outcomes
 
 
+def high_or_low(high_share: float, seed: int) -> Callable[[], int]:
+    """Priority 1 with probability `high_share`, else 2, from a seeded generator."""
+    rng = random.Random(seed)
+    return lambda: 1 if rng.random() < high_share else 2
+
+
+async def open_loop(send: Send, rate: Rate, seconds: float, high_share: float = 0.2,
+                    seed: int = 0, texts: Iterator[str] | None = None,
+                    record: Record | None = None) -> list[Outcome]:
+    """Requests arrive at `rate` whatever the server does, for `seconds`; `high_share`
+    of them at priority 1, the rest at 2. The outcomes, or none when `record` takes them
+    (a long run then holds no history)."""
+    pool, priority = texts or short_texts(f"load {seed}"), high_or_low(high_share, seed)
+    rate_at = rate if callable(rate) else (lambda _t, r=rate: r)
+    outcomes: list[Outcome] = []
+    keep = record or outcomes.append
+    pending: set[asyncio.Task] = set()
+
+    async def one(text: str, level: int) -> None:
+        keep(await send(text, level))
+
+    start = last = time.monotonic()
+    due, sent = 0.0, 0
+    while (now := time.monotonic()) < start + seconds:
+        due, last = due + rate_at(now - start) * (now - last), now
+        while sent < int(due):
+            task = asyncio.ensure_future(one(next(pool), priority()))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            sent += 1
+        await asyncio.sleep(0.002)
+    await asyncio.gather(*pending)
+    return outcomes
+
+
+async def sdk_open_loop(url: str, rate: Rate, seconds: float, high_share: float = 0.2,
+                        seed: int = 0, protocol: str = "grpc") -> list[Outcome]:
+    """The open loop through the SDK at one server."""
+    async with sdk_sender(url, protocol=protocol) as send:
+        return await open_loop(send, rate, seconds, high_share, seed)
+
+
+async def sdk_call(client: AsyncEmbedClient, text: str, priority: int) -> Outcome:
+    """One embed call through the SDK; a failure is its error class."""
+    sent = time.monotonic()
+    try:
+        await client.embed([text], priority=priority or None)
+        error = None
+    except TritonClientError as err:
+        error = type(err).__name__
+    return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error)
+
+
+@asynccontextmanager
+async def sdk_sender(*urls: tuple[str, str] | str, protocol: str = "grpc") -> AsyncIterator[Send]:
+    """Send through the SDK (no retries); each url a `host:port` of `protocol`, or a
+    (protocol, host:port) pair. With several, requests take them in turn."""
+    pairs = [(protocol, u) if isinstance(u, str) else u for u in urls]
+    clients = [AsyncEmbedClient(u, protocol=p, retry=NO_RETRY) for p, u in pairs]
+    for c in clients:
+        await c.max_batch_size()  # the first call's set-up is not a request's latency
+    turn = itertools.cycle(clients)
+    try:
+        yield lambda text, priority: sdk_call(next(turn), text, priority)
+    finally:
+        for c in clients:
+            await c.close()
+
+
+@asynccontextmanager
+async def standard_sender(url: str, model: str, conn_limit: int = 512) -> AsyncIterator[Send]:
+    """Send over tritonclient's HTTP asyncio client with only Triton's standard request
+    `priority` (0: the model's default), nothing project-specific."""
+    import tritonclient.http.aio as httpaio
+
+    client = httpaio.InferenceServerClient(url, conn_limit=conn_limit)
+
+    async def send(text: str, priority: int) -> Outcome:
+        tensor = httpaio.InferInput(TEXT_EMBEDDING.front_inputs[0].name, [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
+        sent = time.monotonic()
+        try:
+            await client.infer(model, [tensor], priority=priority)
+            error, status = None, "200"
+        except Exception as exc:  # tritonclient raises its own types; each is classified
+            typed = from_exception(exc)
+            error, status = type(typed).__name__, str(typed.status)
+        return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, status)
+
+    try:
+        yield send
+    finally:
+        await client.close()
+
+
+def served_rate(outcomes: Sequence[Outcome], seconds: float) -> float:
+    """Served requests a second."""
+    return sum(o.error is None for o in outcomes) / seconds
+
+
+async def capacity_rps(url: str, seconds: float = 5.0, in_flight: int = 16,
+                       protocol: str = "grpc") -> float:
+    """Served requests a second with `in_flight` priority-1 requests outstanding."""
+    async with sdk_sender(url, protocol=protocol) as send:
+        outcomes = await closed_loop(send, [(1, in_flight)], seconds, short_texts("capacity"))
+    return served_rate(outcomes, seconds)
+
+
 class LevelSampler(threading.Thread):
-    """Samples the highest degradation level of any embed instance every `period_s`."""
+    """Samples the highest degradation level of any front instance every `period_s`."""
 
     def __init__(self, metrics_url: str, period_s: float = 0.25) -> None:
         super().__init__(daemon=True)
@@ -107,8 +188,14 @@ class LevelSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_event.wait(self.period_s):
-            with urllib.request.urlopen(self.metrics_url, timeout=5) as r:
-                text = r.read().decode()
-            levels = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+            levels = [s.value for s in samples(self.metrics_url)
                       if s.name == "tmr_degradation_level"]
             self.samples.append((time.monotonic(), max(levels, default=0.0)))
+
+    def __enter__(self) -> LevelSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.join()

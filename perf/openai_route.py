@@ -16,22 +16,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
 
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from perf.peers.load import Endpoint, closed_loop, openai_endpoint, triton_endpoint
-from perf.peers.stats import LoadPoint
+from core.paths import DEFAULT_REPOSITORY
+from core.ports import free_ports
+from perf import harness
+from perf.peers.load import Endpoint, closed_loop_point, openai_endpoint, triton_endpoint
+from perf.stats import LoadPoint
 from perf.subjects import text_model
 
-RESULTS = PROJECT_ROOT / "perf" / "results"
 console = Console(stderr=True)
 TARGET = {"min_throughput_ratio": 0.9, "max_p99_ratio": 1.1, "concurrency": 16}
 
@@ -66,7 +65,7 @@ def compare(routes: dict[str, Endpoint], levels: Sequence[int], seconds: float,
         for r in range(rounds):
             for name, endpoint in routes.items():
                 console.log(f"  c{level} round {r + 1}/{rounds}: {name}")
-                points[name].append(asyncio.run(closed_loop(endpoint, level, seconds)))
+                points[name].append(asyncio.run(closed_loop_point(endpoint, level, seconds)))
         figures += [median_figures(name, p) for name, p in points.items()]
     return figures
 
@@ -111,18 +110,16 @@ def markdown(figures: Sequence[RouteFigures], r: dict[int, dict], seconds: float
 def run(levels: Sequence[int], seconds: float, rounds: int,
         repository: Path = DEFAULT_REPOSITORY) -> dict:
     """Start Triton and the front door, measure, stop; the result as a dict."""
-    from core.ports import free_port
     from server.front_door import FrontDoor
-    from server.launcher import TritonServer
-    from server.settings import FrontDoorSettings, Ports, ServerOptions
+    from server.settings import FrontDoorSettings
 
     model = text_model(repository)
     key = "bench-" + "k" * 16
     log = Path(tempfile.mkdtemp()) / "tritonserver.log"
-    ports = Ports(free_port(), free_port(), free_port())
-    with TritonServer(ServerOptions(repository=repository, ports=ports), log_path=log) as triton:
-        triton.wait_ready(timeout_s=300)
-        door_settings = FrontDoorSettings(http_port=free_port(), grpc_port=free_port(),
+    with harness.server(repository, log) as triton:
+        ports = triton.opts.ports
+        http_port, grpc_port = free_ports(2)
+        door_settings = FrontDoorSettings(http_port=http_port, grpc_port=grpc_port,
                                           rate_per_minute=10_000_000)
         with FrontDoor(f"127.0.0.1:{ports.http}", f"127.0.0.1:{ports.grpc}", door_settings,
                        {"bench": key}, repository=repository) as door:
@@ -148,12 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     result = run(args.concurrency, args.seconds, args.rounds)
-    out = RESULTS / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "openai_route.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out / "openai_route.md").write_text(result["markdown"] + "\n")
-    print(result["markdown"])
-    print(f"\nresults in {out}")
+    harness.write_report(harness.run_dir("openai_route"), "openai_route", result["markdown"],
+                         result)
     return 0
 
 

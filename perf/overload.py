@@ -3,8 +3,8 @@
 Starts its own server on free ports, measures capacity (closed loop, 16 in flight), then
 offers each multiple of it open-loop while sampling the router's degradation level.
 Per priority it reports offered rate, goodput, p50/p99 and rejections by reason, and it
-draws the level and the latency over time (PNG). perf_analyzer cannot do this: it has no
-priority flag and aborts on the first rejection.
+draws the level and the latency over time (PNG). perf_analyzer cannot do this: it sends
+every request at one priority and aborts on the first rejection.
 
     .venv/bin/python -m perf.overload [--seconds 10]
 """
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,49 +22,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from client import NO_RETRY, AsyncEmbedClient
 from client.prometheus import metric_value
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from core.ports import free_port
-from core.repository import copy_repository
-from perf.load import LevelSampler, open_loop, summarize
+from perf import harness
+from perf.load import LevelSampler, capacity_rps, sdk_open_loop
+from perf.stats import by_priority
 from server.launcher import TritonServer
-from server.settings import Ports, ServerOptions
 
-RESULTS = PROJECT_ROOT / "perf" / "results"
 SCENARIOS = {"normal": 0.7, "2x": 2.0, "10x": 10.0}
 
 
-async def capacity_rps(url: str, seconds: float = 5.0, in_flight: int = 16,
-                       protocol: str = "grpc") -> float:
-    """Served requests per second with `in_flight` high-priority requests outstanding."""
-    done = 0
-    deadline = time.monotonic() + seconds
-
-    async def worker(client: AsyncEmbedClient, n: int) -> None:
-        nonlocal done
-        i = 0
-        while time.monotonic() < deadline:
-            i += 1
-            await client.embed([f"capacity {n} {i}: how much can this server take"], priority=1)
-            done += 1
-
-    async with AsyncEmbedClient(url, protocol=protocol, retry=NO_RETRY) as client:
-        await asyncio.gather(*(worker(client, n) for n in range(in_flight)))
-    return done / seconds
-
-
 def run_scenario(server: TritonServer, rate: float, seconds: float) -> dict:
-    sampler = LevelSampler(server.metrics_url)
     refused = metric_value(server.metrics_url, "tmr_rejections_total")
-    sampler.start()
     began = time.monotonic()
-    outcomes = asyncio.run(open_loop(server.grpc_url, rate, seconds, seed=int(rate)))
-    sampler.stop_event.set()
-    sampler.join()
+    with LevelSampler(server.metrics_url) as sampler:
+        outcomes = asyncio.run(sdk_open_loop(server.grpc_url, rate, seconds, seed=int(rate)))
     return {
         "rate": rate, "began": began, "outcomes": outcomes, "levels": sampler.samples,
-        "summary": summarize(outcomes, seconds),
+        "summary": by_priority(outcomes, seconds),
         "router_refusals": metric_value(server.metrics_url, "tmr_rejections_total") - refused,
     }
 
@@ -102,7 +74,7 @@ def markdown(capacity: float, results: dict[str, dict]) -> str:
     for name, res in results.items():
         top = max((v for _, v in res["levels"]), default=0)
         for row in res["summary"]:
-            errors = ", ".join(f"{k} {v}" for k, v in sorted(row.errors.items())) or "-"
+            errors = ", ".join(f"{k} {v}" for k, v in sorted(row.failures.items())) or "-"
             lines.append(f"| {name} | {row.priority} | {row.offered_rps:.0f} | "
                          f"{row.goodput_rps:.0f} | {row.success_ratio:.1%} | {row.p50_ms:.0f} | "
                          f"{row.p99_ms:.0f} | {errors} | {top:.0f} |")
@@ -113,26 +85,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args(argv)
-    out = RESULTS / f"overload-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = copy_repository([DEFAULT_REPOSITORY], Path(tmp) / "repository")
-        ports = Ports(free_port(), free_port(), free_port())
-        with TritonServer(ServerOptions(repository=repo, ports=ports),
-                          log_path=out / "tritonserver.log") as server:
-            capacity = asyncio.run(capacity_rps(server.grpc_url))
-            results = {name: run_scenario(server, mult * capacity, args.seconds)
-                       for name, mult in SCENARIOS.items()}
-    report = markdown(capacity, results)
+    out = harness.run_dir("overload")
+    with harness.served_copy(out / "tritonserver.log") as server:
+        capacity = asyncio.run(capacity_rps(server.grpc_url))
+        results = {name: run_scenario(server, mult * capacity, args.seconds)
+                   for name, mult in SCENARIOS.items()}
     plot(results, out / "overload.png")
-    (out / "overload.md").write_text(report + "\n")
-    (out / "overload.json").write_text(json.dumps({
+    harness.write_report(out, "overload", markdown(capacity, results), {
         "capacity_rps": capacity,
         "scenarios": {n: {"rate": r["rate"], "summary": [asdict(s) for s in r["summary"]],
                           "levels": r["levels"], "router_refusals": r["router_refusals"]}
-                      for n, r in results.items()}}, indent=1, default=float))
-    print(report)
-    print(f"\nresults in {out}")
+                      for n, r in results.items()}})
     return 0
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from core import versions as v
+from core.files import write_atomically
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from perf.perf_analyzer import PerfRow
 from perf.planning import (
@@ -96,25 +97,19 @@ def proposed_config(text: str, proposal: Plan) -> str:
 def check_with_sweep(model: str, proposal_text: str) -> tuple[PerfRow, float]:
     """The proposal served on a copy of the repository and swept at concurrency = the
     preferred batch: perf_analyzer's row, and the executed batch size from statistics."""
-    from core.ports import free_port
-    from core.repository import copy_repository
-    from perf import perf_analyzer
-    from perf.subjects import counts
-    from server.launcher import TritonServer
-    from server.settings import Ports, ServerOptions
+    from perf import harness, perf_analyzer
+    from perf.subjects import INPUTS, counts
 
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = copy_repository([DEFAULT_REPOSITORY], Path(tmp) / "repository")
-        (repo / model / "config.pbtxt").write_text(proposal_text)
-        batch = int(re.search(r"preferred_batch_size: \[ (\d+)", proposal_text).group(1))
-        ports = Ports(free_port(), free_port(), free_port())
-        with TritonServer(ServerOptions(repository=repo, ports=ports),
-                          log_path=Path(tmp) / "triton.log") as server:
-            before = counts(server.http_url, model)
-            row = perf_analyzer.run(model, server.grpc_url, batch,
-                                    DEFAULT_REPOSITORY.parent / "perf" / "inputs" / f"{model}.json",
-                                    Path(tmp) / "check.csv")
-            after = counts(server.http_url, model)
+    def propose(repo: Path) -> None:
+        write_atomically(repo / model / "config.pbtxt", proposal_text)
+
+    batch = int(re.search(r"preferred_batch_size: \[ (\d+)", proposal_text).group(1))
+    with tempfile.TemporaryDirectory() as tmp, \
+            harness.served_copy(Path(tmp) / "triton.log", edit=propose) as server:
+        before = counts(server.http_url, model)
+        row = perf_analyzer.run(model, server.grpc_url, batch, INPUTS / f"{model}.json",
+                                Path(tmp) / "check.csv")
+        after = counts(server.http_url, model)
     return row, (after[0] - before[0]) / max(after[1] - before[1], 1)
 
 
@@ -132,7 +127,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print("".join(difflib.unified_diff(current.splitlines(True), new.splitlines(True),
                                        str(config_path), f"{config_path} (proposed)")))
     if args.write:
-        v.write_atomically(config_path, new)
+        write_atomically(config_path, new)
         print(f"written to {config_path}")
     if args.check:
         row, batch = check_with_sweep(args.model, new)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from core.paths import P99_OBJECTIVE_MS
 from perf.perf_analyzer import PerfRow
 
 
@@ -152,7 +153,7 @@ def goodput_row(rows: Sequence[PerfRow], p99_budget_ms: float) -> PerfRow:
     return max(within, key=lambda r: r.concurrency)
 
 
-def capacity(rows: Sequence[PerfRow], target_rps: float, p99_budget_ms: float = 60.0,
+def capacity(rows: Sequence[PerfRow], target_rps: float, p99_budget_ms: float = P99_OBJECTIVE_MS,
              headroom: float = 0.2) -> Capacity:
     """Replicas for `target_rps` from a sweep of one replica (see Capacity)."""
     if not target_rps > 0:

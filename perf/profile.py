@@ -27,16 +27,13 @@ from pathlib import Path
 
 from client.core import DEFAULT_MODEL
 from client.prometheus import metric_value
-from core.paths import PROJECT_ROOT
-from core.ports import free_port
+from core.families import TEXT_EMBEDDING
 from core.repository import set_parameter
-from perf import perf_analyzer
+from perf import harness, perf_analyzer, subjects
 from perf.subjects import build_repository
 from server.launcher import TritonServer, stub_processes
-from server.settings import Ports, ServerOptions
 
-RESULTS = PROJECT_ROOT / "perf" / "results"
-INPUTS = PROJECT_ROOT / "perf" / "inputs" / "embed.json"
+INPUTS = subjects.INPUTS / TEXT_EMBEDDING.perf_inputs
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHERS = "rest of the machine (perf_analyzer, OS)"
 OWN_CODE = ("python_backends/", "perf/fixtures/")
@@ -172,17 +169,14 @@ def main() -> None:
     parser.add_argument("--param", action="append", default=[], metavar="MODEL:KEY=VALUE",
                         help="set a config parameter on the served copy (repeatable)")
     args = parser.parse_args()
-    out = RESULTS / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True)
+    out = harness.run_dir("profile")
     with tempfile.TemporaryDirectory() as tmp:
         repo = build_repository(Path(tmp), [])
         for setting in args.param:
             model, _, assignment = setting.partition(":")
             key, _, value = assignment.partition("=")
             set_parameter(repo, model, key, value)
-        ports = Ports(free_port(), free_port(), free_port())
-        with TritonServer(ServerOptions(repository=repo, ports=ports),
-                          log_path=Path(tmp) / "triton.log") as server:
+        with harness.server(repo, out / "tritonserver.log") as server:
             profiles = [profile(server, m, args.concurrency, args.seconds, out)
                         for m in args.models]
     text = report(profiles, args.concurrency)

@@ -21,119 +21,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import tempfile
+import contextlib
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from itertools import pairwise
-from pathlib import Path
 
-import numpy as np
-import tritonclient.http.aio as httpaio
-
-from client.errors import from_exception
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from core.ports import free_port
-from core.repository import copy_repository
-from perf.load import LevelSampler, Outcome, summarize
-from perf.overload import capacity_rps
+from perf import harness
+from perf.load import (
+    LevelSampler,
+    capacity_rps,
+    closed_loop,
+    open_loop,
+    short_texts,
+    standard_sender,
+)
+from perf.stats import Outcome, PrioritySummary, by_priority
 from perf.subjects import text_model
-from server.launcher import TritonServer
-from server.settings import Ports, ServerOptions
 
-RESULTS = PROJECT_ROOT / "perf" / "results"
 OVERLOAD = ((1, 32), (2, 128))  # (priority, closed-loop clients)
 NORMAL = ((0, 4),)  # priority 0: the model's default level
 
 FRONT = text_model().front  # the repository's text-embedding front model
 
 
-def text_input(text: str) -> list[httpaio.InferInput]:
-    tensor = httpaio.InferInput("TEXT", [1, 1], "BYTES")
-    tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
-    return [tensor]
-
-
-async def one_request(client: httpaio.InferenceServerClient, text: str,
-                      priority: int) -> Outcome:
-    """One `embed` call with only Triton's standard priority (0: the model's default)."""
-    sent = time.monotonic()
-    try:
-        await client.infer(FRONT, text_input(text), priority=priority)
-        error, status = None, "200"
-    except Exception as exc:  # tritonclient raises its own types; each is classified
-        typed = from_exception(exc)
-        error, status = type(typed).__name__, str(typed.status)
-    return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, status=status)
-
-
-async def closed_loop(url: str, groups: Sequence[tuple[int, int]], seconds: float,
-                      tag: str) -> list[Outcome]:
-    """`groups` of (priority, clients), each client sending back to back for `seconds`;
-    every text is new, so no cache answers."""
-    outcomes: list[Outcome] = []
-    deadline = time.monotonic() + seconds
-
-    async def client_loop(client: httpaio.InferenceServerClient, priority: int, n: int) -> None:
-        i = 0
-        while time.monotonic() < deadline:
-            i += 1
-            text = f"{tag} client {priority}-{n} request {i}: the server keeps answering"
-            outcomes.append(await one_request(client, text, priority))
-
-    client = httpaio.InferenceServerClient(url, conn_limit=sum(n for _, n in groups) + 8)
-    try:
-        await asyncio.gather(*(client_loop(client, p, k) for p, n in groups for k in range(n)))
-    finally:
-        await client.close()
-    return outcomes
-
-
-async def open_loop_schedule(url: str, rate_at: Callable[[float], float], seconds: float,
-                             high_share: float = 0.2) -> list[Outcome]:
-    """Open loop whose rate follows `rate_at(t)`; 20% priority 1, the rest priority 2."""
-    client = httpaio.InferenceServerClient(url, conn_limit=512)
-    tasks: list[asyncio.Task] = []
-    start, sent_budget, n = time.monotonic(), 0.0, 0
-    last = start
-    try:
-        while (now := time.monotonic()) < start + seconds:
-            sent_budget += rate_at(now - start) * (now - last)
-            last = now
-            while n < int(sent_budget):
-                priority = 1 if (n % 100) < high_share * 100 else 2
-                tasks.append(asyncio.ensure_future(
-                    one_request(client, f"sawtooth request {n}: keep answering", priority)))
-                n += 1
-            await asyncio.sleep(0.002)
-        return list(await asyncio.gather(*tasks))
-    finally:
-        await client.close()
-
-
-@dataclass(frozen=True)
-class PhaseReport:
-    """One phase of a scenario, per priority: requests, served, failures by status/error."""
-
-    phase: str
-    priority: int
-    requests: int
-    served: int
-    failures: dict[str, int]
-    p99_ms: float
-
-
-def phase_report(phase: str, outcomes: list[Outcome]) -> list[PhaseReport]:
-    rows = []
-    for priority in sorted({o.priority for o in outcomes}):
-        mine = [o for o in outcomes if o.priority == priority]
-        ok = [o.latency_ms for o in mine if o.error is None]
-        failures = Counter(f"{o.status} {o.error}" for o in mine if o.error)
-        rows.append(PhaseReport(phase, priority, len(mine), len(ok), dict(failures),
-                                float(np.percentile(ok, 99)) if ok else float("nan")))
-    return rows
+async def standard_closed_loop(url: str, groups: Sequence[tuple[int, int]], seconds: float,
+                               tag: str) -> list[Outcome]:
+    """The closed loop over HTTP with only Triton's standard `priority`; `groups` of
+    (priority, clients)."""
+    async with standard_sender(url, FRONT, conn_limit=sum(n for _, n in groups) + 8) as send:
+        return await closed_loop(send, groups, seconds, short_texts(tag))
 
 
 def level_changes(samples: Sequence[tuple[float, float]]) -> int:
@@ -148,31 +65,35 @@ def sawtooth_rate(capacity: float, period_s: float, high: float = 3.0,
     return lambda t: capacity * (high if int(t // period_s) % 2 == 0 else low)
 
 
-def run_recover(url: str, overload_s: float, gap_s: float, normal_s: float) -> list[PhaseReport]:
-    overload = asyncio.run(closed_loop(url, OVERLOAD, overload_s, "overload"))
+def run_recover(url: str, overload_s: float, gap_s: float,
+                normal_s: float) -> list[PrioritySummary]:
+    overload = asyncio.run(standard_closed_loop(url, OVERLOAD, overload_s, "overload"))
     time.sleep(gap_s)
-    normal = asyncio.run(closed_loop(url, NORMAL, normal_s, "normal"))
-    return phase_report("overload", overload) + phase_report(f"normal, {gap_s:g} s after",
-                                                             normal)
+    normal = asyncio.run(standard_closed_loop(url, NORMAL, normal_s, "normal"))
+    return (by_priority(overload, overload_s, "overload")
+            + by_priority(normal, normal_s, f"normal, {gap_s:g} s after"))
+
+
+async def sawtooth_load(url: str, rate: Callable[[float], float],
+                        seconds: float) -> list[Outcome]:
+    async with standard_sender(url, FRONT) as send:
+        return await open_loop(send, rate, seconds, texts=short_texts("sawtooth"))
 
 
 def run_sawtooth(url: str, metrics_url: str, period_s: float, seconds: float) -> dict:
     capacity = asyncio.run(capacity_rps(url, protocol="http"))
-    sampler = LevelSampler(metrics_url)
-    sampler.start()
-    outcomes = asyncio.run(open_loop_schedule(url, sawtooth_rate(capacity, period_s), seconds))
-    sampler.stop_event.set()
-    sampler.join()
+    with LevelSampler(metrics_url) as sampler:
+        outcomes = asyncio.run(sawtooth_load(url, sawtooth_rate(capacity, period_s), seconds))
     minutes = seconds / 60
     return {"capacity_rps": capacity, "period_s": period_s, "seconds": seconds,
             "load_changes_per_min": (seconds / period_s - 1) / minutes,
             "level_changes_per_min": level_changes(sampler.samples) / minutes,
             "max_level": max((v for _, v in sampler.samples), default=0.0),
             "levels": sampler.samples,
-            "summary": [asdict(s) for s in summarize(outcomes, seconds)]}
+            "summary": [asdict(s) for s in by_priority(outcomes, seconds)]}
 
 
-def markdown(recover: list[PhaseReport] | None, sawtooth: dict | None) -> str:
+def markdown(recover: list[PrioritySummary] | None, sawtooth: dict | None) -> str:
     lines = []
     if recover:
         lines += ["| phase | priority | requests | served | failures (status error) | p99 ms |",
@@ -201,32 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period-s", type=float, default=2.0)
     parser.add_argument("--sawtooth-s", type=float, default=60.0)
     args = parser.parse_args(argv)
-    out = RESULTS / f"recovery-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        server = None
-        if args.url is None:
-            repo = copy_repository([DEFAULT_REPOSITORY], Path(tmp) / "repository")
-            server = TritonServer(ServerOptions(repository=repo, ports=Ports(
-                free_port(), free_port(), free_port())), log_path=out / "tritonserver.log")
-            server.__enter__()
-        url = args.url or server.http_url
-        metrics_url = args.metrics_url or (server.metrics_url if server else "")
-        try:
-            recover = (run_recover(url, args.overload_s, args.gap_s, args.normal_s)
-                       if args.scenario in ("recover", "all") else None)
-            sawtooth = (run_sawtooth(url, metrics_url, args.period_s, args.sawtooth_s)
-                        if args.scenario in ("sawtooth", "all") else None)
-        finally:
-            if server is not None:
-                server.__exit__()
-    report = markdown(recover, sawtooth)
-    (out / "recovery.md").write_text(report + "\n")
-    (out / "recovery.json").write_text(json.dumps(
-        {"recover": [asdict(r) for r in recover or []], "sawtooth": sawtooth},
-        indent=1, default=float))
-    print(report)
-    print(f"\nresults in {out}")
+    out = harness.run_dir("recovery")
+    with contextlib.ExitStack() as stack:
+        url, metrics_url = args.url, args.metrics_url or ""
+        if url is None:
+            server = stack.enter_context(harness.served_copy(out / "tritonserver.log"))
+            url, metrics_url = server.http_url, args.metrics_url or server.metrics_url
+        recover = (run_recover(url, args.overload_s, args.gap_s, args.normal_s)
+                   if args.scenario in ("recover", "all") else None)
+        sawtooth = (run_sawtooth(url, metrics_url, args.period_s, args.sawtooth_s)
+                    if args.scenario in ("sawtooth", "all") else None)
+    harness.write_report(out, "recovery", markdown(recover, sawtooth),
+                         {"recover": [asdict(r) for r in recover or []], "sawtooth": sawtooth})
     return 0
 
 

@@ -30,9 +30,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
-import random
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -42,19 +39,16 @@ from pathlib import Path
 
 import numpy as np
 
-from client import NO_RETRY, AsyncEmbedClient, TritonClientError
 from client.core import DEFAULT_MODEL
 from client.prometheus import samples
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from core.ports import free_port
-from core.repository import copy_repository
-from perf.overload import capacity_rps
+from core.paths import DEFAULT_REPOSITORY
+from perf import harness
+from perf.load import capacity_rps, open_loop, sdk_sender, short_texts
+from perf.stats import Outcome, percentile
 from python_backends.gc_pauses import GcPauses, apply_policy
 from server.launcher import TritonServer, stub_processes
-from server.settings import Ports, ServerOptions
 from server.watchdog import Watchdog
 
-RESULTS = PROJECT_ROOT / "perf" / "results"
 TRITON_TIMES = ("nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
                 "nv_inference_request_success")
 
@@ -118,37 +112,14 @@ def triton_times(metrics_url: str, model: str = DEFAULT_MODEL) -> dict[str, floa
 
 async def steady_load(urls: dict[str, str], rate_rps: float, seconds: float,
                       window: list[Window], high_share: float = 0.2) -> None:
-    """Open loop at `rate_rps`, alternating protocols; outcomes go to `window[0]` (the
-    sampler swaps in a fresh Window)."""
-    rng = random.Random(0)
-    clients = {p: AsyncEmbedClient(u, protocol=p, retry=NO_RETRY) for p, u in urls.items()}
-    for client in clients.values():
-        await client.max_batch_size()
-    pending: set[asyncio.Task] = set()
+    """The open loop at `rate_rps`, the protocols in turn; outcomes go to `window[0]` (the
+    sampler swaps in a fresh Window), none is kept."""
+    def record(outcome: Outcome) -> None:
+        window[0].record(outcome.latency_ms, outcome.error)
 
-    async def one(client: AsyncEmbedClient, n: int) -> None:
-        began = time.monotonic()
-        try:
-            await client.embed([f"soak request {n}: a steady stream of ordinary sentences"],
-                               priority=1 if rng.random() < high_share else 2)
-            window[0].record((time.monotonic() - began) * 1000, None)
-        except TritonClientError as err:
-            window[0].record(0.0, type(err).__name__)
-
-    protocols = list(clients)
-    start, n = time.monotonic(), 0
-    try:
-        while (now := time.monotonic()) < start + seconds:
-            while n < int((now - start) * rate_rps):
-                task = asyncio.ensure_future(one(clients[protocols[n % len(protocols)]], n))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-                n += 1
-            await asyncio.sleep(0.005)
-        await asyncio.gather(*pending)
-    finally:
-        for client in clients.values():
-            await client.close()
+    async with sdk_sender(*urls.items()) as send:
+        await open_loop(send, rate_rps, seconds, high_share, texts=short_texts("soak"),
+                        record=record)
 
 
 class Sampler(threading.Thread):
@@ -170,10 +141,10 @@ class Sampler(threading.Thread):
             now = time.monotonic()
             after = triton_times(self.server.metrics_url)
             served = after["nv_inference_request_success"] - before["nv_inference_request_success"]
-            lat = done.latencies_ms or [float("nan")]
             self.samples.append(Sample(
                 t_s=round(now - began, 1), served_rps=len(done.latencies_ms) / (now - last),
-                p50_ms=float(np.percentile(lat, 50)), p99_ms=float(np.percentile(lat, 99)),
+                p50_ms=percentile(done.latencies_ms, 50),
+                p99_ms=percentile(done.latencies_ms, 99),
                 errors=dict(done.errors), rss_mb=process_rss(self.server.process.pid),
                 watchdog_reloads=len(self.watchdog.events),
                 queue_us=per_request(after, before, "nv_inference_queue_duration_us", served),
@@ -334,31 +305,27 @@ def quiet_caller_heap() -> Iterator[GcPauses]:
 def soak(minutes: float, sample_s: float, load: float, out: Path,
          repository: Path = DEFAULT_REPOSITORY) -> tuple[list[Sample], Verdict, float, float]:
     """Run the soak on a server of its own; (samples, verdict, capacity, offered rate)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = copy_repository([repository], Path(tmp) / "repository")
-        ports = Ports(free_port(), free_port(), free_port())
-        stage("starting the server and the watchdog")
-        with TritonServer(ServerOptions(repository=repo, ports=ports),
-                          log_path=out / "tritonserver.log") as server:
-            watchdog = Watchdog(server.http_url, server.metrics_url, interval_s=5.0)
-            watchdog.start()
-            try:
-                stage("measuring capacity (closed loop, 16 in flight)")
-                capacity = asyncio.run(capacity_rps(server.grpc_url))
-                stage(f"offering {load * capacity:.0f} req/s ({load:g} x {capacity:.0f}) for "
-                      f"{minutes:g} min")
-                window = [Window()]
-                sampler = Sampler(server, watchdog, window, sample_s, minutes * 60)
-                sampler.start()
-                urls = {"http": server.http_url, "grpc": server.grpc_url}
-                with load_progress(minutes * 60, sampler), quiet_caller_heap() as pauses:
-                    asyncio.run(steady_load(urls, load * capacity, minutes * 60, window))
-                stage(f"load client: {sum(pauses.collections)} GC collections, longest pause "
-                      f"{pauses.longest_s * 1000:.0f} ms")
-                sampler.stop_event.set()
-                sampler.join()
-            finally:
-                watchdog.stop()
+    stage("starting the server and the watchdog")
+    with harness.served_copy(out / "tritonserver.log", [repository]) as server:
+        watchdog = Watchdog(server.http_url, server.metrics_url, interval_s=5.0)
+        watchdog.start()
+        try:
+            stage("measuring capacity (closed loop, 16 in flight)")
+            capacity = asyncio.run(capacity_rps(server.grpc_url))
+            stage(f"offering {load * capacity:.0f} req/s ({load:g} x {capacity:.0f}) for "
+                  f"{minutes:g} min")
+            window = [Window()]
+            sampler = Sampler(server, watchdog, window, sample_s, minutes * 60)
+            sampler.start()
+            urls = {"http": server.http_url, "grpc": server.grpc_url}
+            with load_progress(minutes * 60, sampler), quiet_caller_heap() as pauses:
+                asyncio.run(steady_load(urls, load * capacity, minutes * 60, window))
+            stage(f"load client: {sum(pauses.collections)} GC collections, longest pause "
+                  f"{pauses.longest_s * 1000:.0f} ms")
+            sampler.stop_event.set()
+            sampler.join()
+        finally:
+            watchdog.stop()
     warmup = min(60.0, minutes * 60 / 4)
     stretch = min(300.0, minutes * 60 / 4)
     return sampler.samples, verdict(sampler.samples, warmup, stretch), capacity, load * capacity
@@ -370,18 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-s", type=float, default=30.0)
     parser.add_argument("--load", type=float, default=0.7, help="x measured capacity")
     args = parser.parse_args(argv)
-    out = RESULTS / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
+    out = harness.run_dir("soak")
     print(f"soak: {args.minutes:g} min at {args.load:g}x capacity, a sample every "
           f"{args.sample_s:g} s; results in {out}", flush=True)
     points, result, capacity, rate = soak(args.minutes, args.sample_s, args.load, out)
-    report = markdown(points, result, capacity, rate)
-    (out / "soak.md").write_text(report + "\n")
-    (out / "soak.json").write_text(json.dumps(
-        {"capacity_rps": capacity, "offered_rps": rate, "passed": result.passed,
-         "checks": result.checks, "samples": [asdict(p) for p in points]}, indent=1))
     plot(points, out / "soak.png")
-    print(report)
+    harness.write_report(out, "soak", markdown(points, result, capacity, rate), {
+        "capacity_rps": capacity, "offered_rps": rate, "passed": result.passed,
+        "checks": result.checks, "samples": [asdict(p) for p in points]})
     return 0 if result.passed else 1
 
 

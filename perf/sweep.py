@@ -5,7 +5,7 @@
     tmr perf check perf/results/A [--baseline perf/baselines/embed_grpc.json]
 
 Without `--url` the sweep starts its own server on free ports. Results go to
-`perf/results/<timestamp>/` (git-ignored): sweep.json, sweep.md, the CSVs and PNG plots.
+`perf/results/sweep-<timestamp>/` (git-ignored): sweep.json, sweep.md, the CSVs and PNG plots.
 Baselines are ratios' denominators, measured on this machine; `check` exits 1 when a
 level's throughput falls under, or its p99 rises over, the given ratio.
 """
@@ -24,12 +24,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from client.core import DEFAULT_MODEL
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT, results_dir
 from perf import perf_analyzer
 from perf.knee import Knee, find_knee, ratios, regressions
 from perf.perf_analyzer import PerfRow
 
-RESULTS = PROJECT_ROOT / "perf" / "results"
 INPUTS = PROJECT_ROOT / "perf" / "inputs"
 BASELINES = PROJECT_ROOT / "perf" / "baselines"
 
@@ -58,13 +57,10 @@ def server_for(url: str | None, protocol: str) -> Iterator[tuple[str, str]]:
     if url:
         yield url, url
         return
-    from core.ports import free_port
-    from server.launcher import TritonServer
-    from server.settings import Ports, ServerOptions
+    from perf import harness
 
-    ports = Ports(free_port(), free_port(), free_port())
     log = Path(tempfile.mkdtemp()) / "tritonserver.log"
-    with TritonServer(ServerOptions(ports=ports), log_path=log) as server:
+    with harness.server(log_path=log) as server:
         yield (server.grpc_url if protocol == "grpc" else server.http_url), server.http_url
 
 
@@ -145,7 +141,7 @@ def load_rows(path: Path) -> tuple[dict, list[PerfRow]]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    out = RESULTS / time.strftime("%Y%m%d-%H%M%S")
+    out = results_dir("sweep", time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True)
     with server_for(args.url, args.protocol) as (url, _):
         rows = run_sweep(args.model, args.concurrency, url, args.protocol, out,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from perf.peers.stats import LoadPoint, at, goodput
+from perf.stats import LoadPoint, at, goodput
 
 
 @dataclass(frozen=True)

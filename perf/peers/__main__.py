@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from core.paths import P99_OBJECTIVE_MS
 from perf.peers import run
 
 
@@ -18,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(run.LEVELS))
     parser.add_argument("--servers", nargs="+", choices=run.SERVERS, default=list(run.SERVERS))
     parser.add_argument("--rounds", type=int, default=run.ROUNDS)
-    parser.add_argument("--p99-budget-ms", type=float, default=run.P99_BUDGET_MS)
+    parser.add_argument("--p99-budget-ms", type=float, default=P99_OBJECTIVE_MS)
     parser.add_argument("--peers-dir", type=Path, default=run.PEERS_DIR,
                         help="where `make peers` put the venvs")
     args = parser.parse_args(argv)

@@ -1,32 +1,28 @@
-"""The one closed-loop HTTP load client that drives every server in the comparison.
+"""The HTTP JSON client that drives every server in the comparison through perf.load's
+closed loop: an `Endpoint` says how one server is asked, and every answer is checked
+(status 200 and a 384-d vector, else it counts as an error by kind):
 
-`c` workers each send one request and wait for its answer before sending the next. Every
-request carries a new text (a base text of the text family's perf inputs, with a unique
-suffix), so no cache can answer it, and every answer is checked: status 200 and a 384-d
-vector, else it counts as an error. An `Endpoint` says how one server is asked:
-
-    point = asyncio.run(closed_loop(openai_endpoint("http://localhost:7997", model), 8, 6))
+    point = asyncio.run(closed_loop_point(openai_endpoint("http://localhost:7997", m), 8, 6))
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import math
 import time
-import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from perf import subjects
-from perf.peers.stats import LoadPoint, summarize
+from core.families import TEXT_EMBEDDING
+from perf.load import Send, closed_loop, unique_texts
+from perf.stats import LoadPoint, Outcome, load_point
 
-EMBEDDING_DIM = 384
+TEXT_IN, VECTOR_OUT = TEXT_EMBEDDING.front_inputs[0].name, TEXT_EMBEDDING.front_outputs[0].name
+EMBEDDING_DIM = 384  # the served model's (all-MiniLM-L6-v2)
 REQUEST_TIMEOUT_S = 30.0
 
 Body = Callable[[str], dict[str, Any]]
@@ -47,13 +43,14 @@ class Endpoint:
 
 def triton_endpoint(base_url: str, model: str,
                     headers: Mapping[str, str] | None = None) -> Endpoint:
-    """KServe v2 JSON: TEXT as BYTES [1, 1] in, the EMBEDDING output's data out."""
+    """KServe v2 JSON: the family's text input as BYTES [1, 1] in, its vector output's
+    data out."""
     def body(text: str) -> dict[str, Any]:
-        return {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+        return {"inputs": [{"name": TEXT_IN, "datatype": "BYTES", "shape": [1, 1],
                             "data": [text]}]}
 
     def vector(answer: Any) -> Any:
-        return next(o["data"] for o in answer["outputs"] if o["name"] == "EMBEDDING")
+        return next(o["data"] for o in answer["outputs"] if o["name"] == VECTOR_OUT)
 
     return Endpoint(f"{base_url}/v2/models/{model}/infer", body, vector, headers or {})
 
@@ -70,17 +67,6 @@ def infer_endpoint(base_url: str, path: str = "/infer") -> Endpoint:
     """The seeds' route: {"text": ...} in, {"result": [...]} out (both FastAPI peers)."""
     return Endpoint(f"{base_url}{path}", lambda text: {"text": text},
                     lambda answer: answer["result"])
-
-
-def base_texts() -> list[str]:
-    """The texts of the text-embedding family's perf input data (perf/inputs)."""
-    return subjects.texts()
-
-
-def unique_texts(texts: Sequence[str], nonce: str) -> Iterator[str]:
-    """The base texts in turn, each with a suffix no other request of any run carries."""
-    for i in itertools.count():
-        yield f"{texts[i % len(texts)]} ({nonce}-{i})"
 
 
 def is_embedding(vector: Any, dim: int = EMBEDDING_DIM) -> bool:
@@ -121,28 +107,30 @@ def new_session(concurrency: int) -> aiohttp.ClientSession:
         timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S))
 
 
-async def closed_loop(endpoint: Endpoint, concurrency: int, seconds: float,
-                      texts: Sequence[str] | None = None) -> LoadPoint:
-    """`concurrency` workers, each one request at a time, starting new ones for `seconds`;
-    the point spans until the last answer came back."""
-    pool = unique_texts(texts or base_texts(), uuid.uuid4().hex[:8])
-    latencies: list[float] = []
-    errors: Counter[str] = Counter()
-
-    async def worker(session: aiohttp.ClientSession, deadline: float) -> None:
-        while time.perf_counter() < deadline:
-            sent = time.perf_counter()
-            error, _ = await ask(session, endpoint, next(pool))
-            if error:
-                errors[error] += 1
-            else:
-                latencies.append((time.perf_counter() - sent) * 1000)
-
+@asynccontextmanager
+async def endpoint_sender(endpoint: Endpoint, concurrency: int) -> AsyncIterator[Send]:
+    """perf.load's Send over one keep-alive session; the priority goes in no request (the
+    peers have none; Triton then uses the model's default)."""
     async with new_session(concurrency) as session:
-        began = time.perf_counter()
-        await asyncio.gather(*(worker(session, began + seconds) for _ in range(concurrency)))
-        elapsed = time.perf_counter() - began
-    return summarize(concurrency, latencies, errors, elapsed)
+        async def send(text: str, priority: int) -> Outcome:
+            sent = time.monotonic()
+            error, _ = await ask(session, endpoint, text)
+            return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error)
+
+        yield send
+
+
+async def closed_loop_point(endpoint: Endpoint, concurrency: int, seconds: float,
+                            texts: Sequence[str] | None = None) -> LoadPoint:
+    """perf.load's closed loop with `concurrency` clients for `seconds`, each request a new
+    text (the text family's perf inputs by default); the point spans until the last answer
+    came back."""
+    pool = unique_texts(texts)
+    async with endpoint_sender(endpoint, concurrency) as send:
+        began = time.monotonic()
+        outcomes = await closed_loop(send, [(0, concurrency)], seconds, pool)
+        elapsed = time.monotonic() - began
+    return load_point(concurrency, outcomes, elapsed)
 
 
 async def embed_one(endpoint: Endpoint, text: str) -> list[float]:
@@ -152,8 +140,3 @@ async def embed_one(endpoint: Endpoint, text: str) -> list[float]:
     if error:
         raise ValueError(f"{endpoint.url} answered {text!r} with {error}")
     return endpoint.vector(json.loads(raw))
-
-
-def sweep(endpoint: Endpoint, levels: Sequence[int], seconds: float) -> list[LoadPoint]:
-    """One closed-loop point per concurrency level, in the order given."""
-    return [asyncio.run(closed_loop(endpoint, c, seconds)) for c in levels]

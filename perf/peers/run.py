@@ -20,9 +20,10 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from core.paths import PROJECT_ROOT
+from core.paths import P99_OBJECTIVE_MS
+from perf import harness
 from perf.peers import cpu
-from perf.peers.load import closed_loop, embed_one
+from perf.peers.load import closed_loop_point, embed_one
 from perf.peers.servers import (
     PEERS,
     PEERS_DIR,
@@ -33,14 +34,12 @@ from perf.peers.servers import (
     triton_bare,
     triton_embed,
 )
-from perf.peers.stats import NOISY_SHARE, LoadPoint, best_of, render_table, round_orders
+from perf.stats import NOISY_SHARE, LoadPoint, best_of, render_table, round_orders
 
-RESULTS = PROJECT_ROOT / "perf" / "results"
 SERVERS = ("embed", "infinity", "batcher", "naive", "bare")
 LEVELS = (1, 4, 8, 16, 32)
 SECONDS = 6.0
 ROUNDS = 2
-P99_BUDGET_MS = 60.0
 WARMUP_S, WARMUP_CONCURRENCY = 3.0, 8
 PROBE = "Triton batches requests from many clients into one model call."
 
@@ -125,7 +124,7 @@ def start(name: str, peers: Path, out: Path, stack: ExitStack) -> Running:
 
 def warm_up(server: Running, progress: Progress) -> list[float] | None:
     """A short closed loop, then the probe text's vector (None if it was not answered)."""
-    point = asyncio.run(closed_loop(server.endpoint, WARMUP_CONCURRENCY, WARMUP_S))
+    point = asyncio.run(closed_loop_point(server.endpoint, WARMUP_CONCURRENCY, WARMUP_S))
     if point.errors:
         progress.console.log(f"[yellow]{server.name}: {point.errors} errors while warming up: "
                              f"{point.error_kinds}")
@@ -139,7 +138,7 @@ def warm_up(server: Running, progress: Progress) -> list[float] | None:
 def measure_point(server: Running, concurrency: int, seconds: float) -> LoadPoint:
     """One closed-loop point, with the share of the cores other work used meanwhile."""
     before, began = cpu.sample(), time.perf_counter()
-    point = asyncio.run(closed_loop(server.endpoint, concurrency, seconds))
+    point = asyncio.run(closed_loop_point(server.endpoint, concurrency, seconds))
     return replace(point, foreign_cpu=cpu.foreign_share(before, cpu.sample(),
                                                         time.perf_counter() - began))
 
@@ -217,11 +216,11 @@ def server_results(running: dict[str, Running], probes: Probes,
 
 def run_peers(servers: Sequence[str] = SERVERS, levels: Sequence[int] = LEVELS,
               seconds: float = SECONDS, rounds: int = ROUNDS,
-              p99_budget_ms: float = P99_BUDGET_MS, peers: Path = PEERS_DIR,
+              p99_budget_ms: float = P99_OBJECTIVE_MS, peers: Path = PEERS_DIR,
               out: Path | None = None) -> PeersResult:
     """Measure `servers` (names from SERVERS) at each concurrency level; see the module."""
     check_servers(servers, peers)
-    out = out or RESULTS / f"peers-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = out or harness.run_dir("peers")
     out.mkdir(parents=True, exist_ok=True)
     started, load_before = time.strftime("%Y-%m-%d %H:%M:%S"), os.getloadavg()[0]
     with ExitStack() as stack, new_progress() as progress:

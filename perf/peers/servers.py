@@ -25,10 +25,11 @@ from typing import IO
 
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from core.ports import free_port
+from perf import harness
 from perf.peers.load import Endpoint, infer_endpoint, openai_endpoint, triton_endpoint
 from perf.subjects import served_artifact, text_model
-from server.launcher import TritonServer, stop_process
-from server.settings import TRITON_VERSION, Ports, ServerOptions
+from server.launcher import stop_process
+from server.settings import TRITON_VERSION
 
 PEERS_DIR = PROJECT_ROOT / ".peers"
 HERE = Path(__file__).resolve().parent
@@ -199,21 +200,12 @@ def peer(spec: PeerSpec, peers: Path, log_path: Path) -> Iterator[Running]:
         stop_process(process, signal.SIGTERM, STOP_TIMEOUT_S, log)
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports."""
-    ports: set[int] = set()
-    while len(ports) < count:
-        ports.add(free_port())
-    return sorted(ports)
-
-
 @contextmanager
 def triton_embed(log_path: Path) -> Iterator[Running]:
     """The project's Triton with the shipped repository, on free ports, asked through the
     text model's front."""
     front = front_model()
-    ports = Ports(*free_ports(3))
-    with TritonServer(ServerOptions(ports=ports), log_path=log_path) as server:
+    with harness.server(log_path=log_path) as server:
         yield Running("embed", f"`{front}` on Triton (this project)",
                       triton_endpoint(f"http://{server.http_url}", front), triton_versions())
 
@@ -227,9 +219,7 @@ def triton_bare(log_path: Path) -> Iterator[Running]:
 
     with tempfile.TemporaryDirectory(prefix="tmr-bare-") as tmp:
         repo = build_repository(Path(tmp), [], text_only=True, fixtures=[BARE])
-        ports = Ports(*free_ports(3))
-        with TritonServer(ServerOptions(repository=repo, ports=ports),
-                          log_path=log_path) as server:
+        with harness.server(repo, log_path) as server:
             yield Running("bare", f"`{BARE}` on Triton: one stub, no BLS hop (the floor)",
                           triton_endpoint(f"http://{server.http_url}", BARE), triton_versions())
 

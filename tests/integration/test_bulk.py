@@ -21,19 +21,14 @@ def corpus(n: int) -> list[str]:
 def test_async_bulk_call_at_default_priority_succeeds_without_degrading(triton) -> None:
     texts = corpus(TEXTS)
     progress: list[tuple[int, int]] = []
-    sampler = LevelSampler(triton.metrics_url, period_s=0.1)
-    sampler.start()
 
     async def run() -> tuple[np.ndarray, int]:
         async with AsyncEmbedClient(triton.http_url, protocol="http") as client:
             vectors = await client.embed(texts, on_progress=lambda d, t: progress.append((d, t)))
             return vectors, client.max_in_flight
 
-    try:
+    with LevelSampler(triton.metrics_url, period_s=0.1) as sampler:
         vectors, in_flight = asyncio.run(run())
-    finally:
-        sampler.stop_event.set()
-        sampler.join()
     assert vectors.shape == (TEXTS, 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
     assert in_flight == 3  # one per instance of embed

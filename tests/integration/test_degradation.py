@@ -77,13 +77,15 @@ def test_no_level_refuses_by_priority_the_highest_automatic_one_serves_everyone(
 def test_after_an_overload_normal_traffic_is_served_at_once(router) -> None:
     """32 + 64 closed-loop clients at priority 1 and 2 (standard `priority` only), then,
     1 s after they stop, 4 clients at the default priority: none of theirs fails."""
-    from perf.recovery import NORMAL, closed_loop, phase_report
+    from perf.recovery import NORMAL, standard_closed_loop
+    from perf.stats import by_priority
 
-    overload = asyncio.run(closed_loop(router.http_url, ((1, 32), (2, 64)), 6.0, "overload"))
+    overload = asyncio.run(standard_closed_loop(router.http_url, ((1, 32), (2, 64)), 6.0,
+                                                "overload"))
     time.sleep(1.0)
-    normal = asyncio.run(closed_loop(router.http_url, NORMAL, 3.0, "normal"))
-    rows = {(r.phase, r.priority): r for r in phase_report("overload", overload)
-            + phase_report("normal", normal)}
+    normal = asyncio.run(standard_closed_loop(router.http_url, NORMAL, 3.0, "normal"))
+    rows = {(r.phase, r.priority): r for r in by_priority(overload, 6.0, "overload")
+            + by_priority(normal, 3.0, "normal")}
     print(f"\nafter an overload: {rows}")
     high = rows[("overload", 1)]
     assert high.served >= 0.99 * high.requests, high

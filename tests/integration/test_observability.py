@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from core.ports import free_port
-from perf.load import open_loop
+from perf.load import sdk_open_loop
 from python_backends.structured_log import FIELDS, parse_line
 from server.launcher import TritonServer
 from server.observability import (
@@ -150,8 +150,8 @@ def test_overload_drives_the_queue_alerts_through_pending_to_firing(
         burst = 0
         while time.monotonic() < deadline and not all(
                 (alert, "firing") in seen for alert in QUEUE_ALERTS):
-            asyncio.run(open_loop(triton.grpc_url, OVERLOAD_RPS, OVERLOAD_BURST_S,
-                                  high_share=0.5, seed=11 + burst))
+            asyncio.run(sdk_open_loop(triton.grpc_url, OVERLOAD_RPS, OVERLOAD_BURST_S,
+                                      high_share=0.5, seed=11 + burst))
             burst += 1
         history = wait_for(prometheus, 'count by (alertname, alertstate) '
                                        '(max_over_time(ALERTS{alertname=~"TmrQueue.*"}[2m]))')

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from perf.load import open_loop, summarize
+from perf.load import sdk_open_loop
+from perf.stats import by_priority
 from tests.integration.helpers import assert_serving, metric_value, reset_router
 
 CAPACITY_RPS = 220  # embed, single texts, c16, this machine (docs/serving.md)
@@ -20,16 +21,16 @@ SHED_ERRORS = {"QueueFullError", "DeadlineExceededError", "UnavailableError"}
 def test_overload_burst_serves_high_priority_and_sheds_low_with_typed_errors(triton) -> None:
     refused_before = metric_value(triton.metrics_url, "tmr_rejections_total")
     try:
-        outcomes = asyncio.run(open_loop(triton.grpc_url, 10 * CAPACITY_RPS, BURST_S, seed=7))
+        outcomes = asyncio.run(sdk_open_loop(triton.grpc_url, 10 * CAPACITY_RPS, BURST_S, seed=7))
         assert_serving(triton.http_url)
     finally:
         counted = metric_value(triton.metrics_url, "tmr_rejections_total") - refused_before
         reset_router(triton.http_url)
-    summary = {row.priority: row for row in summarize(outcomes, BURST_S)}
+    summary = {row.priority: row for row in by_priority(outcomes, BURST_S)}
     print(f"\noverload burst: {[row.__dict__ for row in summary.values()]}")
     high, low = summary[1], summary[2]
     assert high.success_ratio >= 0.99, high
-    assert set(low.errors) <= SHED_ERRORS, low.errors  # no 5xx but the documented 503s
+    assert set(low.failures) <= SHED_ERRORS, low.failures  # no 5xx but the documented 503s
     assert low.success_ratio < 1.0, "10x capacity shed nothing"
     # Shedding is Triton's queue policy: the router refused nothing, by its own count.
     assert counted == 0

@@ -20,7 +20,7 @@ from aiohttp import web
 from perf.peers import cpu, load, servers
 from perf.peers.ort_text import load_tokenizer
 from perf.peers.run import PeersResult, ServerResult, check_servers, cosine
-from perf.peers.stats import (
+from perf.stats import (
     LoadPoint,
     best_of,
     cell,
@@ -169,8 +169,8 @@ def test_closed_loop_checks_every_answer_and_never_repeats_a_text() -> None:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # the port the OS chose
         try:
-            return await load.closed_loop(load.infer_endpoint(f"http://127.0.0.1:{port}"),
-                                          2, 0.3, ["a", "b"])
+            return await load.closed_loop_point(
+                load.infer_endpoint(f"http://127.0.0.1:{port}"), 2, 0.3, ["a", "b"])
         finally:
             await runner.cleanup()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perf.peers.stats import LoadPoint
+from perf.stats import LoadPoint
 from perf.targets import Target, allowed_rate, route_targets, serving_targets, table
 
 

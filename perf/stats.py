@@ -1,5 +1,6 @@
-"""The pure parts of the peer comparison: percentiles, one point's summary, the best of
-the rounds, goodput under a p99 objective, round orders and the result table."""
+"""The pure parts of every load run: one request's outcome, the one percentile, a
+closed-loop point's summary, the per-priority summary, the best of rounds, goodput under
+the p99 objective, round orders and the result table."""
 
 from __future__ import annotations
 
@@ -9,6 +10,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 NOISY_SHARE = 0.10  # a point during which other work used more of the cores is marked
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request: when it was sent (monotonic s), its priority, how long it took, and how
+    it ended."""
+
+    sent: float
+    priority: int
+    latency_ms: float
+    error: str | None  # the error's kind (SDK error class, "HTTP 503", ...), None if served
+    status: str = ""  # Triton's status of a failure (HTTP code or gRPC StatusCode)
+
+    @property
+    def failure(self) -> str:
+        """`status error` of a failure ("" for a served request), status only when known."""
+        return f"{self.status} {self.error}".strip() if self.error else ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,47 @@ def summarize(concurrency: int, latencies_ms: Sequence[float], errors: Counter[s
         p50_ms=percentile(latencies_ms, 50), p95_ms=percentile(latencies_ms, 95),
         p99_ms=percentile(latencies_ms, 99), error_kinds=dict(errors),
     )
+
+
+def load_point(concurrency: int, outcomes: Sequence[Outcome], seconds: float) -> LoadPoint:
+    """The LoadPoint of a closed-loop run's outcomes."""
+    errors = Counter(o.error for o in outcomes if o.error)
+    return summarize(concurrency, [o.latency_ms for o in outcomes if o.error is None], errors,
+                     seconds)
+
+
+@dataclass(frozen=True)
+class PrioritySummary:
+    """What one priority level got during a run (or one phase of it)."""
+
+    phase: str
+    priority: int
+    requests: int
+    served: int
+    offered_rps: float
+    goodput_rps: float
+    p50_ms: float
+    p99_ms: float
+    failures: dict[str, int] = field(default_factory=dict)  # Outcome.failure -> count
+
+    @property
+    def success_ratio(self) -> float:
+        return self.served / self.requests if self.requests else math.nan
+
+
+def by_priority(outcomes: Sequence[Outcome], seconds: float,
+                phase: str = "") -> list[PrioritySummary]:
+    """Per priority: requests, served, offered and served rate, percentiles of the served
+    requests' latencies, failures by status and error."""
+    rows = []
+    for priority in sorted({o.priority for o in outcomes}):
+        mine = [o for o in outcomes if o.priority == priority]
+        ok = [o.latency_ms for o in mine if o.error is None]
+        rows.append(PrioritySummary(
+            phase, priority, len(mine), len(ok), len(mine) / seconds, len(ok) / seconds,
+            percentile(ok, 50), percentile(ok, 99),
+            dict(Counter(o.failure for o in mine if o.error))))
+    return rows
 
 
 def best_of(rounds: Sequence[Sequence[LoadPoint]]) -> list[LoadPoint]:

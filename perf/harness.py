@@ -1,0 +1,63 @@
+"""One run of a benchmark: its results folder, a copy of the repository, a Triton server on
+distinct free ports, and its report. Every perf module that starts a server starts it here.
+
+    out = harness.run_dir("overload")
+    with harness.served_copy(out / "tritonserver.log") as server:
+        ...
+    harness.write_report(out, "overload", markdown, data)
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from core.files import write_atomically
+from core.paths import DEFAULT_REPOSITORY, results_dir
+from core.ports import free_ports
+from core.repository import copy_repository
+from server.launcher import TritonServer
+from server.settings import Ports, ServerOptions
+
+
+def run_dir(kind: str) -> Path:
+    """A new perf/results/<kind>-<timestamp>/ (git-ignored)."""
+    out = results_dir(kind, time.strftime("%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def server(repository: Path = DEFAULT_REPOSITORY, log_path: Path | None = None) -> TritonServer:
+    """A server (not started) for `repository` on three distinct free ports; `with` it to
+    start it, wait for ready and stop it."""
+    ports = Ports(*free_ports(3))
+    return TritonServer(ServerOptions(repository=repository, ports=ports), log_path=log_path)
+
+
+@contextmanager
+def served_copy(log_path: Path | None = None,
+                sources: Iterable[Path] = (DEFAULT_REPOSITORY,),
+                edit: Callable[[Path], object] | None = None) -> Iterator[TritonServer]:
+    """A temporary copy of `sources`, changed by `edit(copy)`, served on free ports; the
+    copy goes when the server has stopped."""
+    with tempfile.TemporaryDirectory(prefix="tmr-perf-") as tmp:
+        repo = copy_repository(sources, Path(tmp) / "repository")
+        if edit is not None:
+            edit(repo)
+        with server(repo, log_path) as running:
+            yield running
+
+
+def write_report(out: Path, name: str, markdown: str, data: Any = None) -> None:
+    """`<name>.md` and, with `data`, `<name>.json` in `out`; prints the markdown and where
+    the results are."""
+    write_atomically(out / f"{name}.md", markdown + "\n")
+    if data is not None:
+        write_atomically(out / f"{name}.json", json.dumps(data, indent=1, default=float) + "\n")
+    print(markdown)
+    print(f"\nresults in {out}")

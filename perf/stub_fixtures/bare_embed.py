@@ -1,0 +1,51 @@
+"""`embed_bare`: tokenizer and onnxruntime in ONE Python model (benchmark fixture).
+
+The baseline the full pipeline is measured against: no BLS hop, no second stub. Its
+sessions are set up as the served onnxruntime encoders' are (python_backends/tensor_model.py):
+`intra_op_thread_count` threads each, and with `idle_intra_op_thread_count` above that, a
+second session that a batch takes when no other instance is running one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from core.params import IDLE_THREADS_PARAMETER, flag, parameter, positive_int
+from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
+from python_backends.embed import EmbedModel
+from python_backends.errors import ModelError
+from python_backends.router import Encoder
+from python_backends.runners import onnx_runner
+
+
+class BareEmbedModel(EmbedModel):
+    """EmbedModel whose encoder call is an in-process onnxruntime session, not BLS."""
+
+    idle_aware: IdleAwareRunner | None = None
+
+    def setup(self, args: dict[str, str]) -> None:
+        super().setup(args)
+        threads = parameter(self.config, "intra_op_thread_count", 1, positive_int)
+        idle = parameter(self.config, IDLE_THREADS_PARAMETER, threads, positive_int)
+        spinning = parameter(self.config, "allow_spinning", True, flag)
+        path = parameter(self.config, "onnx_path", "", str)
+        if not path:
+            raise ModelError("embed_bare needs the parameter onnx_path")
+        self.session: Any = onnx_runner(path, threads, spinning=spinning)
+        if idle > threads:
+            self.idle_aware = IdleAwareRunner(
+                self.session, onnx_runner(path, idle, spinning=False),
+                BusyPeers(peers_folder(self.name, self.version),
+                          args.get("model_instance_name", "0")))
+
+    def finalize(self) -> None:
+        if self.idle_aware is not None:
+            self.idle_aware.close()
+        super().finalize()
+
+    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        if self.idle_aware is None:
+            return self.session(feeds)[encoder.output]
+        return self.idle_aware(feeds)[0][encoder.output]
