@@ -23,7 +23,6 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from core import versions
-from core.params import ConfigError, parameter, positive_int
+from core.params import ConfigError, parameter
 from python_backends.base import BaseModel, error_response
 from python_backends.batching import length_buckets
 from python_backends.bls import bls_infer
@@ -51,7 +50,6 @@ from python_backends.routing import Plan, RoutedRequest, plan_batch
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
-IN_FLIGHT_PARAMETER = "encoder_calls_in_flight"  # a batch's encoder calls at once (opt-in)
 
 
 def rss_mb() -> float:
@@ -148,12 +146,6 @@ class FamilyRouter(BaseModel):
         self.metrics.level.set(self.policy.level)
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()])
         self.served.start()
-        # How many of one batch's encoder calls (its length buckets) run at once; 1, the
-        # default, sends them one after the other (docs/serving.md has the trade-off).
-        in_flight = parameter(self.config, IN_FLIGHT_PARAMETER, 1, positive_int)
-        self.pool = ThreadPoolExecutor(in_flight, "tmr-encoder-call") if in_flight > 1 else None
-        if self.pool is not None:
-            self.log.info(f"up to {in_flight} encoder calls of a batch at once")
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
 
     # -- what a family says ---------------------------------------------------------
@@ -176,8 +168,6 @@ class FamilyRouter(BaseModel):
     # -- the ladder -----------------------------------------------------------------
     def finalize(self) -> None:
         self.served.stopped.set()
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
         super().finalize()
 
     def degradation_level(self) -> int | None:
@@ -247,17 +237,11 @@ class FamilyRouter(BaseModel):
             return self._call(fallback, rows, calls), self._served_by(fallback, self.levels[2])
 
     def _call(self, encoder: Encoder, rows: list, calls: list[list[int]]) -> np.ndarray:
-        """One BLS call per group of `calls` (row indices), results back in row order;
-        with `encoder_calls_in_flight` above 1 they run at once on the pool."""
-        feeds = [self.feeds([rows[i] for i in group]) for group in calls]
-        if self.pool is None or len(feeds) < 2:
-            parts = [self.call_encoder(encoder, f) for f in feeds]
-        else:
-            futures = [self.pool.submit(self.call_encoder, encoder, f) for f in feeds]
-            wait(futures)  # every call done before any error is raised: none left running
-            parts = [f.result() for f in futures]
+        """One encoder call per group of `calls` (row indices), one after the other
+        (sending them at once lost throughput: docs/benchmarks.md); results in row order."""
         out: np.ndarray | None = None
-        for group, part in zip(calls, parts):
+        for group in calls:
+            part = self.call_encoder(encoder, self.feeds([rows[i] for i in group]))
             if out is None:
                 out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
             out[group] = part
@@ -267,7 +251,7 @@ class FamilyRouter(BaseModel):
         return out
 
     def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """One encoder call: BLS (the bare benchmark fixture overrides it)."""
+        """One call of the encoder model over BLS."""
         return bls_infer(encoder.name, feeds, [encoder.output])[encoder.output]
 
     def _served_by(self, encoder: Encoder, level: Level) -> str:

@@ -4,15 +4,12 @@ similar lengths share encoder calls."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 
 import numpy as np
-import tritonclient.http as httpclient
 
 from client import NO_RETRY, AsyncEmbedClient, EmbedClient
-from client.auth import key_headers
 from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import metric_value, model_counts
 from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
@@ -103,26 +100,16 @@ def test_a_lone_request_runs_on_the_idle_session_and_a_crowd_on_the_instances_ow
     assert idle2 - idle1 < all2 - all1, "under load the instances run their own sessions"
 
 
-def test_length_buckets_sent_at_once_come_back_in_row_order(triton) -> None:
-    """`encoder_calls_in_flight` 2 (opt-in): one request whose rows fall in several length
-    buckets sends them to the encoder as calls at once, and every row still gets its own
-    text's vector (against sentence-transformers, each text alone). `embed` is loaded
-    with the parameter through Triton's config override, then reloaded from disk."""
-    admin = httpclient.InferenceServerClient(triton.http_url)
-    config = admin.get_model_config("embed", headers=key_headers(admin=True))
-    config["parameters"]["encoder_calls_in_flight"] = {"string_value": "2"}
+def test_a_request_over_several_length_buckets_gets_each_row_its_own_vector(triton) -> None:
+    """One request whose rows fall in several length buckets: one encoder call a bucket,
+    and every row still gets its own text's vector (against sentence-transformers, each
+    text alone), in the request's row order."""
     nonce = uuid.uuid4().hex[:8]  # no cached row can answer
     texts = [f"{nonce} " + " ".join(["word"] * n) for n in (180, 1, 60, 3, 120, 9, 30, 240)]
-    try:
-        admin.load_model("embed", headers=key_headers(admin=True), config=json.dumps(config))
-        before = model_counts(triton.http_url, "minilm_onnx").success_count
-        with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
-            got = client.embed(texts)
-        calls = model_counts(triton.http_url, "minilm_onnx").success_count - before
-    finally:
-        admin.load_model("embed", headers=key_headers(admin=True))
-        admin.close()
-    assert "up to 2 encoder calls of a batch at once" in triton.log_text()
+    before = model_counts(triton.http_url, "minilm_onnx").success_count
+    with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
+        got = client.embed(texts)
+    calls = model_counts(triton.http_url, "minilm_onnx").success_count - before
     assert calls >= 4, f"{calls} encoder call(s): the rows should span several buckets"
     reference = sentence_transformers_embeddings(MINILM_SOURCE, texts)
     assert cosines(got, reference).min() >= 0.9999
