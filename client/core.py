@@ -24,6 +24,7 @@ from client.auth import key_headers, resolve_admin_key, resolve_api_key
 from client.errors import InvalidInputError, TritonClientError
 from client.limits import MAX_REQUEST_BYTES
 from client.retry import RetryPolicy, next_delay
+from core.served_by import ServedBy
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
@@ -346,8 +347,19 @@ def strings(result: Any, name: str) -> list[str]:
     return [] if array is None else [v.decode() for v in array.reshape(-1)]
 
 
+class ServedRows:
+    """What served each row: `served_by` holds the SERVED_BY texts, `served` their values."""
+
+    served_by: list[str]
+
+    @property
+    def served(self) -> list[ServedBy]:
+        """Each row's encoder, version, precision, ladder level and cache flag."""
+        return [ServedBy.parse(text) for text in self.served_by]
+
+
 @dataclass
-class EmbedResult:
+class EmbedResult(ServedRows):
     """Embeddings plus what served them: one entry per chunk sent."""
 
     embeddings: np.ndarray
@@ -440,7 +452,7 @@ class Prediction:
 
 
 @dataclass
-class ClassifyResult:
+class ClassifyResult(ServedRows):
     """The `top_k` best classes of every image, best first, and what served each image."""
 
     predictions: list[list[Prediction]]

@@ -5,7 +5,9 @@ BLS call's failure comes back as INTERNAL whatever it was, and HTTP and gRPC dif
 status. Both the SDK (client.errors) and the router (python_backends.bls) turn a message
 into one of these kinds with `kind_of`, then branch on the kind. The project's own refusal
 (a front model degraded to a level that refuses the request) is written by
-`degraded_refusal` and read back by `degraded_level`: its wording lives here only.
+`degraded_refusal` and read back by `degraded_level`: its wording lives here only. A
+message about one row of an input names it with `row_ref` (`TEXT[3]`), the form the
+OpenAI route (server/nginx/openai.js) rewrites into the request's own `input[i]`.
 No imports: the SDK and the Python backend both import this module as it is.
 """
 
@@ -67,3 +69,9 @@ def degraded_level(message: str) -> int | None:
         return None
     digits = message[at + len(_DEGRADED_MARKER) + 1:].split(" ", 1)[0]
     return int(digits) if digits.isdigit() else None
+
+
+def row_ref(tensor: str, row: int) -> str:
+    """How a message names one row of an input tensor: `TEXT[3]`. server/nginx/openai.js
+    matches exactly this form (tests/unit/test_openai_njs.py feeds it real messages)."""
+    return f"{tensor}[{row}]"

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from core.params import parameter, positive_int
+from core.served_by import ServedBy
 
 
 @dataclass(frozen=True)
@@ -221,19 +222,19 @@ def throttled(read: Callable[[], float], period_s: float,
 
 
 class EmbeddingCache:
-    """A small LRU of text -> (embedding, served_by), filled by successful calls."""
+    """A small LRU of text -> (embedding, what served it), filled by successful calls."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[str, tuple[np.ndarray, str]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[np.ndarray, ServedBy]] = OrderedDict()
 
-    def get(self, text: str) -> tuple[np.ndarray, str] | None:
+    def get(self, text: str) -> tuple[np.ndarray, ServedBy] | None:
         item = self._items.get(text)
         if item is not None:
             self._items.move_to_end(text)
         return item
 
-    def put(self, text: str, vector: np.ndarray, served_by: str) -> None:
+    def put(self, text: str, vector: np.ndarray, served_by: ServedBy) -> None:
         if self.capacity <= 0:
             return
         self._items[text] = (vector, served_by)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from core.families.catalog import catalog
-from core.families.configs import parameters_of
+from core.probes import probe_target
 from core.versions import read_config
 from python_backends.base import BaseModel, ok_response
 from python_backends.bls import bls_infer
@@ -31,19 +31,17 @@ class HealthModel(BaseModel):
         self.probes = {}
         for model in catalog(repository):
             for name in model.models:
-                config = read_config(repository / name)
-                params = {**parameters_of(config), "output": config.output[0].name,
-                          "input_dims": ",".join(str(d) for d in config.input[0].dims)}
-                probe = (model.family.front_probe if name == model.front
-                         else model.family.encoder_probe)
-                self.probes[name] = (model.family, params, *probe(params))
+                target = probe_target(read_config(repository / name))
+                if target is not None:
+                    self.probes[name] = target
         self.log.info(f"probes {sorted(self.probes)}")
 
     def check(self, name: str) -> dict[str, Any]:
-        family, params, feeds, outputs = self.probes[name]
+        target = self.probes[name]
         began = time.monotonic()
         try:
-            problem = family.check_probe(bls_infer(name, feeds, outputs)[outputs[0]], params)
+            problem = target.problem(bls_infer(name, target.inputs, target.outputs)[
+                target.outputs[0]])
         except ModelError as err:
             problem = str(err)
         return {"ok": problem is None, "ms": round((time.monotonic() - began) * 1000, 1),

@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 
 from core import versions
+from core.messages import degraded_refusal
 from core.params import ConfigError, parameter
+from core.served_by import ServedBy
 from python_backends.base import BaseModel, error_response
 from python_backends.batching import length_buckets
 from python_backends.bls import bls_infer
@@ -193,11 +195,11 @@ class FamilyRouter(BaseModel):
         for i, reason in plan.refused.items():
             self.metrics.rejections.inc(reason=reason)
             responses[i] = error_response(UnavailableError(
-                f"{self.name} is degraded to level {level.number} ({level.name}): {reason}"))
+                degraded_refusal(self.name, level.number, level.name, reason)))
         for i, hits in plan.cached.items():
             self.metrics.cache_hits.inc(len(hits))
             responses[i] = self.respond(valid[i], np.stack([h[0] for h in hits]),
-                                        [f"{h[1]}:cached" for h in hits])
+                                        [str(h[1].from_cache()) for h in hits])
         if plan.encoded:
             self._encode(level, plan, valid, responses)
         return responses
@@ -218,9 +220,9 @@ class FamilyRouter(BaseModel):
             start += len(request.rows)
             for key, row in zip(request.keys, part):
                 self.cache.put(key, row, served)
-            responses[i] = self.respond(request, part, [served] * len(request.rows))
+            responses[i] = self.respond(request, part, [str(served)] * len(request.rows))
 
-    def _run_plan(self, level: Level, plan: Plan, rows: list) -> tuple[np.ndarray, str]:
+    def _run_plan(self, level: Level, plan: Plan, rows: list) -> tuple[np.ndarray, ServedBy]:
         """Outputs from the plan's encoder; a vanished primary fails over at once."""
         encoder = self.encoders[plan.encoder or "fallback"]
         try:
@@ -254,9 +256,9 @@ class FamilyRouter(BaseModel):
         """One call of the encoder model over BLS."""
         return bls_infer(encoder.name, feeds, [encoder.output])[encoder.output]
 
-    def _served_by(self, encoder: Encoder, level: Level) -> str:
+    def _served_by(self, encoder: Encoder, level: Level) -> ServedBy:
         version = self.served.current.get(encoder.name, "?")
-        return f"{encoder.name}:{version}:{encoder.precision}:L{level.number}"
+        return ServedBy(encoder.name, version, encoder.precision, level.number)
 
 
 def strings_array(values: list[str]) -> np.ndarray:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from core.messages import row_ref
 from core.params import one_of, parameter, positive_int
 from python_backends.errors import InvalidInputError
 
@@ -43,18 +44,19 @@ def decode_texts(raw: np.ndarray, limits: TextLimits, name: str = "TEXT") -> lis
     texts = []
     for i, item in enumerate(raw.reshape(-1)):
         data = item if isinstance(item, bytes) else str(item).encode()
+        row = row_ref(name, i)
         if len(data) > limits.max_text_bytes:
             raise InvalidInputError(
-                f"{name}[{i}] is {len(data)} bytes, over the limit of {limits.max_text_bytes} bytes"
+                f"{row} is {len(data)} bytes, over the limit of {limits.max_text_bytes} bytes"
             )
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as err:
             raise InvalidInputError(
-                f"{name}[{i}] is not valid UTF-8: {err.reason} at byte {err.start}"
+                f"{row} is not valid UTF-8: {err.reason} at byte {err.start}"
             ) from None
         if not text.strip():
-            raise InvalidInputError(f"{name}[{i}] is empty; send at least one non-space character")
+            raise InvalidInputError(f"{row} is empty; send at least one non-space character")
         texts.append(text)
     return texts
 
@@ -66,7 +68,7 @@ def apply_token_limit(ids: list[int], limits: TextLimits, index: int,
         return ids
     if limits.overlength == "reject":
         raise InvalidInputError(
-            f"{name}[{index}] is {len(ids)} tokens, over the limit of {limits.max_tokens} "
+            f"{row_ref(name, index)} is {len(ids)} tokens, over the limit of {limits.max_tokens} "
             "tokens (overlength_policy=reject)"
         )
     return [*ids[: limits.max_tokens - 1], ids[-1]]

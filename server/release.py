@@ -10,16 +10,13 @@ back and re-applied, and the command fails with Triton's reason.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import tritonclient.http as httpclient
-from google.protobuf.json_format import MessageToDict
-
-from client.auth import key_headers
+from client import TritonClientError
 from core import versions as v
+from server.admin_client import AdminClient
 from server.errors import ReleaseError
 
 
@@ -51,38 +48,26 @@ def check_candidate(model_dir: Path, version: int) -> None:
                              "provenance.json (corrupt)")
 
 
-def index_states(url: str, model: str) -> dict[int, tuple[str, str]]:
+def states_of(admin: AdminClient, model: str) -> dict[int, tuple[str, str]]:
     """version -> (state, reason) from the repository index."""
-    client = httpclient.InferenceServerClient(url)
-    try:
-        entries = client.get_model_repository_index(headers=key_headers(admin=True))
-    finally:
-        client.close()
-    return {int(e["version"]): (e.get("state", ""), e.get("reason", ""))
-            for e in entries if e.get("name") == model and e.get("version")}
+    return {e.version: (e.state, e.reason) for e in admin.index()
+            if e.name == model and e.version is not None}
 
 
-def serves(url: str, model: str, version: int) -> bool:
-    """A request pinned to `version` is answered, and sanely (its family's probe check)."""
-    from server.admin import probe_model
-
-    client = httpclient.InferenceServerClient(url)
-    try:
-        return probe_model(client, model, str(version)).ok
-    finally:
-        client.close()
+def index_states(url: str, model: str) -> dict[int, tuple[str, str]]:
+    """states_of the server at `url`."""
+    with AdminClient(url) as admin:
+        return states_of(admin, model)
 
 
 def apply_explicit(target: Target) -> None:
-    config = v.parse_config((target.model_dir / "config.pbtxt").read_text())
-    client = httpclient.InferenceServerClient(target.url)
+    """Hand the on-disk config to Triton through the load API (it loads the version)."""
+    config = v.read_config(target.model_dir)
     try:
-        client.load_model(target.model, headers=key_headers(admin=True), config=json.dumps(
-            MessageToDict(config, preserving_proto_field_name=True)))
-    except Exception as err:  # tritonclient raises its own exception types
+        with AdminClient(target.url) as admin:
+            admin.load(target.model, config)
+    except TritonClientError as err:
         raise ReleaseError(f"Triton refused to load {target.model}: {err}") from err
-    finally:
-        client.close()
 
 
 @dataclass(frozen=True)
@@ -102,28 +87,30 @@ class SwitchTiming:
 
 
 def wait_serving(target: Target, version: int) -> float:
-    """Seconds until the index shows `version` READY (and no other) and it answers."""
+    """Seconds until the index shows `version` READY (and no other) and a request pinned
+    to it is answered, and sanely (its family's probe check)."""
     began = time.monotonic()
-    while time.monotonic() - began < target.timeout_s:
-        states = index_states(target.url, target.model)
-        state, reason = states.get(version, ("", ""))
-        # "unloaded" is the state of a version not (yet) loaded, e.g. before a poll scan.
-        if state == "UNAVAILABLE" and reason and reason != "unloaded":
-            raise ReleaseError(f"{target.model} version {version} failed to load: {reason}")
-        others = [n for n, (s, _) in states.items() if s == "READY" and n != version]
-        if state == "READY" and not others and serves(target.url, target.model, version):
-            return time.monotonic() - began
-        time.sleep(0.25)
-    raise ReleaseError(f"{target.model} version {version} not serving after "
-                       f"{target.timeout_s:.0f} s; index: {index_states(target.url, target.model)}")
+    with AdminClient(target.url) as admin:
+        while time.monotonic() - began < target.timeout_s:
+            states = states_of(admin, target.model)
+            state, reason = states.get(version, ("", ""))
+            # "unloaded" is the state of a version not (yet) loaded, e.g. before a poll scan.
+            if state == "UNAVAILABLE" and reason and reason != "unloaded":
+                raise ReleaseError(f"{target.model} version {version} failed to load: {reason}")
+            others = [n for n, (s, _) in states.items() if s == "READY" and n != version]
+            if (state == "READY" and not others
+                    and admin.probe_model(target.model, str(version)).ok):
+                return time.monotonic() - began
+            time.sleep(0.25)
+        raise ReleaseError(f"{target.model} version {version} not serving after "
+                           f"{target.timeout_s:.0f} s; index: {states_of(admin, target.model)}")
 
 
 def switch(target: Target, version: int, action: str) -> SwitchTiming:
     """Edit, apply, wait; on failure restore the old config and re-apply it."""
     began = time.monotonic()
     on_disk = v.versions_on_disk(target.model_dir)
-    current = v.selected_versions(v.parse_config(
-        (target.model_dir / "config.pbtxt").read_text()), on_disk)
+    current = v.selected_versions(v.read_config(target.model_dir), on_disk)
     history = target.model_dir / v.HISTORY
     # The history and the configs change together: in poll mode every write in the model
     # folder is a reload, so one burst of writes gives one reload, not two racing ones.
@@ -151,8 +138,7 @@ def switch(target: Target, version: int, action: str) -> SwitchTiming:
 
 def current_version(model_dir: Path) -> int:
     on_disk = v.versions_on_disk(model_dir)
-    selected = v.selected_versions(v.parse_config((model_dir / "config.pbtxt").read_text()),
-                                   on_disk)
+    selected = v.selected_versions(v.read_config(model_dir), on_disk)
     if not selected:
         raise v.VersionError(f"{model_dir.name}: its version_policy selects nothing on disk")
     return selected[-1]

@@ -11,22 +11,43 @@ watchdog's own metrics port.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-import tritonclient.http as httpclient
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from client.auth import key_headers
+from client import TritonClientError
 from client.prometheus import samples
-from server.admin import ProbeTarget, probe, probe_targets
+from core import messages
+from core.probes import ProbeTarget
+from server.admin_client import AdminClient, IndexEntry
 
 log = logging.getLogger("tmr.watchdog")
-DEAD_STUB = "is not healthy"
-DEGRADED_ON_PURPOSE = "is degraded to level"  # the router refusing work is not a fault
+
+
+class ReloadKind(StrEnum):
+    """Why the watchdog reloads a model; the value is the `reason` label of
+    `tmr_watchdog_reloads_total`."""
+
+    DEAD_STUB = "dead_stub"
+    FAILED_PROBES = "probes"
+    STALLED = "stalled"
+
+
+@dataclass(frozen=True)
+class Reload:
+    """The detector's decision: reload a model, of this kind, with a detail for the log."""
+
+    kind: ReloadKind
+    detail: str
+
+    def __str__(self) -> str:
+        what = {ReloadKind.DEAD_STUB: "dead Python stub", ReloadKind.FAILED_PROBES: "failed probes",
+                ReloadKind.STALLED: "stalled"}[self.kind]
+        return f"{what}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -37,6 +58,15 @@ class Sample:
     error: str
     pending: float
     executions: float
+
+    @property
+    def failure(self) -> str | None:
+        """The failure's kind (core.messages), None when the probe succeeded or says none."""
+        if self.ok:
+            return None
+        if messages.degraded_level(self.error) is not None:
+            return messages.DEGRADED
+        return messages.kind_of(self.error)
 
 
 @dataclass
@@ -49,26 +79,30 @@ class StallDetector:
     _stalled: dict[str, int] = field(default_factory=dict)
     _failed: dict[str, int] = field(default_factory=dict)
 
-    def decide(self, model: str, sample: Sample) -> str | None:
-        """The reason to reload `model` now, or None."""
-        if not sample.ok and DEAD_STUB in sample.error:
-            return self._reset(model, f"dead Python stub: {sample.error}")
-        healthy = sample.ok or DEGRADED_ON_PURPOSE in sample.error
+    def decide(self, model: str, sample: Sample) -> Reload | None:
+        """The reload `model` needs now, or None."""
+        if sample.failure == messages.STUB_UNHEALTHY:
+            return self._reset(model, Reload(ReloadKind.DEAD_STUB, sample.error))
+        # The router refusing work at its degradation level is not a fault.
+        healthy = sample.ok or sample.failure == messages.DEGRADED
         self._failed[model] = 0 if healthy else self._failed.get(model, 0) + 1
         if self._failed[model] >= self.failures_to_reload:
-            return self._reset(model, f"{self._failed[model]} failed probes: {sample.error}")
+            return self._reset(model, Reload(ReloadKind.FAILED_PROBES,
+                                             f"{self._failed[model]} in a row, the last: "
+                                             f"{sample.error}"))
         progressed = sample.executions > self._last_exec.get(model, -1)
         self._last_exec[model] = sample.executions
         stuck = sample.pending > 0 and not progressed
         self._stalled[model] = self._stalled.get(model, 0) + 1 if stuck else 0
         if self._stalled[model] >= self.stall_intervals:
-            return self._reset(model, f"stalled: {sample.pending:.0f} pending, no execution "
-                                      f"for {self._stalled[model]} intervals")
+            return self._reset(model, Reload(ReloadKind.STALLED,
+                                             f"{sample.pending:.0f} pending, no execution for "
+                                             f"{self._stalled[model]} intervals"))
         return None
 
-    def _reset(self, model: str, reason: str) -> str:
+    def _reset(self, model: str, decision: Reload) -> Reload:
         self._stalled[model] = self._failed[model] = 0
-        return reason
+        return decision
 
 
 def triton_counters(metrics_url: str) -> dict[str, tuple[float, float]]:
@@ -107,52 +141,48 @@ class Watchdog(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
 
-    def watched(self, client: httpclient.InferenceServerClient) -> list[ProbeTarget]:
+    def watched(self, admin: AdminClient) -> list[ProbeTarget]:
         """The family models to watch: each one the server has loaded (READY) since the
         watchdog started, until an operator unloads it (state "unloaded")."""
-        index = client.get_model_repository_index(headers=key_headers(admin=True))
-        for entry in index:
-            name, state = entry["name"], entry.get("state", "")
-            if self.only is not None and name not in self.only:
+        for entry in admin.index():
+            if self.only is not None and entry.name not in self.only:
                 continue
-            if state == "READY" and name not in self.targets:
-                found = probe_targets(client, [name])
-                if found:
-                    self.targets[name] = found[0]
-            elif state == "UNAVAILABLE" and entry.get("reason") == "unloaded":
-                self.targets.pop(name, None)
+            self._follow(admin, entry)
         return list(self.targets.values())
 
+    def _follow(self, admin: AdminClient, entry: IndexEntry) -> None:
+        if entry.state == "READY" and entry.name not in self.targets:
+            found = admin.probe_targets([entry.name])
+            if found:
+                self.targets[entry.name] = found[0]
+        elif entry.unloaded:
+            self.targets.pop(entry.name, None)
+
     def run(self) -> None:
-        client = httpclient.InferenceServerClient(self.http_url)
-        try:
+        with AdminClient(self.http_url) as admin:
             while not self._stop_event.wait(self.interval_s):
                 try:
                     counters = triton_counters(self.metrics_url)
-                    targets = self.watched(client)
-                except Exception as err:  # the server restarting, the admin key refused...
+                    targets = self.watched(admin)
+                except (TritonClientError, OSError) as err:  # restarting, key refused...
                     log.warning("watchdog cannot read the server's state: %s", err)
                     continue
                 for target in targets:
-                    model = target.model
-                    check = probe(client, target)
-                    pending, execs = counters.get(model, (0.0, 0.0))
-                    reason = self.detector.decide(
-                        model, Sample(check.ok, "" if check.ok else check.detail, pending, execs))
-                    if reason:
-                        self._reload(client, model, reason)
-        finally:
-            client.close()
+                    self._watch(admin, target, counters.get(target.model, (0.0, 0.0)))
 
-    def _reload(self, client: httpclient.InferenceServerClient, model: str, reason: str) -> None:
-        log.warning("watchdog reloads %s: %s", model, reason)
-        label = "dead_stub" if reason.startswith("dead") else reason.split(":")[0].split()[-1]
-        self.reloads.labels(model=model, reason=label).inc()
-        self.events.append((time.monotonic(), model, reason))
+    def _watch(self, admin: AdminClient, target: ProbeTarget,
+               counters: tuple[float, float]) -> None:
+        check = admin.probe(target)
+        sample = Sample(check.ok, "" if check.ok else check.detail, *counters)
+        decision = self.detector.decide(target.model, sample)
+        if decision is not None:
+            self._reload(admin, target.model, decision)
+
+    def _reload(self, admin: AdminClient, model: str, decision: Reload) -> None:
+        log.warning("watchdog reloads %s: %s", model, decision)
+        self.reloads.labels(model=model, reason=decision.kind.value).inc()
+        self.events.append((time.monotonic(), model, str(decision)))
         try:
-            # A plain load of an unchanged model is a no-op on 2.51; sending its config
-            # forces new instances (and new stubs).
-            config = client.get_model_config(model, headers=key_headers(admin=True))
-            client.load_model(model, config=json.dumps(config), headers=key_headers(admin=True))
-        except Exception as err:  # tritonclient raises several types; keep watching
+            admin.reload(model)  # its config sent back: new instances, new stubs
+        except TritonClientError as err:  # keep watching
             log.error("watchdog could not reload %s: %s", model, err)

@@ -6,6 +6,11 @@
 // `openai_models`, a JSON file preloaded by nginx (server/openai_models.py writes it from
 // the repository). Pure functions are exported for tests/unit/test_openai_njs.py.
 
+// The text-embedding family's input tensor (core/families/text_embedding.py; a unit test
+// keeps the two in step), and how a front model's message names one of its rows:
+// core.messages.row_ref, "TEXT[3]" (the unit test feeds this the producer's real messages).
+const TEXT_INPUT = "TEXT";
+const ROW_REF = new RegExp(TEXT_INPUT + "\\[(\\d+)\\]", "g");
 const MAX_INPUTS = 2048;
 const MAX_USER_CHARS = 256;
 const PRIORITIES = {"1": 1, "high": 1, "2": 2, "standard": 2};
@@ -165,7 +170,7 @@ async function inWaves(tasks, limit) {
 // The KServe v2 request of one chunk: the texts, binary EMBEDDING and JSON TOKENS back.
 function kserveBody(texts, priority) {
     const request = {
-        inputs: [{name: "TEXT", datatype: "BYTES", shape: [texts.length, 1], data: texts}],
+        inputs: [{name: TEXT_INPUT, datatype: "BYTES", shape: [texts.length, 1], data: texts}],
         outputs: [{name: "EMBEDDING", parameters: {binary_data: true}},
                   {name: "TOKENS", parameters: {binary_data: false}}],
     };
@@ -212,7 +217,7 @@ function upstreamFailure(status, text, offset) {
     } catch (e) {
         // not JSON: keep the text
     }
-    message = message.replace(/TEXT\[(\d+)\]/g, (m, i) => "input[" + (offset + Number(i)) + "]");
+    message = message.replace(ROW_REF, (m, i) => "input[" + (offset + Number(i)) + "]");
     if (status === 400) {
         return failure(400, message, "input");
     }
@@ -310,4 +315,4 @@ function models(r) {
 }
 
 export default {embeddings, models, parseRequest, chunks, kserveBody, decodeAnswer,
-                upstreamFailure, failure, errorBody};
+                upstreamFailure, failure, errorBody, TEXT_INPUT};

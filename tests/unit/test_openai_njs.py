@@ -9,8 +9,12 @@ import struct
 import subprocess
 from typing import Any
 
+import numpy as np
 import pytest
 
+from core.families.text_embedding import TEXT_EMBEDDING
+from python_backends.errors import InvalidInputError
+from python_backends.tokenization import TextLimits, apply_token_limit, decode_texts
 from server.front_door import NGINX_DIR
 
 TABLE = {"created": 1, "models": [{"id": "minilm", "names": ["minilm", "embed", "alias/x"],
@@ -136,6 +140,45 @@ def test_tritons_errors_keep_their_meaning_with_the_requests_own_row_numbers(sta
     assert error["message"] == "input[67] is 302 tokens, over the limit; input[74] too"
     assert error["type"] == {400: "invalid_request_error", 503: "server_error",
                              500: "server_error"}[expected]
+
+
+TEXT = TEXT_EMBEDDING.front_inputs[0].name
+
+
+def refusal(make) -> str:
+    """The message the front model's own validation writes (python_backends.tokenization)."""
+    with pytest.raises(InvalidInputError) as caught:
+        make()
+    return str(caught.value)
+
+
+def rows(*items: bytes) -> np.ndarray:
+    return np.array(items, dtype=np.object_).reshape(-1, 1)
+
+
+PRODUCED = [  # (the front model's real message, the row it names)
+    (lambda: decode_texts(rows(b"ok", b"\xff\xfe"), TextLimits(), TEXT), 1),
+    (lambda: decode_texts(rows(b"ok", b"ok", b"   "), TextLimits(), TEXT), 2),
+    (lambda: decode_texts(rows(b"x" * 9), TextLimits(max_text_bytes=8), TEXT), 0),
+    (lambda: apply_token_limit(list(range(10)), TextLimits(max_tokens=4), 5, TEXT), 5),
+]
+
+
+def test_the_route_sends_the_familys_input_tensor():
+    assert njs("openai.TEXT_INPUT") == TEXT
+    assert json.loads(njs("openai.kserveBody(['a'], null)"))["inputs"][0]["name"] == TEXT
+
+
+@pytest.mark.parametrize(("make", "row"), PRODUCED, ids=["utf8", "empty", "bytes", "tokens"])
+def test_the_front_models_own_row_messages_get_the_requests_row_numbers(make, row):
+    """Producer and parser agree: whatever the wording, the row the front model names
+    comes back as the request's own input[offset + row], and no TEXT[...] is left."""
+    message = refusal(make)
+    assert f"{TEXT}[{row}]" in message
+    body = json.dumps({"error": message})
+    error = json.loads(njs(f"openai.upstreamFailure(400, {json.dumps(body)}, 64)")["body"])
+    assert error["error"]["message"] == message.replace(f"{TEXT}[{row}]", f"input[{64 + row}]")
+    assert f"{TEXT}[" not in error["error"]["message"]
 
 
 def test_the_committed_models_table_is_the_repositorys():

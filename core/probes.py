@@ -1,0 +1,54 @@
+"""A family model's probe: the one real request that shows it serves, built from its config.
+
+Both health checks build it here: the `health` model inside Triton (python_backends.health,
+from the configs on disk) and the operator client (server.admin_client, from the configs
+the server reports). A front is probed through its family's front probe, an encoder
+through its encoder probe; a model outside every family has no probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from core.families import Family, family
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """A family model and the one real request that shows it serves."""
+
+    model: str
+    family: Family
+    params: dict[str, str]
+    inputs: dict[str, np.ndarray]
+    outputs: list[str]
+
+    @property
+    def is_front(self) -> bool:
+        return "primary_model" in self.params
+
+    def problem(self, answer: np.ndarray) -> str | None:
+        """None when the answer's first output is sane, as the family judges it."""
+        return self.family.check_probe(answer, self.params)
+
+
+def probe_params(config: mc.ModelConfig) -> dict[str, str]:
+    """The config's parameters plus its first output's name and first input's dims."""
+    params = {key: value.string_value for key, value in config.parameters.items()}
+    params["output"] = config.output[0].name
+    params["input_dims"] = ",".join(str(d) for d in config.input[0].dims)
+    return params
+
+
+def probe_target(config: mc.ModelConfig) -> ProbeTarget | None:
+    """The probe of a model from its config; None for a model outside every family."""
+    if "family" not in config.parameters:
+        return None
+    params = probe_params(config)
+    fam = family(params["family"])
+    probe = fam.front_probe if "primary_model" in params else fam.encoder_probe
+    inputs, outputs = probe(params)
+    return ProbeTarget(config.name, fam, params, inputs, outputs)
