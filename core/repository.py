@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+
+from core import config_edit
+from core.config_edit import Change, edit_file
 
 
 def copy_repository(sources: Iterable[Path], target: Path) -> Path:
@@ -28,31 +30,17 @@ def copy_repository(sources: Iterable[Path], target: Path) -> Path:
     return target
 
 
-def edit_config(repository: Path, model: str, pattern: str, replacement: str) -> None:
-    """Replace exactly one match of `pattern` (regex, DOTALL) in the model's config.pbtxt."""
-    config = repository / model / "config.pbtxt"
-    text, count = re.subn(pattern, replacement, config.read_text(), flags=re.DOTALL)
-    if count != 1:
-        raise ValueError(f"{pattern!r} matched {count} times in {config}, expected once")
-    tmp = config.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(config)
+def edit_config(repository: Path, model: str, change: Change) -> str:
+    """Apply `change` to the model's parsed config.pbtxt and write it back atomically
+    (core.config_edit); the previous text."""
+    return edit_file(repository / model / "config.pbtxt", change)
 
 
 def set_parameter(repository: Path, model: str, key: str, value: str) -> None:
-    """Set an existing `parameters { key: ... }` string value in config.pbtxt."""
-    edit_config(repository, model,
-                rf'(key: "{re.escape(key)}" value: {{ string_value: ")[^"]*(" }})',
-                rf"\g<1>{value}\g<2>")
+    """Set an existing `parameters { key }` string value in config.pbtxt (ValueError if absent)."""
+    edit_config(repository, model, config_edit.set_parameter(key, value))
 
 
 def put_parameter(repository: Path, model: str, key: str, value: str) -> None:
-    """Set `parameters { key }` in config.pbtxt, adding the line when the key is absent."""
-    config = repository / model / "config.pbtxt"
-    if f'key: "{key}"' in config.read_text():
-        set_parameter(repository, model, key, value)
-        return
-    line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
-    tmp = config.with_suffix(".tmp")
-    tmp.write_text(config.read_text().rstrip("\n") + "\n" + line)
-    tmp.replace(config)
+    """Set `parameters { key }` in config.pbtxt, adding it when the key is absent."""
+    edit_config(repository, model, config_edit.set_parameter(key, value, add=True))

@@ -1,5 +1,5 @@
 """Versions of a model in the repository, in one place: integer version folders, what
-`version_policy` selects, provenance, and atomic, validated edits of the policy.
+`version_policy` selects, provenance, history (the policy edits are core.config_edit's).
 
 Pure file logic, no server calls. Used by export (next version, up-to-date, pin), by the
 release commands (select, history, gate baseline), and inside the stub by the router
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,9 +19,10 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from core.files import write_atomically
+
 HISTORY = "version_history.json"
 PROVENANCE_FILE = "provenance.json"
-_POLICY = re.compile(r"^version_policy\s*:?\s*\{.*\}\s*$", re.MULTILINE)
 
 
 class VersionError(ValueError):
@@ -120,26 +120,8 @@ def is_up_to_date(model_dir: Path, fingerprint: str) -> int | None:
 
 
 def policy_line(version: int) -> str:
+    """How a rendered config writes a `specific` policy (core.families.configs.render)."""
     return f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}"
-
-
-def with_specific_version(text: str, version: int) -> str:
-    """config.pbtxt text whose one-line version_policy selects exactly `version`."""
-    new, count = _POLICY.subn(policy_line(version), text)
-    if count == 0:
-        new = text.rstrip("\n") + "\n" + policy_line(version) + "\n"
-    elif count > 1:
-        raise VersionError("config.pbtxt has more than one version_policy line")
-    parsed = parse_config(new)  # refuse to write anything Triton would not parse
-    if list(parsed.version_policy.specific.versions) != [version]:
-        raise VersionError(f"edited config does not select version {version}")
-    return new
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def config_files(model_dir: Path) -> list[Path]:
@@ -148,13 +130,20 @@ def config_files(model_dir: Path) -> list[Path]:
     return [model_dir / "config.pbtxt", *profiles]
 
 
+# The edits themselves are core.config_edit's (parse, change, render), which imports this
+# module; these two names stay here for their callers.
+def with_specific_version(text: str, version: int) -> str:
+    """config.pbtxt text whose version_policy selects exactly `version`."""
+    from core import config_edit
+
+    return config_edit.with_specific_version(text, version)
+
+
 def set_version(model_dir: Path, version: int) -> dict[Path, str]:
     """Select `version` in every config file; returns the previous texts (for undo)."""
-    previous = {path: path.read_text() for path in config_files(model_dir)}
-    edited = {path: with_specific_version(text, version) for path, text in previous.items()}
-    for path, text in edited.items():
-        write_atomically(path, text)
-    return previous
+    from core import config_edit
+
+    return config_edit.set_version(model_dir, version)
 
 
 def pin_served_version(model_dir: Path) -> int | None:

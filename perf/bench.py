@@ -164,7 +164,7 @@ def ladder(out: Path, tmp: Path) -> dict:
 def no_batching(out: Path, tmp: Path) -> dict:
     """Stage 4: `embed` at c16 with its dynamic batcher removed."""
     model = text_model()
-    edits = [(model.front, r"dynamic_batching \{.*?\n\}\n", "")]
+    edits = [(model.front, lambda config: config.ClearField("dynamic_batching"))]
     server = serve(build_repository(tmp / "b", edits), out / "triton-nb.log")
     try:
         return pa(server, model.front, 16, "grpc", out, model.encoder(model.family.primary))

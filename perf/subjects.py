@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core import versions as v
+from core.config_edit import Change
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import FamilyModel, catalog, find
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
@@ -51,11 +52,11 @@ def texts(family_inputs: str = TEXT_EMBEDDING.perf_inputs) -> list[str]:
 FIXTURES = PROJECT_ROOT / "perf" / "fixtures"
 
 
-def build_repository(root: Path, edits: list[tuple[str, str, str]],
+def build_repository(root: Path, edits: list[tuple[str, Change]],
                      source: Path = DEFAULT_REPOSITORY, text_only: bool = False,
                      fixtures: Sequence[str] = ()) -> Path:
     """The repository and the benchmark fixtures (perf/fixtures) in `root`, with config
-    edits (model, regex, replacement) applied; `embed_bare` runs the served primary.
+    edits (model, core.config_edit change) applied; `embed_bare` runs the served primary.
     `text_only`: only the text model's folders and the `fixtures` named (a lighter server)."""
     import shutil
 
@@ -76,8 +77,8 @@ def build_repository(root: Path, edits: list[tuple[str, str, str]],
     for fixture in FIXTURES.iterdir():
         if (fixture / "1" / "model.py").exists() and (repo / fixture.name).is_dir():
             shutil.copy2(front_tokenizer, repo / fixture.name / "1" / "tokenizer.json")
-    for name, pattern, replacement in edits:
-        edit_config(repo, name, pattern, replacement)
+    for name, change in edits:
+        edit_config(repo, name, change)
     return repo
 
 

@@ -33,7 +33,7 @@ def cached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     for model in repo.iterdir():
         if model.name not in KEEP:
             shutil.rmtree(model)
-    edit_config(repo, "embed", r"(max_batch_size: 64\n)", r"\1response_cache { enable: true }\n")
+    edit_config(repo, "embed", lambda config: setattr(config.response_cache, "enable", True))
     server = start_server(repo, root / "tritonserver.log")
     yield server
     assert server.stop() == 0
