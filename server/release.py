@@ -60,6 +60,12 @@ def index_states(url: str, model: str) -> dict[int, tuple[str, str]]:
         return states_of(admin, model)
 
 
+def serves(url: str, model: str, version: int) -> bool:
+    """A request pinned to `version` is answered, and sanely (its family's probe check)."""
+    with AdminClient(url) as admin:
+        return admin.probe_model(model, str(version)).ok
+
+
 def apply_explicit(target: Target) -> None:
     """Hand the on-disk config to Triton through the load API (it loads the version)."""
     config = v.read_config(target.model_dir)

@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from client import TritonClientError
 from client.auth import API_KEY_HEADER
 from core.families.catalog import catalog, missing_exports
+from server.admin_client import AdminClient
 from server.front_door import FrontDoor, FrontDoorError
 from server.launcher import HOME_DIR, ServerStartError, TritonServer
 from server.observability import (
@@ -45,10 +47,21 @@ def tmr_command() -> str:
         return str(script)
 
 
-def banner(server: TritonServer) -> str:
+def loaded_models(server: TritonServer) -> str:
+    """The models the server loaded, from its repository index (the operator client)."""
+    try:
+        with AdminClient(server.http_url) as admin:
+            ready = admin.ready_models()
+    except TritonClientError as err:
+        return f"its repository index is unavailable: {err}"
+    return f"{len(ready)} ready: {', '.join(ready)}"
+
+
+def banner(server: TritonServer, models: str) -> str:
     return "\n".join([
         "Triton 2.51.0 is serving the CPU model repository",
         f"  repository  {server.opts.repository}",
+        f"  models      {models}",
         f"  HTTP        http://{server.http_url}   (KServe v2)",
         f"  gRPC        {server.grpc_url}",
         f"  metrics     {server.metrics_url}",
@@ -170,7 +183,7 @@ def serve(args: argparse.Namespace) -> int:
         server.stop()
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(banner(server), flush=True)
+    print(banner(server, loaded_models(server)), flush=True)
     try:
         front_door = start_front_door(server, args)
     except FrontDoorError as err:
