@@ -24,20 +24,22 @@ from client.auth import key_headers, resolve_admin_key, resolve_api_key
 from client.errors import InvalidInputError, TritonClientError
 from client.limits import MAX_REQUEST_BYTES
 from client.retry import RetryPolicy, next_delay
+from core.families import IMAGE_CLASSIFICATION
+from core.families.image_classification import IMAGE
+from core.families.spec import SERVED_BY
+from core.families.text_embedding import EMBEDDING, TEXT, TOKENS
 from core.served_by import ServedBy
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 DEFAULT_MODEL = "embed"  # the repository's first text-embedding front model
-# The text-embedding family's tensors (core/families/text_embedding.py; a unit
-# test keeps the two in step).
-TEXT_INPUT = "TEXT"
-EMBEDDING_OUTPUT = "EMBEDDING"
-SERVED_BY_OUTPUT = "SERVED_BY"
-TOKENS_OUTPUT = "TOKENS"
-# ... and the image-classification family's (core/families/image_classification.py).
-IMAGE_INPUT = "IMAGE"
-CLASSIFY_OUTPUTS = ("CLASS_IDS", "LABELS", "PROBABILITIES", SERVED_BY_OUTPUT)
+# The families' tensors, named once in core/families/.
+TEXT_INPUT = TEXT.name
+EMBEDDING_OUTPUT = EMBEDDING.name
+SERVED_BY_OUTPUT = SERVED_BY.name
+TOKENS_OUTPUT = TOKENS.name
+IMAGE_INPUT = IMAGE.name
+CLASSIFY_OUTPUTS = tuple(t.name for t in IMAGE_CLASSIFICATION.front_outputs)
 DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown
 ENVELOPE_BYTES = 64 * 1024  # the request's header (names, shapes, parameters), generously
 

@@ -28,6 +28,14 @@ def parameter(config: Mapping[str, Any], key: str, default: T, cast: Callable[[s
         raise ConfigError(f"parameter {key!r}={raw!r} is invalid: {err}") from err
 
 
+def required(config: Mapping[str, Any], key: str) -> str:
+    """`parameters[key].string_value`, which the config must set (a generated one does)."""
+    raw = config.get("parameters", {}).get(key, {}).get("string_value")
+    if not raw:
+        raise ConfigError(f"parameter {key!r} is missing; the config must set it")
+    return raw
+
+
 def positive_int(raw: str) -> int:
     value = int(raw)
     if value <= 0:

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from core.params import one_of, parameter
+from core.settings import ModelSettings
 from python_backends.errors import ModelError
-from python_backends.gc_pauses import POLICIES, GcPauses, apply_policy
+from python_backends.gc_pauses import GcPauses, apply_policy
 from python_backends.metrics import CounterFamily, Gauge
 from python_backends.pb import Log, pb_utils
-from python_backends.structured_log import BATCH_LOG_INTERVAL_S, BatchFacts, BatchLog
+from python_backends.structured_log import BatchFacts, BatchLog
 
 
 class BaseModel:
@@ -36,12 +36,13 @@ class BaseModel:
         self.version = args["model_version"]
         self.model_dir = Path(args["model_repository"])
         self.log = Log(f"{self.name}/{self.version}")
-        self.batch_log = BatchLog(self.log, self.name, self.version, parameter(
-            self.config, "batch_log_interval_s", BATCH_LOG_INTERVAL_S, float))
+        settings = ModelSettings.from_parameters(self.config)
+        self.batch_log = BatchLog(self.log, self.name, self.version,
+                                  settings.batch_log_interval_s)
         self.batch = BatchFacts()
         self.setup(args)
         self.gc = GcMetrics(self.name, args.get("model_instance_name", "0"),
-                            parameter(self.config, "gc_policy", "default", one_of(*POLICIES)))
+                            settings.gc_policy)
 
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""

@@ -22,14 +22,22 @@ from typing import Any
 
 import numpy as np
 
-from core.params import parameter, positive_int
+from core.families.image_classification import (
+    CLASS_IDS,
+    IMAGE,
+    LABELS,
+    PIXEL_VALUES,
+    PROBABILITIES,
+)
+from core.families.spec import SERVED_BY
+from core.settings import ImageFrontSettings
 from python_backends.base import error_response, input_array, ok_response
 from python_backends.errors import InvalidInputError
 from python_backends.images import ImageBatchBuffer, ImageSpec, sniff_format, top_k
 from python_backends.router import FamilyRouter, Prepared, strings_array
 
-IMAGE_INPUT = "IMAGE"
-ENCODER_INPUT = "pixel_values"
+IMAGE_INPUT = IMAGE.name
+ENCODER_INPUT = PIXEL_VALUES.name
 
 
 def image_bytes(item: Any) -> bytes:
@@ -61,7 +69,8 @@ class ClassifyModel(FamilyRouter):
     def setup(self, args: dict[str, str]) -> None:
         self.spec = ImageSpec.from_config(self.config)
         self.labels = self.artifact_path().read_text(encoding="utf-8").splitlines()
-        self.default_k = min(parameter(self.config, "top_k", 5, positive_int), len(self.labels))
+        top_k = ImageFrontSettings.from_parameters(self.config).top_k
+        self.default_k = min(top_k, len(self.labels))
         self.buffer = ImageBatchBuffer(self.spec, max(int(self.config.get("max_batch_size", 1)), 1))
         super().setup(args)
 
@@ -95,8 +104,8 @@ class ClassifyModel(FamilyRouter):
     def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
         ids, names, probabilities = top_k(outputs, request.extra["top_k"], self.labels)
         return ok_response({
-            "CLASS_IDS": ids,
-            "LABELS": np.vectorize(lambda s: s.encode(), otypes=[object])(names),
-            "PROBABILITIES": probabilities,
-            "SERVED_BY": strings_array(served_by),
+            CLASS_IDS.name: ids,
+            LABELS.name: np.vectorize(lambda s: s.encode(), otypes=[object])(names),
+            PROBABILITIES.name: probabilities,
+            SERVED_BY.name: strings_array(served_by),
         })

@@ -36,14 +36,13 @@ force any level (`forced_level`).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from core.params import parameter, positive_int
 from core.served_by import ServedBy
+from core.settings import TOP_LEVEL, LadderSettings
 
 
 @dataclass(frozen=True)
@@ -67,45 +66,7 @@ def ladder(small_batch_rows: int) -> tuple[Level, ...]:
     )
 
 
-TOP_LEVEL = 4
-TOP_AUTOMATIC_LEVEL = 3  # what the signals reach; 4 (503 for all) only by operator force
-
-
-@dataclass(frozen=True)
-class PolicySettings:
-    """Thresholds of the policy, read from embed's config parameters."""
-
-    queue_ratio: float = 0.9  # queued rows / max_batch_size above this: requests wait
-    down_ratio: float = 0.5  # every signal under its threshold x this: go down
-    queue_ewma_alpha: float = 0.3  # weight of the newest batch in the queue signal
-    min_dwell_s: float = 5.0  # a level is held at least this long before rising
-    recover_dwell_s: float = 1.0  # ... and at least this long before falling
-    failures_to_degrade: int = 3  # consecutive encoder failures
-    memory_limit_mb: float = 4096.0
-    small_batch_rows: int = 8
-    forced_level: int | None = None
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> PolicySettings:
-        def number(key: str, default: float) -> float:
-            return parameter(config, key, default, float)
-
-        forced = parameter(config, "forced_level", -1, int)
-        if forced > TOP_LEVEL:
-            raise ValueError(f"forced_level {forced} is above the top level {TOP_LEVEL}")
-        return cls(
-            queue_ratio=number("queue_ratio", cls.queue_ratio),
-            queue_ewma_alpha=number("queue_ewma_alpha", cls.queue_ewma_alpha),
-            down_ratio=number("degrade_down_ratio", cls.down_ratio),
-            min_dwell_s=number("min_dwell_s", cls.min_dwell_s),
-            recover_dwell_s=number("recover_dwell_s", cls.recover_dwell_s),
-            failures_to_degrade=parameter(config, "failures_to_degrade",
-                                          cls.failures_to_degrade, positive_int),
-            memory_limit_mb=number("memory_limit_mb", cls.memory_limit_mb),
-            small_batch_rows=parameter(config, "small_batch_rows", cls.small_batch_rows,
-                                       positive_int),
-            forced_level=None if forced < 0 else forced,
-        )
+TOP_AUTOMATIC_LEVEL = TOP_LEVEL - 1  # what the signals reach; 503 for all only by force
 
 
 def queued_share(request_rows: Sequence[int], max_batch_size: int) -> float:
@@ -129,7 +90,7 @@ class Transition:
 class DegradationPolicy:
     """Per-instance state of the ladder; feed it observations, ask it for the level."""
 
-    settings: PolicySettings
+    settings: LadderSettings  # the thresholds, from the front's config (core/settings.py)
     level: int = 0
     since: float = 0.0
     consecutive_failures: int = 0
@@ -138,8 +99,8 @@ class DegradationPolicy:
     history: list[Transition] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if self.settings.forced_level is not None:
-            self.level = self.settings.forced_level
+        if self.settings.forced is not None:
+            self.level = self.settings.forced
 
     def observe_batch(self, request_rows: Sequence[int], max_batch_size: int) -> None:
         """A dynamic batch arrived: its rows per request."""
@@ -173,12 +134,12 @@ class DegradationPolicy:
         s = self.settings
         return (self.consecutive_failures == 0
                 and self.memory_mb < 0.9 * s.memory_limit_mb
-                and self.queued < s.queue_ratio * s.down_ratio)
+                and self.queued < s.queue_ratio * s.degrade_down_ratio)
 
     def decide(self, now: float) -> Transition | None:
         """Move at most one step, respecting the dwell times; return the change, if any."""
         s = self.settings
-        if s.forced_level is not None:
+        if s.forced is not None:
             return None
         held = now - self.since
         reason = self.pressure()
@@ -198,7 +159,7 @@ class DegradationPolicy:
 
     def fail_over(self, reason: str, now: float) -> Transition | None:
         """The primary encoder is gone (unloaded, dead stub): jump to the fallback at once."""
-        if self.settings.forced_level is not None or self.level >= 2:
+        if self.settings.forced is not None or self.level >= 2:
             return None
         return self._move(2, reason, now)
 

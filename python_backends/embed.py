@@ -13,25 +13,24 @@ from typing import Any
 
 import numpy as np
 
+from core.families.spec import SERVED_BY
+from core.families.text_embedding import EMBEDDING, TOKENS
+from core.families.text_embedding import ENCODER_INPUTS as ENCODER_TENSORS
 from python_backends.base import ok_response
 from python_backends.router import FamilyRouter, Prepared, strings_array
 from python_backends.text_model import TextModel
 from python_backends.tokenization import pad_batch
 
-ENCODER_INPUTS = ("input_ids", "attention_mask")
-EMBEDDING_OUTPUT = "EMBEDDING"
-SERVED_BY_OUTPUT = "SERVED_BY"
-TOKENS_OUTPUT = "TOKENS"
+ENCODER_INPUTS = tuple(t.name for t in ENCODER_TENSORS)  # token ids, attention mask
 
 
 class EmbedModel(TextModel, FamilyRouter):
     """Tokenizer + the degradation ladder over the primary and fallback encoders."""
 
-    bucket_default = 0.25
-
     def setup(self, args: dict[str, str]) -> None:
         TextModel.setup(self, args)
         FamilyRouter.setup(self, args)
+        self.bucket_waste = self.text.length_bucket_waste
 
     def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
         responses, valid = self.tokenize_requests(requests)
@@ -46,5 +45,5 @@ class EmbedModel(TextModel, FamilyRouter):
     def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
         """EMBEDDING, SERVED_BY and TOKENS (each text's tokens, as the model counted them)."""
         tokens = np.array([[len(row)] for row in request.rows], dtype=np.int32)
-        return ok_response({EMBEDDING_OUTPUT: outputs, SERVED_BY_OUTPUT: strings_array(served_by),
-                            TOKENS_OUTPUT: tokens})
+        return ok_response({EMBEDDING.name: outputs, SERVED_BY.name: strings_array(served_by),
+                            TOKENS.name: tokens})

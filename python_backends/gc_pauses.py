@@ -21,7 +21,9 @@ import gc
 import time
 from dataclasses import dataclass, field
 
-POLICIES = ("default", "freeze")
+from core.settings import GC_POLICIES
+
+POLICIES = GC_POLICIES  # core/settings.py, where a config's gc_policy is read
 
 
 @dataclass

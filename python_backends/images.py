@@ -24,16 +24,18 @@ import io
 import struct
 import warnings
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 from PIL import ExifTags, Image, ImageOps
 
-from core.params import ConfigError, flag, one_of, parameter, positive_int
+from core.params import ConfigError, one_of, positive_int
+from core.settings import ParameterSettings, setting
 from python_backends.errors import InvalidInputError, ModelError
 
+COLOR_MODES = ("L", "RGB")
 ColorMode = Literal["L", "RGB"]
 RESAMPLING = {
     "nearest": Image.Resampling.NEAREST,
@@ -71,21 +73,26 @@ def format_list(raw: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class ImageSpec:
-    """How one model wants its images: limits, colour mode, geometry and normalisation."""
+class ImageSpec(ParameterSettings):
+    """How one model wants its images: limits, colour mode, geometry and normalisation.
+    A front's config parameters of the same names (its source's IMAGE) set them."""
 
-    color_mode: ColorMode = "RGB"
-    resize: int = 256  # the shorter side after resizing
-    crop: int = 224  # the side of the square centre crop
-    value_range: float = 1.0  # pixels 0..255 first map to 0..value_range
-    mean: tuple[float, ...] = (0.0,)  # one value, or one per channel
-    std: tuple[float, ...] = (1.0,)
-    invert: bool = False  # 255 - pixel before normalising (dark strokes on white for MNIST)
-    interpolation: str = "bilinear"
-    max_image_bytes: int = 16 * 2**20
-    max_pixels: int = 40_000_000  # width x height from the header, checked before decoding
-    image_formats: tuple[str, ...] = ("JPEG", "PNG")
-    jpeg_draft: bool = False  # let libjpeg decode at 1/2, 1/4 or 1/8 scale (still >= resize)
+    color_mode: str = setting("RGB", one_of(*COLOR_MODES))  # a ColorMode
+    resize: int = setting(256, positive_int)  # the shorter side after resizing
+    crop: int = setting(224, positive_int)  # the side of the square centre crop
+    # pixels 0..255 first map to 0..value_range
+    value_range: float = setting(1.0, positive_float)
+    mean: tuple[float, ...] = setting((0.0,), float_list)  # one value, or one per channel
+    std: tuple[float, ...] = setting((1.0,), float_list)
+    # 255 - pixel before normalising (dark strokes on white for MNIST)
+    invert: bool = False
+    interpolation: str = setting("bilinear", one_of(*RESAMPLING))
+    max_image_bytes: int = setting(16 * 2**20, positive_int)
+    # width x height from the header, checked before decoding
+    max_pixels: int = setting(40_000_000, positive_int)
+    image_formats: tuple[str, ...] = setting(("JPEG", "PNG"), format_list)
+    # let libjpeg decode at 1/2, 1/4 or 1/8 scale (still >= resize)
+    jpeg_draft: bool = False
 
     def __post_init__(self) -> None:
         if self.crop > self.resize:
@@ -101,17 +108,10 @@ class ImageSpec:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> ImageSpec:
         """Read the spec from a model config's `parameters` (string values); absent: default."""
-        parameter_casts: dict[str, Callable[[str], Any]] = {
-            "color_mode": one_of("L", "RGB"), "resize": positive_int, "crop": positive_int,
-            "value_range": positive_float, "mean": float_list, "std": float_list,
-            "invert": flag, "interpolation": one_of(*RESAMPLING), "jpeg_draft": flag,
-            "max_image_bytes": positive_int, "max_pixels": positive_int,
-            "image_formats": format_list,
-        }  # fmt: skip
-        values = {k: parameter(config, k, getattr(cls, k), cast)
-                  for k, cast in parameter_casts.items()}
         try:
-            return cls(**values)
+            return cls.from_parameters(config)
+        except ConfigError:
+            raise
         except ValueError as err:
             raise ConfigError(f"image parameters are inconsistent: {err}") from err
 

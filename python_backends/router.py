@@ -31,8 +31,9 @@ import numpy as np
 
 from core import versions
 from core.messages import degraded_refusal
-from core.params import ConfigError, parameter
+from core.params import ConfigError, required
 from core.served_by import ServedBy
+from core.settings import LadderSettings
 from python_backends.base import BaseModel, error_response
 from python_backends.batching import length_buckets
 from python_backends.bls import bls_infer
@@ -40,7 +41,6 @@ from python_backends.degradation import (
     DegradationPolicy,
     EmbeddingCache,
     Level,
-    PolicySettings,
     Transition,
     ladder,
     throttled,
@@ -51,6 +51,7 @@ from python_backends.routing import Plan, RoutedRequest, plan_batch
 
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release
+ONE_CALL = -1.0  # a bucket waste that sends a batch's rows in one call (batching.py)
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
@@ -127,23 +128,22 @@ class Prepared(RoutedRequest):
 class FamilyRouter(BaseModel):
     """The degradation router over a family's primary and fallback encoders."""
 
-    bucket_default = -1.0  # rows of a call grouped by length (text) or all alike (images)
+    # Rows of one batch go to the encoder in groups of similar length, so padding wastes
+    # at most this share of their size; -1: the batch as one call. A text front sets its
+    # own (core.settings.TextFrontSettings.length_bucket_waste).
+    bucket_waste = ONE_CALL
 
     def setup(self, args: dict[str, str]) -> None:
         repository = self.model_dir.parent
-        self.encoders = {role: Encoder.from_repository(repository, parameter(
-            self.config, f"{role}_model", "", str)) for role in ("primary", "fallback")}
-        self.settings = PolicySettings.from_config(self.config)
+        self.encoders = {role: Encoder.from_repository(repository, required(
+            self.config, f"{role}_model")) for role in ("primary", "fallback")}
+        self.settings = LadderSettings.from_parameters(self.config)
         self.levels = ladder(self.settings.small_batch_rows)
         self.policy = DegradationPolicy(self.settings, since=time.monotonic())
-        self.cache = EmbeddingCache(parameter(self.config, "cache_entries", 4096, int))
+        self.cache = EmbeddingCache(self.settings.cache_entries)
         self.max_batch = max(int(self.config.get("max_batch_size", 1)), 1)
         # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
         self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
-        # Rows of one batch go to the encoder in groups of similar length, so padding
-        # wastes at most this share of their size; -1 sends the batch as one call.
-        self.bucket_waste = parameter(self.config, "length_bucket_waste", self.bucket_default,
-                                      float)
         self.metrics = RouterMetrics(self.name, args.get("model_instance_name", "0"), self.config)
         self.metrics.level.set(self.policy.level)
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()])

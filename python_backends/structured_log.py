@@ -22,9 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.settings import ModelSettings
 from python_backends.pb import Log
 
-BATCH_LOG_INTERVAL_S = 10.0
+BATCH_LOG_INTERVAL_S = ModelSettings.batch_log_interval_s  # core/settings.py
 FIELDS = ("event", "model", "version", "request_ids", "requests", "batch_size", "input_bytes",
           "latency_ms", "degradation_level", "failed")
 

@@ -12,14 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from core.params import (
-    IDLE_THREADS_PARAMETER,
-    ConfigError,
-    flag,
-    parameter,
-    positive_int,
-    tensor_names,
-)
+from core.params import IDLE_THREADS_PARAMETER, ConfigError, parameter, positive_int, tensor_names
+from core.settings import ENCODER_THREADS, BackendSettings
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
@@ -39,14 +33,15 @@ class TensorModel(BaseModel):
     def setup(self, args: dict[str, str]) -> None:
         self.inputs = tensor_names(self.config, "input")
         self.outputs = tensor_names(self.config, "output")
-        self.threads = parameter(self.config, self.threads_parameter, 1, positive_int)
+        self.threads = parameter(self.config, self.threads_parameter, ENCODER_THREADS,
+                                 positive_int)
         labels = {"model": self.name, "version": self.version}
         self.calls = Counter("tmr_backend_runtime_calls_total",
                              "Runtime (session) calls made by a Python-based backend", labels)
         self.rows = Counter("tmr_backend_runtime_rows_total",
                             "Rows (batch items) passed to runtime calls", labels)
         path = self.artifact_path()
-        spinning = parameter(self.config, "allow_spinning", True, flag)
+        spinning = BackendSettings.from_parameters(self.config).allow_spinning
         self.run = artifact_runner(path, self.threads, self.inputs, self.outputs, spinning)
         self.log.info(f"loaded {path} with {self.threads} intra-op thread(s)")
         idle = parameter(self.config, IDLE_THREADS_PARAMETER, self.threads, positive_int)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.families.text_embedding import TEXT
+from core.settings import TextFrontSettings
 from python_backends.base import BaseModel, error_response, input_array
 from python_backends.errors import InvalidInputError
 from python_backends.tokenization import (
@@ -15,7 +17,7 @@ from python_backends.tokenization import (
 )
 
 TokenRows = list[list[int]]
-TEXT_INPUT = "TEXT"  # the text families' one input (core/families)
+TEXT_INPUT = TEXT.name  # the text families' one input (core/families)
 
 
 @dataclass
@@ -32,7 +34,8 @@ class TextModel(BaseModel):
     default_filename = "tokenizer.json"  # when the config names no default_model_filename
 
     def setup(self, args: dict[str, str]) -> None:
-        self.limits = TextLimits.from_config(self.config)
+        self.text = TextFrontSettings.from_parameters(self.config)
+        self.limits = TextLimits.of(self.text)
         self.encoder = TextEncoder(self.artifact_path())  # the tokenizer.json of version 1
 
     def tokenize_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, TextRequest]]:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from core.messages import row_ref
-from core.params import one_of, parameter, positive_int
+from core.settings import TextFrontSettings
 from python_backends.errors import InvalidInputError
 
 OverlengthPolicy = Literal["reject", "truncate"]
@@ -25,18 +25,18 @@ OverlengthPolicy = Literal["reject", "truncate"]
 class TextLimits:
     """Input limits of a text model, read from its config parameters."""
 
-    max_tokens: int = 256
-    max_text_bytes: int = 16384
-    overlength: OverlengthPolicy = "reject"
+    max_tokens: int = TextFrontSettings.max_tokens  # the defaults: core/settings.py
+    max_text_bytes: int = TextFrontSettings.max_text_bytes
+    overlength: OverlengthPolicy = TextFrontSettings.overlength_policy  # type: ignore
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TextLimits:
-        return cls(
-            max_tokens=parameter(config, "max_tokens", cls.max_tokens, positive_int),
-            max_text_bytes=parameter(config, "max_text_bytes", cls.max_text_bytes, positive_int),
-            overlength=parameter(config, "overlength_policy", cls.overlength,
-                                 one_of("reject", "truncate")),  # type: ignore[arg-type]
-        )
+        return cls.of(TextFrontSettings.from_parameters(config))
+
+    @classmethod
+    def of(cls, settings: TextFrontSettings) -> TextLimits:
+        return cls(settings.max_tokens, settings.max_text_bytes,
+                   settings.overlength_policy)  # type: ignore[arg-type]
 
 
 def decode_texts(raw: np.ndarray, limits: TextLimits, name: str = "TEXT") -> list[str]:

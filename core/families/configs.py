@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from core.families import Family, Tensor, family
 from core.families.spec import DIM, IMAGE_DIMS
 from core.params import IDLE_THREADS_PARAMETER
+from core.settings import ENCODER_THREADS, DynamicBatching
 from core.versions import policy_line
 
 CPU, GPU = "cpu", "gpu"
@@ -38,7 +39,7 @@ class EncoderSpec:
     input_shape: tuple[int, ...] = ()  # an image model's (channels, height, width)
     version: int | None = 1  # the served version (version_policy), None: latest
     instances: int = 2  # CPU instances, each with `threads` intra-op threads
-    threads: int = 1
+    threads: int = ENCODER_THREADS
     gpu_instances: int = 1
     gate: Mapping[str, str] = field(default_factory=dict)  # overrides of the family's
 
@@ -61,6 +62,7 @@ class FrontSpec:
     dimension: int
     parameters: Mapping[str, str] = field(default_factory=dict)  # the family's + the model's
     instances: int | None = None  # None: the family's
+    batching: DynamicBatching | None = None  # None: the family's
 
 
 def sizes_of(dimension: int, input_shape: tuple[int, ...] = ()) -> dict[str, int]:
@@ -113,7 +115,8 @@ def front_config(spec: FrontSpec) -> mc.ModelConfig:
         "input": tensors(fam.front_inputs, sizes_of(spec.dimension)),
         "output": tensors(fam.front_outputs, sizes_of(spec.dimension)),
         "instance_group": [{"count": spec.instances or fam.front_instances, "kind": "KIND_CPU"}],
-        "dynamic_batching": dict(fam.front_batching), "parameters": params(values),
+        "dynamic_batching": (spec.batching or fam.front_batching).to_config(),
+        "parameters": params(values),
         "default_model_filename": fam.front_artifact,
     }, mc.ModelConfig())
 
@@ -137,7 +140,8 @@ def encoder_spec(config: mc.ModelConfig) -> EncoderSpec:
         dimension=int(config.output[0].dims[-1]), source=p["source"],
         input_shape=tuple(int(config.input[0].dims[i]) for i in named),
         version=list(policy.specific.versions)[-1] if policy.HasField("specific") else None,
-        instances=sum(cpu) or 1, threads=int(p.get(fmt.threads_parameter, "1")), gate=gate)
+        instances=sum(cpu) or 1, threads=int(p.get(fmt.threads_parameter, ENCODER_THREADS)),
+        gate=gate)
 
 
 def front_spec(config: mc.ModelConfig) -> FrontSpec:
@@ -146,10 +150,13 @@ def front_spec(config: mc.ModelConfig) -> FrontSpec:
     fam = family(p["family"])
     base = p["primary_model"].removesuffix("_" + fam.primary)
     derived = ("family", "primary_model", "fallback_model")
+    batching = DynamicBatching.from_config(json_format.MessageToDict(
+        config.dynamic_batching, preserving_proto_field_name=True))
     return FrontSpec(family=fam.name, name=config.name, base=base,
                      dimension=int(config.output[0].dims[-1]),
                      parameters={k: v for k, v in p.items() if k not in derived},
-                     instances=sum(g.count for g in config.instance_group))
+                     instances=sum(g.count for g in config.instance_group),
+                     batching=None if batching == fam.front_batching else batching)
 
 
 def gpu_spec(spec: EncoderSpec, gpu: mc.ModelConfig) -> EncoderSpec:

@@ -15,11 +15,21 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 
-from core.families.spec import DIM, IMAGE_DIMS, Family, Format, Tensor
+from core.families.spec import DIM, IMAGE_DIMS, SERVED_BY, Family, Format, Tensor
+from core.settings import FRONT_BATCHING, ImageFrontSettings, LadderSettings, ModelSettings
 
+# The front's tensors (the front model, the SDK and the configs name them from here) ...
+IMAGE = Tensor("IMAGE", "TYPE_STRING", (1,))  # an encoded JPEG or PNG per row
+CLASS_IDS = Tensor("CLASS_IDS", "TYPE_INT64", (-1,))  # the top_k classes, best first
+LABELS = Tensor("LABELS", "TYPE_STRING", (-1,))
+PROBABILITIES = Tensor("PROBABILITIES", "TYPE_FP32", (-1,))
+# ... and the encoders': preprocessed pixels in, the network's logits out.
+PIXEL_VALUES = Tensor("pixel_values", "TYPE_FP32", IMAGE_DIMS)
+LOGITS = Tensor("logits", "TYPE_FP32", (DIM,))
 THROUGHPUT_GATE = {"gate_min_throughput_ratio": "0.8", "gate_max_p99_ratio": "1.5"}
 # Top-1 against eager PyTorch on the model's evaluation set: accuracy points lost where it
 # has labels, agreement otherwise. INT8 may lose at most 1 point (the seeds, section 4.2).
@@ -38,13 +48,13 @@ def probe_image() -> bytes:
 
 
 def front_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
-    return {"IMAGE": np.array([[probe_image()]], dtype=np.object_)}, ["PROBABILITIES"]
+    return {IMAGE.name: np.array([[probe_image()]], dtype=np.object_)}, [PROBABILITIES.name]
 
 
 def encoder_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
     shape = [int(d) for d in params["input_dims"].split(",")]
-    return ({"pixel_values": np.zeros([1, *shape], dtype=np.float32)},
-            [params.get("output", "logits")])
+    return ({PIXEL_VALUES.name: np.zeros([1, *shape], dtype=np.float32)},
+            [params.get("output", LOGITS.name)])
 
 
 def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:
@@ -61,15 +71,10 @@ IMAGE_CLASSIFICATION = Family(
     name="image_classification",
     backend="image_classification",
     front_artifact="labels.txt",
-    front_inputs=(Tensor("IMAGE", "TYPE_STRING", (1,)),),
-    front_outputs=(
-        Tensor("CLASS_IDS", "TYPE_INT64", (-1,)),  # the top_k classes, best first
-        Tensor("LABELS", "TYPE_STRING", (-1,)),
-        Tensor("PROBABILITIES", "TYPE_FP32", (-1,)),
-        Tensor("SERVED_BY", "TYPE_STRING", (1,)),  # "<model>:<version>:<precision>:L<level>"
-    ),
-    encoder_inputs=(Tensor("pixel_values", "TYPE_FP32", IMAGE_DIMS),),
-    encoder_output=Tensor("logits", "TYPE_FP32", (DIM,)),
+    front_inputs=(IMAGE,),
+    front_outputs=(CLASS_IDS, LABELS, PROBABILITIES, SERVED_BY),
+    encoder_inputs=(PIXEL_VALUES,),
+    encoder_output=LOGITS,
     formats=(
         Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=FP32_GATE),
         Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
@@ -78,32 +83,12 @@ IMAGE_CLASSIFICATION = Family(
     ),
     primary="onnx",
     fallback="int8",
-    front_parameters={
-        # The model's image parameters (colour mode, resize, crop, normalisation, limits)
-        # come from its source; these are the family's.
-        "top_k": "5",  # classes a request gets unless it asks (request parameter top_k)
-        "queue_ratio": "0.9",
-        "degrade_down_ratio": "0.5",
-        "min_dwell_s": "5",
-        "recover_dwell_s": "1",
-        "failures_to_degrade": "3",
-        "memory_limit_mb": "4096",
-        "small_batch_rows": "4",
-        "cache_entries": "1024",  # answers by the image's digest, at level 3
-        "forced_level": "-1",
-        "gc_policy": "default",
-    },
-    front_batching={
-        "max_queue_delay_microseconds": 0,
-        "priority_levels": 2,
-        "default_priority_level": 2,
-        "priority_queue_policy": {
-            "1": {"timeout_action": "REJECT", "default_timeout_microseconds": 10_000_000,
-                  "allow_timeout_override": True, "max_queue_size": 256},
-            "2": {"timeout_action": "REJECT", "default_timeout_microseconds": 2_000_000,
-                  "allow_timeout_override": True, "max_queue_size": 64},
-        },
-    },
+    # The model's image parameters (colour mode, resize, crop, normalisation, limits)
+    # come from its source; these are the family's: level 1 calls of 4 images, and 1024
+    # cached answers (by the image's digest) at level 3.
+    front_settings=(ModelSettings(), replace(LadderSettings(), small_batch_rows=4,
+                                             cache_entries=1024), ImageFrontSettings()),
+    front_batching=FRONT_BATCHING.with_queue_sizes(256, 64),
     front_instances=2,
     max_batch_size=16,
     export_recipe="export.image_classification",

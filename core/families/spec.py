@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from core.served_by import OUTPUT as SERVED_BY_OUTPUT
+from core.settings import DynamicBatching, ParameterSettings
 
 DIM = "dim"  # a tensor dimension that is the model's own (its embedding size, its classes)
 IMAGE_DIMS = ("channels", "height", "width")  # an image model's input, its own too
@@ -28,6 +30,10 @@ class Tensor:
 
     def resolved(self, sizes: Mapping[str, int]) -> tuple[int, ...]:
         return tuple(sizes[d] if isinstance(d, str) else int(d) for d in self.dims)
+
+
+# What served each row of every front's answer: core/served_by.py
+SERVED_BY = Tensor(SERVED_BY_OUTPUT, "TYPE_STRING", (1,))
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,8 @@ class Family:
     formats: tuple[Format, ...]
     primary: str  # the format the front calls normally
     fallback: str  # ... and when degraded
-    front_parameters: Mapping[str, str]  # defaults of a new front config
-    front_batching: Mapping[str, Any]  # its dynamic_batching, as Triton's JSON form
+    front_settings: tuple[ParameterSettings, ...]  # a new front's parameters (core/settings)
+    front_batching: DynamicBatching  # ... and its dynamic_batching
     front_instances: int
     max_batch_size: int
     export_recipe: str  # the module that exports a model of the family (imports torch)
@@ -76,6 +82,12 @@ class Family:
     encoder_probe: Probe
     check_probe: ProbeCheck
     gate_metric: str  # what the release gate compares: "cosine" or "top1"
+
+    @property
+    def front_parameters(self) -> dict[str, str]:
+        """The parameters a new front config gets from the family (its settings)."""
+        return {key: value for settings in self.front_settings
+                for key, value in settings.to_parameters().items()}
 
     def format(self, name: str) -> Format:
         for fmt in self.formats:

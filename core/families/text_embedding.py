@@ -13,8 +13,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from core.families.spec import DIM, Family, Format, Tensor
+from core.families.spec import DIM, SERVED_BY, Family, Format, Tensor
+from core.settings import FRONT_BATCHING, LadderSettings, ModelSettings, TextFrontSettings
 
+# The front's tensors (the front model, the SDK and the configs name them from here) ...
+TEXT = Tensor("TEXT", "TYPE_STRING", (1,))
+EMBEDDING = Tensor("EMBEDDING", "TYPE_FP32", (DIM,))
+TOKENS = Tensor("TOKENS", "TYPE_INT32", (1,))  # tokens of the text, as the model counted them
+# ... and the encoders': token ids and mask in, the pooled (normalised) embedding out.
+ENCODER_INPUTS = (Tensor("input_ids", "TYPE_INT64", (-1,)),
+                  Tensor("attention_mask", "TYPE_INT64", (-1,)))
+ENCODER_OUTPUT = Tensor("embedding", "TYPE_FP32", (DIM,))
 FP32_GATE = {"gate_mean_cosine": "0.9999", "gate_min_cosine": "0.999",
              "gate_min_throughput_ratio": "0.8", "gate_max_p99_ratio": "1.5"}
 INT8_GATE = {**FP32_GATE, "gate_mean_cosine": "0.99", "gate_min_cosine": "0.95"}
@@ -24,12 +33,13 @@ PROBE_IDS = np.array([[101, 2740, 4638, 102]], dtype=np.int64)
 
 
 def front_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
-    return {"TEXT": np.array([[b"health check"]], dtype=np.object_)}, ["EMBEDDING"]
+    return {TEXT.name: np.array([[b"health check"]], dtype=np.object_)}, [EMBEDDING.name]
 
 
 def encoder_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
-    feeds = {"input_ids": PROBE_IDS, "attention_mask": np.ones_like(PROBE_IDS)}
-    return feeds, [params.get("output", "embedding")]
+    ids, mask = (t.name for t in ENCODER_INPUTS)
+    return {ids: PROBE_IDS, mask: np.ones_like(PROBE_IDS)}, [params.get("output",
+                                                                        ENCODER_OUTPUT.name)]
 
 
 def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:
@@ -47,15 +57,10 @@ TEXT_EMBEDDING = Family(
     name="text_embedding",
     backend="text_embedding",
     front_artifact="tokenizer.json",
-    front_inputs=(Tensor("TEXT", "TYPE_STRING", (1,)),),
-    front_outputs=(
-        Tensor("EMBEDDING", "TYPE_FP32", (DIM,)),
-        Tensor("SERVED_BY", "TYPE_STRING", (1,)),  # "<model>:<version>:<precision>:L<level>"
-        Tensor("TOKENS", "TYPE_INT32", (1,)),  # tokens of the text, as the model counted them
-    ),
-    encoder_inputs=(Tensor("input_ids", "TYPE_INT64", (-1,)),
-                    Tensor("attention_mask", "TYPE_INT64", (-1,))),
-    encoder_output=Tensor("embedding", "TYPE_FP32", (DIM,)),
+    front_inputs=(TEXT,),
+    front_outputs=(EMBEDDING, SERVED_BY, TOKENS),
+    encoder_inputs=ENCODER_INPUTS,
+    encoder_output=ENCODER_OUTPUT,
     formats=(
         Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=FP32_GATE),
         Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
@@ -64,39 +69,9 @@ TEXT_EMBEDDING = Family(
     ),
     primary="onnx",
     fallback="int8",
-    front_parameters={
-        # Input limits (python_backends/tokenization.py); max_tokens comes from the model.
-        "max_text_bytes": "16384",
-        "overlength_policy": "reject",
-        # Rows of a batch go to the encoder in groups whose padding is at most this share
-        # of their real tokens (perf/profile.py measured it); -1 pads a batch as one call.
-        "length_bucket_waste": "0.25",
-        # The degradation ladder (python_backends/degradation.py; README "When things go
-        # wrong"): queue signal, hysteresis, failures, memory, level 1's call size, cache.
-        "queue_ratio": "0.9",
-        "degrade_down_ratio": "0.5",
-        "min_dwell_s": "5",
-        "recover_dwell_s": "1",
-        "failures_to_degrade": "3",
-        "memory_limit_mb": "4096",
-        "small_batch_rows": "8",
-        "cache_entries": "4096",
-        "forced_level": "-1",  # an operator's override: 0-4 pins the ladder there
-        "gc_policy": "default",
-    },
-    # Two priority levels; level 2 (low, the default) is shed first by Triton's queues:
-    # 128 queued requests (about 0.6 s of work) and a 2 s timeout, against 512 and 10 s.
-    front_batching={
-        "max_queue_delay_microseconds": 0,
-        "priority_levels": 2,
-        "default_priority_level": 2,
-        "priority_queue_policy": {
-            "1": {"timeout_action": "REJECT", "default_timeout_microseconds": 10_000_000,
-                  "allow_timeout_override": True, "max_queue_size": 512},
-            "2": {"timeout_action": "REJECT", "default_timeout_microseconds": 2_000_000,
-                  "allow_timeout_override": True, "max_queue_size": 128},
-        },
-    },
+    front_settings=(ModelSettings(), LadderSettings(), TextFrontSettings()),
+    # Level 2 (low) may queue 128 requests (about 0.6 s of work), level 1 512.
+    front_batching=FRONT_BATCHING.with_queue_sizes(512, 128),
     front_instances=3,
     max_batch_size=64,
     export_recipe="export.text_embedding",

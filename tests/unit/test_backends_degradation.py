@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core.params import ConfigError
+from core.settings import TOP_LEVEL, LadderSettings
 from python_backends.degradation import (
     TOP_AUTOMATIC_LEVEL,
-    TOP_LEVEL,
     DegradationPolicy,
     EmbeddingCache,
-    PolicySettings,
     ladder,
     queued_share,
     throttled,
 )
 
-SETTINGS = PolicySettings(min_dwell_s=5, recover_dwell_s=1, failures_to_degrade=3,
+SETTINGS = LadderSettings(min_dwell_s=5, recover_dwell_s=1, failures_to_degrade=3,
                           memory_limit_mb=1000)
 QUEUED = [1] * 64  # 64 one-text requests in one batch: 63 rows waited beside the first
 CALM = [1, 1]  # two requests: 1 row of 64 waited
@@ -99,7 +99,7 @@ def test_signals_never_reach_the_503_level_only_an_operator_does() -> None:
 
 
 def test_forced_level_overrides_every_signal() -> None:
-    policy = DegradationPolicy(PolicySettings(forced_level=3), since=0.0)
+    policy = DegradationPolicy(LadderSettings(forced_level=3), since=0.0)
     assert policy.level == 3
     policy.observe_batch(CALM, 64)
     assert policy.decide(now=100) is None and policy.level == 3
@@ -117,11 +117,11 @@ def test_settings_read_config_parameters_and_refuse_a_forced_level_above_the_top
     config = {"parameters": {"queue_ratio": {"string_value": "0.8"},
                              "recover_dwell_s": {"string_value": "2"},
                              "forced_level": {"string_value": "2"}}}
-    settings = PolicySettings.from_config(config)
-    assert (settings.queue_ratio, settings.recover_dwell_s, settings.forced_level) == (0.8, 2, 2)
-    assert PolicySettings.from_config({}).forced_level is None
-    with pytest.raises(ValueError, match="forced_level 9 is above the top level 4"):
-        PolicySettings.from_config({"parameters": {"forced_level": {"string_value": "9"}}})
+    settings = LadderSettings.from_parameters(config)
+    assert (settings.queue_ratio, settings.recover_dwell_s, settings.forced) == (0.8, 2, 2)
+    assert LadderSettings.from_parameters({}).forced is None
+    with pytest.raises(ConfigError, match="forced_level 9 is above the top level 4"):
+        LadderSettings.from_parameters({"parameters": {"forced_level": {"string_value": "9"}}})
 
 
 def test_embedding_cache_evicts_the_least_recently_used_text() -> None:

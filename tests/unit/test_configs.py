@@ -27,7 +27,8 @@ from core.families.configs import (
 )
 from core.paths import DEFAULT_REPOSITORY as REPO
 from core.paths import PROJECT_ROOT
-from python_backends.degradation import PolicySettings
+from core.settings import LadderSettings, ParameterSettings
+from python_backends import images
 
 CPU_CORES = 2  # this machine's cores: CPU encoders must not oversubscribe them
 MAIN_CONFIGS = sorted(REPO.glob("*/config.pbtxt"))
@@ -119,10 +120,10 @@ def test_front_calls_its_own_encoders_and_falls_back_to_the_cheaper_precision(mo
 def test_front_degradation_settings_parse_with_the_policy_reader(name):
     from google.protobuf.json_format import MessageToDict
 
-    settings = PolicySettings.from_config(MessageToDict(config(name),
-                                                        preserving_proto_field_name=True))
-    assert settings.forced_level is None  # signals decide unless an operator forces a level
-    assert 0 < settings.down_ratio < 1 and 0 < settings.queue_ratio <= 1
+    settings = LadderSettings.from_parameters(MessageToDict(config(name),
+                                                            preserving_proto_field_name=True))
+    assert settings.forced is None  # signals decide unless an operator forces a level
+    assert 0 < settings.degrade_down_ratio < 1 and 0 < settings.queue_ratio <= 1
     assert settings.min_dwell_s > settings.recover_dwell_s > 0  # rise slowly, fall fast
 
 
@@ -202,34 +203,38 @@ def test_onnx_export_graph_names_equal_the_configs(path):
         assert [o.name for o in graph.output] == [t.name for t in cfg.output], export
 
 
+SETTINGS = ParameterSettings.__subclasses__()  # core/settings.py and python_backends.images
+assert images.ImageSpec in SETTINGS
+
+
+def python_files(*folders: str) -> list[tuple[Path, ast.AST]]:
+    return [(path, ast.parse(path.read_text())) for folder in folders
+            for path in sorted((PROJECT_ROOT / folder).rglob("*.py"))]
+
+
 def keys_read_by_code() -> set[str]:
-    """String literals the code reads with: a call argument (parameter(config, "key"),
-    params.get("key")), a subscript (params["key"]), a membership test ("key" in p), or a
-    class attribute or module constant naming the key code reads (`threads_parameter = "KEY"`,
-    `IDLE_THREADS_PARAMETER = "key"`), or a key of
-    a `*_casts` table (key -> how to read it). Other literal dict keys (the families'
-    defaults) are definitions, not reads."""
-    read: set[str] = set()
-    for folder in ("core", "python_backends", "server", "export", "perf", "cli"):
-        for path in (PROJECT_ROOT / folder).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                values: list[ast.AST] = []
-                if isinstance(node, ast.Call):
-                    values = list(node.args)
-                elif isinstance(node, ast.Subscript):
-                    values = [node.slice]
-                elif isinstance(node, ast.Compare):
-                    values = [node.left, *node.comparators]
-                elif isinstance(node, ast.Assign) and any(
-                        isinstance(t, ast.Name) and t.id.lower().endswith("_parameter")
-                        for t in node.targets):
-                    values = [node.value]
-                elif (isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Dict)
-                      and isinstance(node.target, ast.Name)
-                      and node.target.id.endswith("_casts")):
-                    values = list(node.value.keys)
-                read |= {v.value for v in values
-                         if isinstance(v, ast.Constant) and isinstance(v.value, str)}
+    """Every settings field (core/settings.py: a config parameter of that name), and the
+    string literals the code reads with: a call argument (params.get("key")), a subscript
+    (params["key"]), a membership test ("key" in p), or a class attribute or module
+    constant naming the key code reads (`threads_parameter = "KEY"`,
+    `IDLE_THREADS_PARAMETER = "key"`). Other literal dict keys (the families' gates) are
+    definitions, not reads."""
+    read = {key for cls in SETTINGS for key in cls.parameter_keys()}
+    for _, tree in python_files("core", "python_backends", "server", "export", "perf", "cli"):
+        for node in ast.walk(tree):
+            values: list[ast.AST] = []
+            if isinstance(node, ast.Call):
+                values = list(node.args)
+            elif isinstance(node, ast.Subscript):
+                values = [node.slice]
+            elif isinstance(node, ast.Compare):
+                values = [node.left, *node.comparators]
+            elif isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id.lower().endswith("_parameter")
+                    for t in node.targets):
+                values = [node.value]
+            read |= {v.value for v in values
+                     if isinstance(v, ast.Constant) and isinstance(v.value, str)}
     return read
 
 
@@ -238,3 +243,62 @@ def test_every_parameter_a_config_sets_is_read_by_some_code():
     unread = {f"{folder_of(path)}: {key}" for path in MAIN_CONFIGS + PROFILES
               for key in parse(path).parameters if key not in read}
     assert unread == set(), "parameters set in configs but read nowhere"
+
+
+def parameter_calls() -> list[tuple[str, ast.Call]]:
+    """Every `parameter(config, key, default, cast)` call of the stub side and core."""
+    return [(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}", node)
+            for path, tree in python_files("core", "python_backends")
+            for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "parameter"]
+
+
+def test_every_parameter_the_code_reads_has_its_default_in_one_place():
+    """The reverse of the test above: a key is a field of one settings class (its default
+    written there), or read by `parameter()` with a named constant as its default."""
+    owners: dict[str, list[str]] = {}
+    for cls in SETTINGS:
+        for key in cls.parameter_keys():
+            owners.setdefault(key, []).append(cls.__name__)
+    assert {k: v for k, v in owners.items() if len(v) > 1} == {}, "a key in two settings"
+    calls = parameter_calls()
+    assert calls, "no parameter() call found: the scan is broken"
+    twice = [f"{where}: {call.args[1].value}" for where, call in calls
+             if isinstance(call.args[1], ast.Constant) and call.args[1].value in owners]
+    assert twice == [], "keys of a settings class read again beside it"
+    literal = [f"{where}: {ast.unparse(call.args[2])}" for where, call in calls
+               if where.split(":")[0] != "core/settings.py"
+               and isinstance(call.args[2], ast.Constant)]
+    assert literal == [], "parameter() defaults typed in place: name them, or use a setting"
+
+
+def names_used(tree: ast.AST) -> set[str]:
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+        {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+@pytest.mark.parametrize("cls", SETTINGS, ids=lambda c: c.__name__)
+def test_every_settings_class_is_parsed_by_the_stub_side_and_each_field_is_read(cls):
+    stub = set().union(*(names_used(tree) for _, tree in python_files("python_backends")))
+    core = set().union(*(names_used(tree) for _, tree in python_files("core")))
+    assert cls.__name__ in stub, f"no stub code reads {cls.__name__}"
+    assert set(cls.parameter_keys()) - (stub | core) == set(), "settings fields no code reads"
+
+
+def test_settings_render_into_parameters_and_parse_back_to_equal_settings():
+    for cls in SETTINGS:
+        default = cls()
+        rendered = {k: {"string_value": v} for k, v in default.to_parameters().items()}
+        assert cls.from_parameters({"parameters": rendered}) == default, cls.__name__
+    for fam in FAMILIES.values():
+        config = {"parameters": {k: {"string_value": v} for k, v in fam.front_parameters.items()}}
+        for settings in fam.front_settings:
+            assert type(settings).from_parameters(config) == settings, (fam.name, settings)
+
+
+def test_a_bad_setting_is_a_config_error_naming_its_key():
+    from core.params import ConfigError
+
+    bad = {"parameters": {"small_batch_rows": {"string_value": "0"}}}
+    with pytest.raises(ConfigError, match="parameter 'small_batch_rows'='0' is invalid"):
+        LadderSettings.from_parameters(bad)

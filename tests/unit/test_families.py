@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client import core as sdk
 from core.families import TEXT_EMBEDDING, family
 from core.families.catalog import UnknownModelError, catalog, find, missing_exports
 from core.families.configs import (
@@ -30,12 +29,6 @@ from tests.conftest import MINILM_SOURCE, REPOSITORY
 def test_an_unknown_family_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(KeyError, match=r"unknown model family 'audio'; known: .*text_embedding"):
         family("audio")
-
-
-def test_the_sdk_speaks_the_text_familys_tensors() -> None:
-    assert [t.name for t in TEXT_EMBEDDING.front_inputs] == [sdk.TEXT_INPUT]
-    assert [t.name for t in TEXT_EMBEDDING.front_outputs] == list(sdk.EMBED_OUTPUTS)
-    assert TEXT_EMBEDDING.sdk_method == "embed"
 
 
 def config_only_copy(tmp_path: Path) -> Path:

@@ -1,0 +1,221 @@
+"""Typed settings of the front models and backends, each default written once (pure).
+
+In the style of MLServer's `ModelSettings` and pytriton's `DynamicBatcher`: one frozen
+dataclass per concern. A settings class renders itself into a config's `parameters {}`
+(`to_parameters`: string values under the field names, which are the parameter keys) and
+parses itself back (`from_parameters`, from the config's JSON form as a stub gets it;
+a bad value raises `core.params.ConfigError` naming the key). A family holds one instance
+of each with only its differences (`dataclasses.replace(DEFAULT, ...)`, core/families/);
+core/families/configs.py writes them into the generated configs, and the stub side
+(python_backends/) reads them with `from_parameters`, so no other default exists.
+
+A field marked `written=False` is a knob with a default that generated configs leave out
+(they keep their keys); a config may still set it.
+
+    ModelSettings      every Python-based model (python_backends/base.py)
+    BackendSettings    the Python-based onnxruntime/TorchScript backends
+    LadderSettings     the degradation ladder of every front (python_backends/degradation.py)
+    TextFrontSettings  a text front's input limits and length buckets
+    ImageFrontSettings an image front's answer size (ImageSpec holds the model's own)
+    QueuePolicy, DynamicBatching   a front's `dynamic_batching`, as Triton's JSON form
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
+
+from core.params import flag, one_of, parameter, positive_int
+
+S = TypeVar("S", bound="ParameterSettings")
+TOP_LEVEL = 4  # the ladder's last level (503 for all); python_backends/degradation.py
+GC_POLICIES = ("default", "freeze")  # python_backends/gc_pauses.py says what each does
+OVERLENGTH_POLICIES = ("reject", "truncate")
+# Intra-op threads of an encoder instance unless its config sets its format's threads
+# parameter (core/families/spec.py Format.threads_parameter).
+ENCODER_THREADS = 1
+
+
+def setting(default: Any, cast: Callable[[str], Any] | None = None, *,
+            written: bool = True) -> Any:
+    """A settings field: its default, how its string value is read (by default the
+    default's type), and whether generated configs write it."""
+    return field(default=default, metadata={"cast": cast, "written": written})
+
+
+def render(value: Any) -> str:
+    """A value as a config parameter's string: "true", "5", "0.25", "reject", "0.5,0.5"."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, tuple):
+        return ",".join(render(v) for v in value)
+    return str(value)
+
+
+def cast_of(f: dataclasses.Field) -> Callable[[str], Any]:
+    if f.metadata.get("cast"):
+        return f.metadata["cast"]
+    return flag if isinstance(f.default, bool) else type(f.default)
+
+
+class ParameterSettings:
+    """What every settings dataclass below shares: render into and parse from `parameters`."""
+
+    @classmethod
+    def parameter_keys(cls) -> tuple[str, ...]:
+        """The parameter keys it reads (its field names)."""
+        return tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_parameters(cls: type[S], config: Mapping[str, Any]) -> S:
+        """The settings of a config (JSON form); an absent or empty key keeps its default."""
+        return cls(**{f.name: parameter(config, f.name, f.default, cast_of(f))  # type: ignore
+                      for f in fields(cls)})  # type: ignore[arg-type]
+
+    def to_parameters(self) -> dict[str, str]:
+        """The written fields as config parameters (key -> string value)."""
+        return {f.name: render(getattr(self, f.name))
+                for f in fields(self) if f.metadata.get("written", True)}  # type: ignore
+
+
+def level_or_off(raw: str) -> int:
+    """A ladder level 0..TOP_LEVEL, or -1 (off)."""
+    value = int(raw)
+    if value > TOP_LEVEL:
+        raise ValueError(f"forced_level {value} is above the top level {TOP_LEVEL}")
+    return value
+
+
+@dataclass(frozen=True)
+class ModelSettings(ParameterSettings):
+    """Every Python-based model (python_backends/base.py)."""
+
+    gc_policy: str = setting("default", one_of(*GC_POLICIES))  # docs/reliability.md chose it
+    # At most one structured batch line per this many seconds; 0 logs every batch.
+    batch_log_interval_s: float = setting(10.0, written=False)
+
+
+@dataclass(frozen=True)
+class BackendSettings(ParameterSettings):
+    """The Python-based onnxruntime and TorchScript backends (python_backends/tensor_model.py)."""
+
+    # onnxruntime's intra-op threads spin while waiting (docs/benchmarks.md: off lost).
+    allow_spinning: bool = setting(True, written=False)
+
+
+@dataclass(frozen=True)
+class LadderSettings(ParameterSettings):
+    """Thresholds of the degradation ladder (python_backends/degradation.py; README
+    "When things go wrong"): queue signal, hysteresis, failures, memory, level 1's call
+    size, the cache of level 3, and an operator's override."""
+
+    queue_ratio: float = 0.9  # queued rows / max_batch_size above this: requests wait
+    degrade_down_ratio: float = 0.5  # every signal under its threshold x this: go down
+    # Weight of the newest batch in the queue signal (an EWMA over batches).
+    queue_ewma_alpha: float = setting(0.3, written=False)
+    min_dwell_s: float = 5.0  # a level is held at least this long before rising
+    recover_dwell_s: float = 1.0  # ... and at least this long before falling
+    failures_to_degrade: int = setting(3, positive_int)  # consecutive encoder failures
+    memory_limit_mb: float = 4096.0  # GPU memory in use (NVML), else the stub's RSS
+    small_batch_rows: int = setting(8, positive_int)  # rows per encoder call at level 1
+    cache_entries: int = 4096  # answers the router keeps for level 3 (0: none)
+    forced_level: int = setting(-1, level_or_off)  # an operator's override: 0-4 pins it
+
+    @property
+    def forced(self) -> int | None:
+        """The level an operator pinned, or None when the signals decide."""
+        return None if self.forced_level < 0 else self.forced_level
+
+
+@dataclass(frozen=True)
+class TextFrontSettings(ParameterSettings):
+    """A text front's input limits (python_backends/tokenization.py) and call grouping."""
+
+    max_tokens: int = setting(256, positive_int)  # `tmr add` writes the model's own
+    max_text_bytes: int = setting(16384, positive_int)
+    overlength_policy: str = setting("reject", one_of(*OVERLENGTH_POLICIES))
+    # Rows of a batch go to the encoder in groups whose padding is at most this share of
+    # their real tokens (perf/profile.py measured it); -1 pads a batch as one call.
+    length_bucket_waste: float = 0.25
+
+
+@dataclass(frozen=True)
+class ImageFrontSettings(ParameterSettings):
+    """An image front's answer (python_backends/classify.py); the preprocessing is the
+    model's own (python_backends/images.py ImageSpec, from its source)."""
+
+    top_k: int = setting(5, positive_int)  # classes a request gets unless it asks
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """One priority level's queue (Triton's ModelQueuePolicy); defaults are Triton's."""
+
+    timeout_action: str = "REJECT"  # or "DELAY"
+    default_timeout_microseconds: int = 0  # 0: no timeout
+    allow_timeout_override: bool = False  # a request may set its own timeout
+    max_queue_size: int = 0  # 0: unbounded
+
+    def to_config(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_config(cls, policy: Mapping[str, Any]) -> QueuePolicy:
+        """From Triton's JSON form, where an absent field is Triton's default."""
+        return cls(str(policy.get("timeout_action", cls.timeout_action)),
+                   int(policy.get("default_timeout_microseconds", 0) or 0),
+                   bool(policy.get("allow_timeout_override", False)),
+                   int(policy.get("max_queue_size", 0) or 0))
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    """A model's `dynamic_batching` (Triton's message); defaults are Triton's."""
+
+    max_queue_delay_microseconds: int = 0  # 0: a free instance takes what is queued
+    priority_levels: int = 0  # 0: one queue
+    default_priority_level: int = 0  # the level of a request that names none
+    priority_queue_policy: Mapping[int, QueuePolicy] = field(default_factory=dict)
+
+    def with_queue_sizes(self, *sizes: int) -> DynamicBatching:
+        """The same levels with these max_queue_size values, level 1 first."""
+        return replace(self, priority_queue_policy={
+            level: replace(self.priority_queue_policy[level], max_queue_size=size)
+            for level, size in enumerate(sizes, start=1)})
+
+    def to_config(self) -> dict[str, Any]:
+        """Triton's JSON form of the message (json_format.ParseDict reads it)."""
+        return {"max_queue_delay_microseconds": self.max_queue_delay_microseconds,
+                "priority_levels": self.priority_levels,
+                "default_priority_level": self.default_priority_level,
+                "priority_queue_policy": {str(level): policy.to_config() for level, policy
+                                          in sorted(self.priority_queue_policy.items())}}
+
+    @classmethod
+    def from_config(cls, batching: Mapping[str, Any]) -> DynamicBatching:
+        """From Triton's JSON form (a stub's config, or json_format.MessageToDict)."""
+        policies = batching.get("priority_queue_policy") or {}
+        return cls(int(batching.get("max_queue_delay_microseconds", 0) or 0),
+                   int(batching.get("priority_levels", 0) or 0),
+                   int(batching.get("default_priority_level", 0) or 0),
+                   {int(level): QueuePolicy.from_config(policy)
+                    for level, policy in policies.items()})
+
+
+# A front's queues: two priority levels; level 2 (low, the default) is shed first by
+# Triton's queues: a 2 s timeout against 10 s, and a smaller queue (each family sizes it).
+FRONT_BATCHING = DynamicBatching(
+    priority_levels=2,
+    default_priority_level=2,
+    priority_queue_policy={
+        1: QueuePolicy(default_timeout_microseconds=10_000_000, allow_timeout_override=True),
+        2: QueuePolicy(default_timeout_microseconds=2_000_000, allow_timeout_override=True),
+    },
+)
+# Every class whose fields are config parameters, for the tests that keep them read.
+PARAMETER_SETTINGS: tuple[type[ParameterSettings], ...] = (
+    ModelSettings, BackendSettings, LadderSettings, TextFrontSettings, ImageFrontSettings)
