@@ -31,6 +31,7 @@ from typing import Any, Literal
 import numpy as np
 from PIL import ExifTags, Image, ImageOps
 
+from core.messages import row_ref
 from core.params import ConfigError, one_of, positive_int
 from core.settings import ParameterSettings, setting
 from python_backends.errors import InvalidInputError, ModelError
@@ -312,7 +313,7 @@ class ImageBatchBuffer:
                 f"{start + len(items)} images in one batch, over the limit of {self.max_batch}"
             )
         for i, data in enumerate(items):
-            image = decode_image(bytes(data), self.spec, f"{name}[{i}]")
+            image = decode_image(bytes(data), self.spec, row_ref(name, i))
             preprocess_into(image, self.spec, self.array[start + i], self.table)
         return list(range(start, start + len(items)))
 
