@@ -12,7 +12,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv lock export serve serve-full test test-mpnet unit lint bench soak peers clean
+.PHONY: help setup apt venv lock export serve serve-full test test-mpnet unit lint bench soak peers locust clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -103,6 +103,13 @@ $(PEERS)/%/.installed: perf/peers/requirements-%.txt $(STAMP)
 
 $(PEERS)/infinity/model/model.onnx: | $(STAMP)
 	$(PY) -m perf.peers.infinity_model $(PEERS)/infinity/model
+
+locust: $(PEERS)/locust/.installed ## Locust 2.47 in its own venv (.peers/locust) for the scenarios of perf/locustfile.py
+
+$(PEERS)/locust/.installed: perf/requirements-locust.txt
+	@[ -x $(PEERS)/locust/venv/bin/python ] || $(PY) -m venv $(PEERS)/locust/venv
+	$(PEERS)/locust/venv/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	@touch $@
 
 lint: venv ## ruff
 	$(VENV)/bin/ruff check .

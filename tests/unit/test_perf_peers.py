@@ -35,7 +35,7 @@ from tests.conftest import MINILM_SOURCE
 PEERS_SRC = Path(servers.__file__).parent
 PEER_SIDE = ("batcher_server.py", "naive_server.py", "ort_text.py")
 PEER_IMPORTS = {"fastapi", "uvicorn", "pydantic", "onnxruntime", "tokenizers", "numpy",
-                "ort_text"}
+                "ort_text", "locust"}
 
 
 def point(c: int, rps: float, p99: float, errors: int = 0, p50: float | None = None) -> LoadPoint:
@@ -224,10 +224,11 @@ def test_results_serialise_to_json_and_report_the_table() -> None:
 
 # --- the peers' side: pins, isolation, padding --------------------------------------------
 
-@pytest.mark.parametrize("name", ["infinity", "fastapi"])
-def test_every_peer_pin_is_exact(name: str) -> None:
-    lines = [ln for ln in (PEERS_SRC / f"requirements-{name}.txt").read_text().splitlines()
-             if ln and not ln.startswith("#")]
+@pytest.mark.parametrize("path", [PEERS_SRC / "requirements-infinity.txt",
+                                  PEERS_SRC / "requirements-fastapi.txt",
+                                  PEERS_SRC.parent / "requirements-locust.txt"])
+def test_every_pin_of_a_tool_venv_is_exact(path: Path) -> None:
+    lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
     bad = [ln for ln in lines if not re.fullmatch(r"[A-Za-z0-9_.\-]+(\[[a-z,\-]+\])?==\S+", ln)]
     assert lines and bad == []
 
@@ -243,7 +244,7 @@ def test_infinity_pins_are_the_ones_that_run_offline_and_bring_no_torch() -> Non
     assert not any(name.startswith("torch") for name in pins)
 
 
-@pytest.mark.parametrize("script", PEER_SIDE)
+@pytest.mark.parametrize("script", [*PEER_SIDE, "../locustfile.py"])
 def test_peer_side_code_imports_no_project_module(script: str) -> None:
     tree = ast.parse((PEERS_SRC / script).read_text())
     roots = {alias.name.split(".")[0] for node in ast.walk(tree)
@@ -252,6 +253,13 @@ def test_peer_side_code_imports_no_project_module(script: str) -> None:
               if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
     foreign = roots - PEER_IMPORTS - set(sys.stdlib_module_names) - {"__future__"}
     assert foreign == set()
+
+
+def test_the_locustfile_sends_the_text_familys_front_input() -> None:
+    from core.families import TEXT_EMBEDDING
+
+    text = (PEERS_SRC.parent / "locustfile.py").read_text()
+    assert f'"name": "{TEXT_EMBEDDING.front_inputs[0].name}"' in text
 
 
 def test_the_fastapi_peers_pad_each_batch_to_its_longest_text() -> None:
