@@ -136,7 +136,8 @@ class TextFrontSettings(ParameterSettings):
     """A text front's input limits (python_backends/tokenization.py) and call grouping."""
 
     max_tokens: int = setting(256, positive_int)  # `tmr add` writes the model's own
-    max_text_bytes: int = setting(16384, positive_int)
+    max_text_bytes: int = setting(16384, positive_int)  # a longer text is INVALID_ARG
+    # Over max_tokens: "reject" (INVALID_ARG naming the text) or "truncate" (keep [SEP]).
     overlength_policy: str = setting("reject", one_of(*OVERLENGTH_POLICIES))
     # Rows of a batch go to the encoder in groups whose padding is at most this share of
     # their real tokens (perf/profile.py measured it); -1 pads a batch as one call.

@@ -2,7 +2,8 @@
 
 The family models' configs are generated (core/families/configs.py): each
 must be exactly what its family makes of what varies per model, so no two can drift.
-Every parameter any config sets must be read by some code.
+Every parameter any config sets must be read by some code, and every parameter the code
+reads has its default in one place (a field of core/settings.py, or a named constant).
 """
 
 from __future__ import annotations
