@@ -1,27 +1,74 @@
-"""`tmr embed`: embed texts through a running server and print a short summary."""
+"""`tmr embed TEXT...`: embed texts through a running server and print a short summary."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 
-from client.core import default_url
-from client.errors import TritonClientError
-from client.sync import EmbedClient
+from cli.options import (
+    add_call_model,
+    add_command,
+    add_server,
+    add_timeout,
+    options,
+    resolve_url,
+)
+from client.core import DEFAULT_MODEL, Protocol
 
 
-def embed_command(args: argparse.Namespace) -> int:
-    url = args.url or default_url(args.protocol)
+@dataclass(frozen=True)
+class EmbedOptions:
+    """What `tmr embed` was asked for."""
+
+    texts: list[str]
+    url: str
+    protocol: Protocol
+    model: str
+    priority: int | None
+    timeout_s: float | None
+
+
+def timeout_ms(timeout_s: float | None) -> int | None:
+    """The SDK's queue timeout in ms from the command's seconds."""
+    return None if timeout_s is None else max(1, round(timeout_s * 1000))
+
+
+def add_call_options(parser: argparse.ArgumentParser, default_model: str) -> None:
+    """What every call command takes: the server, the front model, priority, timeout."""
+    add_server(parser, protocol="http")
+    add_call_model(parser, default_model)
+    parser.add_argument("--priority", type=int, default=None,
+                        help="1 (high) or 2 (low, shed first); default: the model's")
+    add_timeout(parser, None, help="how long the request may wait in the server's queue",
+                old_ms=True)
+
+
+def make_options(args: argparse.Namespace) -> EmbedOptions:
+    return options(EmbedOptions, args, url=resolve_url(args.url, args.protocol))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = add_command(sub, "embed", "embed texts through the running server",
+                         embed_command, make_options)
+    parser.add_argument("texts", nargs="+", metavar="TEXT")
+    add_call_options(parser, DEFAULT_MODEL)
+
+
+def embed_command(opts: EmbedOptions) -> int:
+    from client.errors import TritonClientError
+    from client.sync import Client
+
     try:
-        with EmbedClient(url, protocol=args.protocol, model=args.model) as client:
-            result = client.embed_with_info(args.texts, priority=args.priority,
-                                            timeout_ms=args.timeout_ms)
+        with Client(opts.url, protocol=opts.protocol, model=opts.model) as client:
+            result = client.embed_with_info(opts.texts, priority=opts.priority,
+                                            timeout_ms=timeout_ms(opts.timeout_s))
     except TritonClientError as err:
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
     versions = ",".join(sorted(set(result.model_versions)))
-    print(f"{result.model_name} v{versions} over {args.protocol} ({url})")
-    for text, vector in zip(args.texts, result.embeddings):
+    print(f"{result.model_name} v{versions} over {opts.protocol} ({opts.url})")
+    for text, vector in zip(opts.texts, result.embeddings):
         norm = float((vector**2).sum() ** 0.5)
         head = " ".join(f"{v:+.4f}" for v in vector[:5])
         print(f"  norm={norm:.4f} dim={vector.shape[0]} [{head} ...]  {text[:60]!r}")

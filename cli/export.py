@@ -1,4 +1,4 @@
-"""`tmr export NAME` and `tmr add NAME --family F --from SOURCE` (also `python -m export`)."""
+"""`tmr export MODEL` and `tmr add MODEL --family F --from SOURCE`."""
 
 from __future__ import annotations
 
@@ -6,46 +6,71 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.paths import DEFAULT_REPOSITORY
+from cli.options import add_command, add_model, add_repository, options
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
 
-def add_export_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "export", help="export a model of the repository into new version folders")
-    parser.add_argument("name", nargs="?",
-                        help="the model: its name, its front model or one of its encoders")
+@dataclass(frozen=True)
+class ExportOptions:
+    """What `tmr export` was asked for: one model (or every one), which formats."""
+
+    model: str | None
+    all: bool
+    repository: Path
+    formats: list[str] | None
+    force: bool
+    threads: int
+    verbose: bool
+
+
+@dataclass(frozen=True)
+class AddOptions:
+    """What `tmr add` was asked for: a new model of a known family, and where from."""
+
+    model: str
+    family: str
+    source: str
+    front: str | None
+    repository: Path
+    threads: int
+    url: str | None
+    verbose: bool
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """`tmr export` and `tmr add`."""
+    parser = add_command(sub, "export", "export a model into new version folders",
+                         export_command, lambda a: options(ExportOptions, a))
+    add_model(parser, optional=True,
+              help="the model: its name, its front model or one of its encoders")
     parser.add_argument("--all", action="store_true", help="every model of the repository")
-    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    add_repository(parser)
     parser.add_argument("--format", dest="formats", action="extend", nargs="+",
                         help="formats to export, repeatable (default: every format)")
     parser.add_argument("--force", action="store_true",
                         help="write a new version even if the latest is up to date")
     parser.add_argument("--threads", type=int, default=2, help="torch/onnxruntime threads")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
-    parser.set_defaults(func=export_command)
 
-
-def add_add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "add", help="add a model of a known family: export, configure, wire to its front")
-    parser.add_argument("name", help="the new model's name; its encoders are NAME_<format>")
+    parser = add_command(sub, "add", "add a model of a known family: export, configure, wire",
+                         add_model_command, lambda a: options(AddOptions, a))
+    add_model(parser, help="the new model's name; its encoders are MODEL_<format>")
     parser.add_argument("--family", required=True, help="e.g. text_embedding")
     parser.add_argument("--from", dest="source", required=True,
                         help="a model folder, an installed distribution, or parts:NAME-{001..N}")
-    parser.add_argument("--front", default=None, help="the front model's name (default: NAME)")
-    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    parser.add_argument("--front", default=None, help="the front model's name (default: MODEL)")
+    add_repository(parser)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--url", default=None,
-                        help="a running server (explicit mode) that should load the new models")
+                        help="HOST:PORT of a running server (explicit mode) that should load "
+                             "the new models (default: none)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
-    parser.set_defaults(func=add_command)
 
 
 def _print(result: object) -> None:
@@ -88,19 +113,19 @@ def _logging(verbose: bool) -> None:
         logging.getLogger("export").setLevel(logging.INFO)
 
 
-def export_command(args: argparse.Namespace) -> int:
+def export_command(args: ExportOptions) -> int:
     """Export from parsed arguments, a line per format; 0 ok, 1 a check failed, 2 bad name."""
     _logging(args.verbose)
     from core.families.catalog import UnknownModelError, catalog, find
     from export.errors import ExportCheckError
     from export.pipeline import export_model, wanted_formats  # imports torch: when exporting
 
-    if bool(args.name) == bool(args.all):
+    if bool(args.model) == bool(args.all):
         print("error: name one model, or --all", file=sys.stderr)
         return 2
     started = time.perf_counter()
     try:
-        models = catalog(args.repository) if args.all else [find(args.repository, args.name)]
+        models = catalog(args.repository) if args.all else [find(args.repository, args.model)]
         total = sum(len(wanted_formats(m, args.formats)) for m in models)
         with progress_bar() as progress:
             stages = Stages(progress, total)
@@ -118,39 +143,30 @@ def export_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_command(args: argparse.Namespace) -> int:
+def add_model_command(args: AddOptions) -> int:
     """`tmr add`; 0 added (or already there), 1 a check failed, 2 refused."""
     _logging(args.verbose)
     from export.errors import ExportCheckError
-    from export.pipeline import AddError, add_model
+    from export.pipeline import AddError
+    from export.pipeline import add_model as add_to_repository
     from export.sources import SourceError
 
     started = time.perf_counter()
     try:
-        add_model(args.repository, args.name, args.family, args.source, args.front,
-                  args.threads, on_result=_print)
+        add_to_repository(args.repository, args.model, args.family, args.source, args.front,
+                          args.threads, on_result=_print)
     except (AddError, SourceError, KeyError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ExportCheckError as exc:
         print(f"tmr add failed, nothing was added: {exc}", file=sys.stderr)
         return 1
-    print(f"added '{args.name}' ({args.family}) to {args.repository} in "
+    print(f"added '{args.model}' ({args.family}) to {args.repository} in "
           f"{time.perf_counter() - started:.1f}s")
     if args.url:
         from core.families.catalog import find
         from server.admin import load_models
 
-        loaded = load_models(args.url, find(args.repository, args.name).models)
+        loaded = load_models(args.url, find(args.repository, args.model).models)
         print(f"loaded on {args.url}: {', '.join(loaded)}")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m export`: the `export` and `add` commands."""
-    parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    add_export_parser(subparsers)
-    add_add_parser(subparsers)
-    args = parser.parse_args(argv)
-    return args.func(args)

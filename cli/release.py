@@ -1,16 +1,107 @@
-"""The `tmr versions / gate / promote / rollback` commands (printing and exit codes)."""
+"""`tmr versions / gate / promote / rollback`: parsing, printing and exit codes."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
+from cli.options import (
+    add_command,
+    add_control_mode,
+    add_model,
+    add_repository,
+    add_server,
+    add_timeout,
+    options,
+    resolve_url,
+)
 from core import versions as v
-from server import release
+
+RELEASE_TIMEOUT_S = 90.0  # until the new version answers
 
 
-def versions_command(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class VersionsOptions:
+    """`tmr versions [MODEL]`: one model, or every model of the repository."""
+
+    model: str | None
+    url: str
+    repository: Path
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    """`tmr gate MODEL VERSION`."""
+
+    model: str
+    version: int
+    repository: Path
+
+
+@dataclass(frozen=True)
+class ReleaseOptions:
+    """`tmr promote MODEL VERSION` (`action` promote) or `tmr rollback MODEL [--to N]`."""
+
+    action: str
+    model: str
+    version: int | None
+    no_gate: bool
+    url: str
+    repository: Path
+    control_mode: str
+    timeout_s: float
+
+
+def make_release(args: argparse.Namespace) -> ReleaseOptions:
+    version = args.version if args.action == "promote" else args.to
+    return options(ReleaseOptions, args, url=resolve_url(args.url), version=version)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """The four release commands."""
+    parser = add_command(sub, "versions", "versions on disk, selected, and READY",
+                         versions_command,
+                         lambda a: options(VersionsOptions, a, url=resolve_url(a.url)))
+    add_model(parser, optional=True, help="the model (default: every model)")
+    add_server(parser)
+    add_repository(parser)
+
+    parser = add_command(sub, "gate", "release gate: fidelity and speed of a candidate",
+                         gate_command, lambda a: options(GateOptions, a))
+    add_model(parser)
+    parser.add_argument("version", type=int, metavar="VERSION")
+    add_repository(parser)
+
+    parser = add_command(sub, "promote", "serve VERSION of MODEL (gated)", release_command,
+                         make_release)
+    add_model(parser)
+    parser.add_argument("version", type=int, metavar="VERSION")
+    parser.add_argument("--no-gate", action="store_true")
+    add_release_options(parser)
+    parser.set_defaults(action="promote")
+
+    parser = add_command(sub, "rollback", "return MODEL to its previous (or --to) version",
+                         release_command, make_release)
+    add_model(parser)
+    parser.add_argument("--to", type=int, default=None, metavar="VERSION",
+                        help="the version to return to (default: the previous one)")
+    add_release_options(parser)
+    parser.set_defaults(action="rollback", no_gate=True)
+
+
+def add_release_options(parser: argparse.ArgumentParser) -> None:
+    add_server(parser)
+    add_repository(parser)
+    add_control_mode(parser)
+    add_timeout(parser, RELEASE_TIMEOUT_S, help="how long to wait for the new version")
+
+
+def versions_command(args: VersionsOptions) -> int:
+    from server import release
+
     models = [args.model] if args.model else sorted(
         p.name for p in args.repository.iterdir() if (p / "config.pbtxt").exists())
     for model in models:
@@ -48,8 +139,9 @@ def summarize(checks: dict) -> str:
     return ", ".join(parts)
 
 
-def gate_command(args: argparse.Namespace) -> int:
+def gate_command(args: GateOptions) -> int:
     from export.gate import run_gate
+    from server import release
 
     release.check_candidate(args.repository / args.model, args.version)
     result = run_gate(args.repository / args.model, args.version)
@@ -57,13 +149,15 @@ def gate_command(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
-def release_command(args: argparse.Namespace) -> int:
+def release_command(args: ReleaseOptions) -> int:
+    from server import release
+
     began = time.monotonic()
     model_dir = args.repository / args.model
-    target = release.Target(model_dir, args.url, args.mode, args.timeout_s)
+    target = release.Target(model_dir, args.url, args.control_mode, args.timeout_s)
     try:
         version = (args.version if args.action == "promote"
-                   else release.rollback_target(model_dir, args.to))
+                   else release.rollback_target(model_dir, args.version))
         release.check_candidate(model_dir, version)
         if not args.no_gate:
             from export.gate import run_gate
@@ -78,6 +172,6 @@ def release_command(args: argparse.Namespace) -> int:
     except (v.VersionError, release.ReleaseError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"{args.model} v{version} is serving ({args.action}, {args.mode} mode): "
+    print(f"{args.model} v{version} is serving ({args.action}, {args.control_mode} mode): "
           f"{timing.describe()}; the whole command {time.monotonic() - began:.2f} s")
     return 0

@@ -10,29 +10,43 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+from dataclasses import dataclass
 from types import FrameType
 
+from cli.options import add_command, add_models, add_server, models_of, resolve_url
 from server.serve import WATCHDOG_PORT_OFFSET
 from server.settings import Ports
 
 WATCHDOG_INTERVAL_S = 5.0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+@dataclass(frozen=True)
+class WatchdogOptions:
+    """Which server to watch, where to serve the watchdog's own metrics, how often."""
+
+    url: str
+    metrics_url: str
+    port: int
+    interval_s: float
+    models: list[str] | None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
     defaults = Ports()
-    parser = sub.add_parser("watchdog", help="reload models whose stub died or queue stalled")
-    parser.add_argument("--url", default=f"localhost:{defaults.http}",
-                        help="Triton's HTTP host:port")
+    parser = add_command(
+        sub, "watchdog", "reload models whose stub died or whose queue stalled",
+        watchdog_command,
+        lambda a: WatchdogOptions(resolve_url(a.url), a.metrics_url, a.port, a.interval_s,
+                                  models_of(a)))
+    add_models(parser, help="only these (default: every family model the server loads)")
+    add_server(parser)
     parser.add_argument("--metrics-url", default=f"http://localhost:{defaults.metrics}/metrics")
     parser.add_argument("--port", type=int, default=defaults.metrics + WATCHDOG_PORT_OFFSET,
                         help="where the watchdog serves its own /metrics")
     parser.add_argument("--interval-s", type=float, default=WATCHDOG_INTERVAL_S)
-    parser.add_argument("--models", nargs="+", default=None,
-                        help="only these (default: every family model the server loads)")
-    parser.set_defaults(func=watchdog_command)
 
 
-def watchdog_command(args: argparse.Namespace) -> int:
+def watchdog_command(opts: WatchdogOptions) -> int:
     """Run until SIGTERM/SIGINT (exit 0); exit 1 if the watchdog thread dies on its own."""
     from server.watchdog import Watchdog
 
@@ -43,15 +57,15 @@ def watchdog_command(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    watchdog = Watchdog(args.url, args.metrics_url, args.models,
-                        interval_s=args.interval_s, metrics_port=args.port)
+    watchdog = Watchdog(opts.url, opts.metrics_url, opts.models,
+                        interval_s=opts.interval_s, metrics_port=opts.port)
     watchdog.start()
-    watched = ", ".join(args.models or ["every family model"])
-    print(f"watchdog: probing {watched} on {args.url} every "
-          f"{args.interval_s:g} s; reloads counted on http://0.0.0.0:{args.port}/metrics",
+    watched = ", ".join(opts.models or ["every family model"])
+    print(f"watchdog: probing {watched} on {opts.url} every "
+          f"{opts.interval_s:g} s; reloads counted on http://0.0.0.0:{opts.port}/metrics",
           flush=True)
     while not stopping.wait(0.5) and watchdog.is_alive():
         pass
     watchdog.stop()
-    watchdog.join(timeout=args.interval_s + 30)
+    watchdog.join(timeout=opts.interval_s + 30)
     return 0 if stopping.is_set() else 1

@@ -21,7 +21,6 @@ minReplicas against server/k8s/triton.yaml. A sibling of `plan`, not an option o
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import re
 import resource
@@ -29,13 +28,14 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from core import versions as v
 from core.files import write_atomically
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.paths import PROJECT_ROOT
 from perf.perf_analyzer import PerfRow
 from perf.planning import (
     BatchPoint,
@@ -113,7 +113,30 @@ def check_with_sweep(model: str, proposal_text: str) -> tuple[PerfRow, float]:
     return row, (after[0] - before[0]) / max(after[1] - before[1], 1)
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class PlanOptions:
+    """`tmr perf plan MODEL`: the budgets and arrival rate a proposal must fit."""
+
+    model: str
+    repository: Path
+    memory_budget_mb: float
+    latency_budget_ms: float
+    arrival_rps: float
+    write: bool
+    check: bool
+
+
+@dataclass(frozen=True)
+class CapacityOptions:
+    """`tmr perf capacity RESULT`: a measured sweep and the peak to serve."""
+
+    result: Path
+    target_rps: float
+    p99_budget_ms: float
+    headroom: float
+
+
+def cmd_plan(args: PlanOptions) -> int:
     model_dir = args.repository / args.model
     points = measure(model_dir)
     proposal = plan(points, args.memory_budget_mb, args.latency_budget_ms, args.arrival_rps)
@@ -137,18 +160,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_plan_parser(verbs: argparse._SubParsersAction) -> None:
-    p = verbs.add_parser("plan", help="derive max/preferred batch and queue delay")
-    p.add_argument("model")
-    p.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
-    p.add_argument("--memory-budget-mb", type=float, default=2048.0)
-    p.add_argument("--latency-budget-ms", type=float, default=60.0)
-    p.add_argument("--arrival-rps", type=float, default=200.0)
-    p.add_argument("--write", action="store_true", help="write the proposal to config.pbtxt")
-    p.add_argument("--check", action="store_true", help="sweep the proposal on a served copy")
-    p.set_defaults(func=cmd_plan)
-
-
 def manifest_hpa(path: Path = K8S_TRITON) -> Hpa:
     """The HPA and PDB figures of the `triton` manifest (pyyaml: the dev extras)."""
     import yaml
@@ -159,7 +170,7 @@ def manifest_hpa(path: Path = K8S_TRITON) -> Hpa:
     return Hpa(hpa["minReplicas"], hpa["maxReplicas"], int(target), pdb["maxUnavailable"])
 
 
-def cmd_capacity(args: argparse.Namespace) -> int:
+def cmd_capacity(args: CapacityOptions) -> int:
     """Print the replicas for the target; 2 when the sweep or the target gives none."""
     from perf.sweep import load_rows
 
@@ -176,12 +187,3 @@ def cmd_capacity(args: argparse.Namespace) -> int:
           f"({args.result}):\n")
     print(capacity_report(cap, manifest_hpa()))
     return 0
-
-
-def add_capacity_parser(verbs: argparse._SubParsersAction) -> None:
-    p = verbs.add_parser("capacity", help="replicas for a target peak, from a measured sweep")
-    p.add_argument("result", type=Path, help="a `tmr perf sweep` folder or its sweep.json")
-    p.add_argument("--target-rps", type=float, required=True, help="the peak to serve")
-    p.add_argument("--p99-budget-ms", type=float, default=60.0, help="the p99 objective")
-    p.add_argument("--headroom", type=float, default=0.2, help="spare share above the target")
-    p.set_defaults(func=cmd_capacity)

@@ -1,6 +1,6 @@
 """`tmr perf sweep|compare|check`: perf_analyzer concurrency sweeps, reports and baselines.
 
-    tmr perf sweep --model embed --concurrency 1 2 4 8 16 [--url host:port] [--protocol grpc]
+    tmr perf sweep embed --concurrency 1 2 4 8 16 [--url host:port] [--protocol grpc]
     tmr perf compare perf/results/A perf/results/B
     tmr perf check perf/results/A [--baseline perf/baselines/embed_grpc.json]
 
@@ -12,7 +12,6 @@ level's throughput falls under, or its p99 rises over, the given ratio.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import subprocess
@@ -20,10 +19,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from client.core import DEFAULT_MODEL
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT, results_dir
 from perf import perf_analyzer
 from perf.knee import Knee, find_knee, ratios, regressions
@@ -140,7 +138,38 @@ def load_rows(path: Path) -> tuple[dict, list[PerfRow]]:
     return data, [PerfRow(**r) for r in data["rows"]]
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class SweepOptions:
+    """`tmr perf sweep`: one model, these concurrency levels; no url starts a server."""
+
+    model: str
+    protocol: str
+    concurrency: list[int]
+    url: str | None
+    p99_budget_ms: float
+    interval_ms: int
+    stability_percentage: int
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """`tmr perf compare A B`: two sweep results."""
+
+    a: Path
+    b: Path
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """`tmr perf check RESULT`: a sweep against its baseline and the allowed ratios."""
+
+    result: Path
+    baseline: Path | None
+    min_throughput_ratio: float
+    max_p99_ratio: float
+
+
+def cmd_sweep(args: SweepOptions) -> int:
     out = results_dir("sweep", time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True)
     with server_for(args.url, args.protocol) as (url, _):
@@ -157,7 +186,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def cmd_compare(args: CompareOptions) -> int:
     _, a = load_rows(args.a)
     _, b = load_rows(args.b)
     print("| c | throughput B/A | p99 B/A |\n| ---: | ---: | ---: |")
@@ -166,7 +195,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def cmd_check(args: CheckOptions) -> int:
     meta, rows = load_rows(args.result)
     baseline_path = args.baseline or BASELINES / f"{meta['model']}_{meta['protocol']}.json"
     _, base = load_rows(baseline_path)
@@ -180,32 +209,3 @@ def cmd_check(args: argparse.Namespace) -> int:
     for p in problems:
         print(f"REGRESSION {p}", file=sys.stderr)
     return 1 if problems else 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    perf = sub.add_parser("perf", help="perf_analyzer sweeps, comparisons, baseline checks")
-    verbs = perf.add_subparsers(dest="verb", required=True)
-    sweep = verbs.add_parser("sweep", help="sweep concurrency for a model")
-    sweep.add_argument("--model", default=DEFAULT_MODEL)
-    sweep.add_argument("--protocol", choices=["grpc", "http"], default="grpc")
-    sweep.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
-    sweep.add_argument("--url", default=None, help="a running server (default: start one)")
-    sweep.add_argument("--p99-budget-ms", type=float, default=60.0)
-    sweep.add_argument("--interval-ms", type=int, default=3000)
-    sweep.add_argument("--stability-percentage", type=int, default=20,
-                       help="perf_analyzer gives up (exit 2) when windows differ more")
-    sweep.set_defaults(func=cmd_sweep)
-    compare = verbs.add_parser("compare", help="B against A, level by level")
-    compare.add_argument("a", type=Path)
-    compare.add_argument("b", type=Path)
-    compare.set_defaults(func=cmd_compare)
-    check = verbs.add_parser("check", help="a result against its checked-in baseline")
-    check.add_argument("result", type=Path)
-    check.add_argument("--baseline", type=Path, default=None)
-    check.add_argument("--min-throughput-ratio", type=float, default=0.8)
-    check.add_argument("--max-p99-ratio", type=float, default=1.5)
-    check.set_defaults(func=cmd_check)
-    from perf.plan_cli import add_capacity_parser, add_plan_parser
-
-    add_plan_parser(verbs)
-    add_capacity_parser(verbs)

@@ -174,7 +174,7 @@ def test_the_image_family_degrades_to_its_int8_encoder_too(router) -> None:
     from tests.image_samples import mnist_test_pngs
 
     pngs, labels = mnist_test_pngs(20)
-    forced = tmr("degrade", "--model", "digits", "--level", "2", "--url", router.http_url)
+    forced = tmr("degrade", "digits", "--level", "2", "--url", router.http_url)
     assert forced.returncode == 0, forced.stderr
     assert "digits now reports: digits_int8:1:int8:L2" in forced.stdout
     with EmbedClient(router.http_url, model="digits") as client:
@@ -182,6 +182,6 @@ def test_the_image_family_degrades_to_its_int8_encoder_too(router) -> None:
     assert set(result.served_by) == {"digits_int8:1:int8:L2"}
     top1 = np.array([p[0].class_id for p in result.predictions])
     assert (top1 == np.array(labels)).mean() >= 0.95
-    restored = tmr("degrade", "--model", "digits", "--level", "auto", "--url", router.http_url)
+    restored = tmr("degrade", "digits", "--level", "auto", "--url", router.http_url)
     assert restored.returncode == 0, restored.stderr
     assert "digits now reports: digits_onnx:1:fp32:L0" in restored.stdout

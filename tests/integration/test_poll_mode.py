@@ -26,7 +26,7 @@ def polled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonSer
 
 def degrade(server: TritonServer, repo: str, level: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", "degrade", "--level", level, "--poll",
+        [sys.executable, "-m", "cli", "degrade", "--level", level, "--control-mode", "poll",
          "--repository", repo, "--url", server.http_url, "--timeout-s", "60"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
 

@@ -53,7 +53,8 @@ def explicit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonS
 
 
 def release(server: TritonServer, repo: Path, mode: str, *args: str) -> str:
-    out = tmr(*args, "--url", server.http_url, "--repository", str(repo), "--mode", mode)
+    out = tmr(*args, "--url", server.http_url, "--repository", str(repo), "--control-mode",
+              mode)
     assert out.returncode == 0, out.stderr + out.stdout
     return out.stdout
 

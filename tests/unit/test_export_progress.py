@@ -3,13 +3,13 @@ line as each format ends, and the same exit codes; plain lines when stdout is a 
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli.export import ExportOptions
 from core.families.catalog import find
 from core.paths import DEFAULT_REPOSITORY
 from export import pipeline
@@ -55,10 +55,10 @@ def test_an_unknown_format_is_refused_before_anything_is_loaded() -> None:
         pipeline.wanted_formats(find(DEFAULT_REPOSITORY, "minilm"), ["onnx", "fp16"])
 
 
-def export_args(**changes: Any) -> argparse.Namespace:
-    defaults = {"name": "minilm", "all": False, "repository": DEFAULT_REPOSITORY,
+def export_args(**changes: Any) -> ExportOptions:
+    defaults = {"model": "minilm", "all": False, "repository": DEFAULT_REPOSITORY,
                 "formats": ["onnx", "int8"], "force": False, "threads": 1, "verbose": False}
-    return argparse.Namespace(**{**defaults, **changes})
+    return ExportOptions(**{**defaults, **changes})
 
 
 def fake_export(fail_on: str | None = None) -> Any:

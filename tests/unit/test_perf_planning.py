@@ -177,7 +177,7 @@ def test_tmr_perf_capacity_reads_a_sweep_folder_and_exits_2_on_a_refusal(
 
     def main(argv: list[str]) -> int:  # cli.main.main without its logging set-up
         args = build_parser().parse_args(argv)
-        return args.func(args)
+        return args.run(args.make(args))
 
     folder = tmp_path / "20261130-034600"
     folder.mkdir()

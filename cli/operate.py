@@ -1,0 +1,88 @@
+"""`tmr degrade MODEL --level N` and `tmr health [MODEL...]`: a front model's ladder and
+the deep health check of a running server."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from cli.options import (
+    add_command,
+    add_control_mode,
+    add_model,
+    add_models,
+    add_repository,
+    add_server,
+    add_timeout,
+    model_of,
+    models_of,
+    options,
+    resolve_url,
+)
+from client.core import DEFAULT_MODEL
+
+LEVELS = ["auto", "0", "1", "2", "3", "4"]
+
+
+@dataclass(frozen=True)
+class DegradeOptions:
+    """`tmr degrade`: force a front model's level, or give it back to the signals."""
+
+    model: str
+    level: str
+    url: str
+    control_mode: str
+    repository: Path
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class HealthOptions:
+    """`tmr health`: a real inference through these models (None: every family model)."""
+
+    url: str
+    models: list[str] | None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = add_command(
+        sub, "degrade", "force a front model's degradation level (or `auto`)", degrade_command,
+        lambda a: options(DegradeOptions, a, model=model_of(a, DEFAULT_MODEL),
+                          url=resolve_url(a.url)))
+    add_model(parser, default=DEFAULT_MODEL, optional=True, old_option=True,
+              help="the front model")
+    parser.add_argument("--level", required=True, choices=LEVELS)
+    add_server(parser)
+    add_control_mode(parser)
+    add_repository(parser)
+    add_timeout(parser, 30.0, help="how long to wait until the model reports the level")
+
+    parser = add_command(
+        sub, "health", "deep health: a real inference through every model", health_command,
+        lambda a: HealthOptions(resolve_url(a.url), models_of(a)))
+    add_models(parser, help="only these (default: every family model the server loads)")
+    add_server(parser)
+
+
+def degrade_command(opts: DegradeOptions) -> int:
+    """In explicit mode through the load API, in poll mode by editing config.pbtxt."""
+    from server.admin import AUTO, force_level_explicit, force_level_poll, wait_for_level
+
+    level = AUTO if opts.level == "auto" else int(opts.level)
+    if opts.control_mode == "poll":
+        force_level_poll(opts.repository, level, opts.model)
+    else:
+        force_level_explicit(opts.url, level, opts.model)
+    reported = wait_for_level(opts.url, level, opts.timeout_s, model=opts.model)
+    print(f"{opts.model} now reports: {reported}")
+    return 0
+
+
+def health_command(opts: HealthOptions) -> int:
+    from server.admin import deep_health
+
+    checks = deep_health(opts.url, opts.models)
+    for c in checks:
+        print(f"{'OK  ' if c.ok else 'FAIL'} {c.model:<20} {c.ms:>8.1f} ms  {c.detail}")
+    return 0 if all(c.ok for c in checks) else 1

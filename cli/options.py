@@ -1,0 +1,177 @@
+"""The option families every `tmr` command shares, each built by one function.
+
+One spelling per concept:
+
+    server      --url HOST:PORT (default: $TMR_URL, or $TMR_GRPC_URL with --protocol grpc,
+                else localhost:8000 / localhost:8001) and --protocol http|grpc
+    model       MODEL, positional, in every command that acts on models; --model only in
+                the calls (embed, classify), whose positionals are their inputs
+    control     --control-mode explicit|poll (how the server was started)
+    timeouts    --timeout-s SECONDS
+    repository  --repository DIR
+    keys        $TMR_API_KEY (the front door's key), $TMR_ADMIN_KEY (restricted APIs);
+                never on the command line, where `ps` would show them
+
+Old spellings (`--mode`, `--poll`, `--timeout-ms`, `--model`/`--models` where the model is
+now positional) still parse for one release: they print a deprecation line on stderr and
+set the new option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from client.auth import ADMIN_KEY_ENV, API_KEY_ENV
+from client.core import DEFAULT_PORTS, Protocol, default_url
+from core.paths import DEFAULT_REPOSITORY
+
+URL_ENV = {"http": "TMR_URL", "grpc": "TMR_GRPC_URL"}  # the server's host:port per protocol
+CONTROL_MODES = ("explicit", "poll")
+ENVIRONMENT_HELP = "\n".join([
+    "environment:",
+    f"  {URL_ENV['http']:<14} the server's HTTP host:port "
+    f"(default localhost:{DEFAULT_PORTS['http']})",
+    f"  {URL_ENV['grpc']:<14} its gRPC host:port (default localhost:{DEFAULT_PORTS['grpc']})",
+    f"  {API_KEY_ENV:<14} the API key sent to the front door",
+    f"  {ADMIN_KEY_ENV:<14} the admin key of the restricted APIs (default: the dev server's)",
+    "  TMR_LOG_JSON   1: log JSON lines",
+])
+T = TypeVar("T")
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """The one deprecation line, on stderr."""
+    print(f"tmr: warning: {old} is deprecated and goes in the next release; use {new}",
+          file=sys.stderr)
+
+
+class Deprecated(argparse.Action):
+    """An old spelling: warns, then stores `convert(value)` in the new option's dest."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "",
+                 convert: Callable[[Any], Any] | None = None, **kwargs: Any) -> None:
+        self.new, self.convert = new, convert or (lambda value: value)
+        kwargs.setdefault("default", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        warn_deprecated(option_string or self.dest, self.new)
+        setattr(namespace, self.dest, self.convert(values))
+
+
+def server_url(protocol: Protocol = "http") -> str:
+    """The server a command talks to when `--url` is not given: the environment, else
+    localhost on the protocol's default port."""
+    return os.environ.get(URL_ENV[protocol]) or default_url(protocol)
+
+
+def add_server(parser: argparse.ArgumentParser, *, protocol: Protocol | None = None,
+               start_own: bool = False) -> None:
+    """`--url` (and `--protocol` when `protocol` names its default). With `start_own` no
+    `--url` means "start a server of my own", so the environment is not read."""
+    if start_own:
+        parser.add_argument("--url", default=None,
+                            help="HOST:PORT of a running server (default: start one)")
+    else:
+        env = URL_ENV[protocol or "http"]
+        parser.add_argument("--url", default=None,
+                            help=f"the server's HOST:PORT (default: ${env}, else localhost)")
+    if protocol:
+        parser.add_argument("--protocol", choices=["http", "grpc"], default=protocol,
+                            help=f"default {protocol}")
+
+
+def resolve_url(url: str | None, protocol: Protocol = "http") -> str:
+    return url or server_url(protocol)
+
+
+def add_model(parser: argparse.ArgumentParser, *, default: str | None = None,
+              optional: bool = False, old_option: bool = False,
+              help: str = "the model") -> None:
+    """MODEL as a positional (`optional`: may be left out, then `default`). `old_option`
+    keeps the old `--model NAME` spelling working, deprecated."""
+    if optional:
+        parser.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                            help=f"{help} (default: {default})" if default else help)
+    else:
+        parser.add_argument("model", metavar="MODEL", help=help)
+    if old_option:
+        parser.add_argument("--model", dest="model_option", action=Deprecated,
+                            new="the positional MODEL")
+
+
+def add_models(parser: argparse.ArgumentParser, *, help: str) -> None:
+    """MODEL... (none: every family model), and the deprecated `--models A B`."""
+    parser.add_argument("model", nargs="*", default=[], metavar="MODEL", help=help)
+    parser.add_argument("--models", dest="models_option", nargs="+", action=Deprecated,
+                        new="the positional MODEL...")
+
+
+def add_call_model(parser: argparse.ArgumentParser, default: str) -> None:
+    """`--model`: the front model a call goes to (the positionals are the call's inputs)."""
+    parser.add_argument("--model", default=default, help=f"the front model (default {default})")
+
+
+def add_control_mode(parser: argparse.ArgumentParser) -> None:
+    """`--control-mode`, and the old `--mode X` and `--poll`, deprecated."""
+    parser.add_argument("--control-mode", choices=CONTROL_MODES, default="explicit",
+                        help="the server's model control mode (default explicit)")
+    parser.add_argument("--mode", dest="control_mode", choices=CONTROL_MODES,
+                        action=Deprecated, new="--control-mode")
+    parser.add_argument("--poll", dest="control_mode", nargs=0, action=Deprecated,
+                        new="--control-mode poll", convert=lambda _: "poll")
+
+
+def add_timeout(parser: argparse.ArgumentParser, default_s: float | None, *,
+                help: str, old_ms: bool = False) -> None:
+    """`--timeout-s SECONDS`; `old_ms` keeps the old `--timeout-ms N`, deprecated."""
+    shown = "none" if default_s is None else f"{default_s:g}"
+    parser.add_argument("--timeout-s", type=float, default=default_s,
+                        help=f"{help} (default {shown})")
+    if old_ms:
+        parser.add_argument("--timeout-ms", dest="timeout_s", type=float, action=Deprecated,
+                            new="--timeout-s", convert=lambda ms: ms / 1000.0)
+
+
+def add_repository(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
+                        help="the model repository (default model_repository/)")
+
+
+def options(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:
+    """The command's typed options from the parsed arguments (fields by name)."""
+    values = {f.name: getattr(namespace, f.name) for f in fields(cls)  # type: ignore[arg-type]
+              if f.name not in overrides and hasattr(namespace, f.name)}
+    return cls(**values, **overrides)
+
+
+def model_of(namespace: argparse.Namespace, default: str | None = None) -> str | None:
+    """The positional MODEL, else the deprecated `--model`, else `default`."""
+    return namespace.model or getattr(namespace, "model_option", None) or default
+
+
+def models_of(namespace: argparse.Namespace) -> list[str] | None:
+    """The positional MODELs, else the deprecated `--models`; None means every model."""
+    return list(namespace.model) or getattr(namespace, "models_option", None) or None
+
+
+SUMMARIES: dict[str, str] = {}  # command -> its one-line summary, for the grouped `tmr --help`
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, summary: str,
+                run: Callable[[Any], int],
+                make: Callable[[argparse.Namespace], Any]) -> argparse.ArgumentParser:
+    """A `tmr NAME` command: `make` turns the parsed arguments into the typed options that
+    `run` takes. Not listed by argparse itself: `tmr --help` prints the groups."""
+    SUMMARIES[name] = summary
+    parser = sub.add_parser(name, description=summary, epilog=ENVIRONMENT_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(run=run, make=make)
+    return parser

@@ -1,0 +1,70 @@
+"""`tmr serve`: the CPU Triton dev server in the foreground (server/serve.py runs it)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cli.options import add_command, add_control_mode, add_repository, options
+from server.observability import PROMETHEUS_PORT
+from server.settings import FrontDoorSettings, Ports
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """What `tmr serve` was asked for."""
+
+    repository: Path
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    control_mode: str
+    model_config_name: str | None
+    log_verbose: int
+    extra: tuple[str, ...]
+    no_check: bool
+    no_watchdog: bool
+    prometheus: bool
+    prometheus_port: int
+    front_door: bool
+    front_door_http_port: int
+    front_door_grpc_port: int
+
+
+def make_options(args: argparse.Namespace) -> ServeOptions:
+    return options(ServeOptions, args, extra=tuple(args.extra))
+
+
+def serve_command(opts: ServeOptions) -> int:
+    from server.serve import serve
+
+    # server.serve takes the parsed arguments' shape; the typed options stop here.
+    return serve(argparse.Namespace(**asdict(opts)))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = add_command(sub, "serve", "start the CPU Triton dev server in the foreground",
+                         serve_command, make_options)
+    ports, door = Ports(), FrontDoorSettings()
+    add_repository(parser)
+    parser.add_argument("--http-port", type=int, default=ports.http)
+    parser.add_argument("--grpc-port", type=int, default=ports.grpc)
+    parser.add_argument("--metrics-port", type=int, default=ports.metrics)
+    add_control_mode(parser)
+    parser.add_argument("--model-config-name", default=None,
+                        help="load configs/<name>.pbtxt where a model has one (e.g. gpu)")
+    parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the example call after start")
+    parser.add_argument("--no-watchdog", action="store_true",
+                        help="do not reload models whose stub died or whose queue stalled")
+    parser.add_argument("--prometheus", action="store_true",
+                        help="also run Prometheus with the alert rules (docs/observability.md)")
+    parser.add_argument("--prometheus-port", type=int, default=PROMETHEUS_PORT)
+    parser.add_argument("--front-door", action="store_true",
+                        help="also run nginx in front: API keys, limits (docs/front_door.md)")
+    parser.add_argument("--front-door-http-port", type=int, default=door.http_port)
+    parser.add_argument("--front-door-grpc-port", type=int, default=door.grpc_port)
+    parser.add_argument("extra", nargs="*",
+                        help="extra tritonserver flags, after `--` (e.g. -- --log-info=false)")

@@ -1,0 +1,169 @@
+"""The `tmr` parser: every command parses its documented spellings into its typed options,
+old spellings warn on stderr and map to the new ones, and `tmr --help` lists each command
+once, by group."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.classify import ClassifyOptions
+from cli.embed import EmbedOptions
+from cli.export import AddOptions, ExportOptions
+from cli.main import GROUPS, build_parser, main
+from cli.operate import DegradeOptions, HealthOptions
+from cli.options import SUMMARIES, URL_ENV
+from cli.release import GateOptions, ReleaseOptions, VersionsOptions
+from cli.serve import ServeOptions
+from cli.watchdog import WatchdogOptions
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from perf.plan_cli import CapacityOptions, PlanOptions
+from perf.sweep import CheckOptions, CompareOptions, SweepOptions
+
+
+def parsed(*argv: str) -> object:
+    """The typed options `tmr ARGV` hands its command."""
+    args = build_parser().parse_args(argv)
+    return args.make(args)
+
+
+@pytest.fixture(autouse=True)
+def no_url_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in URL_ENV.values():
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_every_command_is_listed_once_in_the_grouped_help() -> None:
+    listed = [name for names in GROUPS.values() for name in names]
+    build_parser()
+    assert sorted(listed) == sorted(SUMMARIES) and len(listed) == len(set(listed))
+
+
+def test_tmr_help_is_short_and_grouped(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert [g for g in GROUPS if f"\n{g}:\n" in out] == list(GROUPS)
+    assert "TMR_URL" in out and "TMR_ADMIN_KEY" in out and "TMR_API_KEY" in out
+    assert len(out.splitlines()) < 40
+
+
+def test_python_m_cli_is_tmr() -> None:
+    out = subprocess.run([sys.executable, "-m", "cli", "--help"], cwd=PROJECT_ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: tmr ") and "models & releases:" in out.stdout
+
+
+def test_serve_parses_its_ports_control_mode_and_extra_flags() -> None:
+    opts = parsed("serve", "--http-port", "9000", "--control-mode", "poll", "--front-door",
+                  "--", "--log-info=false")
+    assert isinstance(opts, ServeOptions)
+    assert (opts.http_port, opts.control_mode, opts.front_door) == (9000, "poll", True)
+    assert opts.extra == ("--log-info=false",) and opts.repository == DEFAULT_REPOSITORY
+
+
+def test_export_and_add_take_the_model_positionally() -> None:
+    opts = parsed("export", "minilm", "--format", "onnx", "--force")
+    assert opts == ExportOptions("minilm", False, DEFAULT_REPOSITORY, ["onnx"], True, 2, False)
+    assert parsed("export", "--all").all
+    opts = parsed("add", "mpnet", "--family", "text_embedding", "--from", "src/")
+    assert opts == AddOptions("mpnet", "text_embedding", "src/", None, DEFAULT_REPOSITORY, 2,
+                              None, False)
+
+
+def test_calls_take_their_inputs_positionally_and_the_model_as_an_option() -> None:
+    opts = parsed("embed", "a text", "another", "--protocol", "grpc", "--timeout-s", "0.5")
+    assert opts == EmbedOptions(["a text", "another"], "localhost:8001", "grpc", "embed",
+                                None, 0.5)
+    opts = parsed("classify", "cat.jpg", "--model", "digits", "--top-k", "3")
+    assert opts == ClassifyOptions([Path("cat.jpg")], "localhost:8000", "http", "digits", 3,
+                                   None, None)
+    assert parsed("classify", "a.png").model == "efficientnet_lite0"
+
+
+def test_the_server_url_comes_from_the_environment_per_protocol(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMR_URL", "triton:8000")
+    monkeypatch.setenv("TMR_GRPC_URL", "triton:8001")
+    assert parsed("embed", "x").url == "triton:8000"
+    assert parsed("embed", "x", "--protocol", "grpc").url == "triton:8001"
+    assert parsed("health").url == "triton:8000"
+    assert parsed("embed", "x", "--url", "other:1").url == "other:1"
+    assert parsed("perf", "sweep").url is None, "no --url: the sweep starts its own server"
+
+
+def test_release_commands_share_server_control_mode_and_timeout() -> None:
+    opts = parsed("promote", "minilm_onnx", "2", "--control-mode", "poll", "--timeout-s", "5")
+    assert opts == ReleaseOptions("promote", "minilm_onnx", 2, False, "localhost:8000",
+                                  DEFAULT_REPOSITORY, "poll", 5.0)
+    opts = parsed("rollback", "minilm_onnx", "--to", "1")
+    assert (opts.action, opts.version, opts.no_gate, opts.timeout_s) == ("rollback", 1, True,
+                                                                        90.0)
+    assert parsed("gate", "minilm_onnx", "3") == GateOptions("minilm_onnx", 3,
+                                                              DEFAULT_REPOSITORY)
+    assert parsed("versions") == VersionsOptions(None, "localhost:8000", DEFAULT_REPOSITORY)
+
+
+def test_degrade_health_and_watchdog_take_models_positionally() -> None:
+    assert parsed("degrade", "--level", "2") == DegradeOptions(
+        "embed", "2", "localhost:8000", "explicit", DEFAULT_REPOSITORY, 30.0)
+    assert parsed("degrade", "digits", "--level", "auto").model == "digits"
+    assert parsed("health") == HealthOptions("localhost:8000", None)
+    assert parsed("health", "embed", "digits").models == ["embed", "digits"]
+    opts = parsed("watchdog", "embed", "--interval-s", "1")
+    assert isinstance(opts, WatchdogOptions) and opts.models == ["embed"]
+    assert (opts.interval_s, opts.port) == (1.0, 8102)
+
+
+def test_perf_verbs_build_perf_s_own_options() -> None:
+    opts = parsed("perf", "sweep", "embed_bare", "--concurrency", "1", "2")
+    assert opts == SweepOptions("embed_bare", "grpc", [1, 2], None, 60.0, 3000, 20)
+    assert parsed("perf", "sweep").model == "embed"
+    assert parsed("perf", "compare", "A", "B") == CompareOptions(Path("A"), Path("B"))
+    assert parsed("perf", "check", "A").baseline is None
+    assert isinstance(parsed("perf", "check", "A"), CheckOptions)
+    opts = parsed("perf", "plan", "minilm_onnx", "--write")
+    assert isinstance(opts, PlanOptions) and (opts.model, opts.write) == ("minilm_onnx", True)
+    opts = parsed("perf", "capacity", "R", "--target-rps", "1000")
+    assert opts == CapacityOptions(Path("R"), 1000.0, 60.0, 0.2)
+
+
+DEPRECATED = [
+    (("promote", "m", "2", "--mode", "poll"), "--mode", "control_mode", "poll"),
+    (("rollback", "m", "--mode", "explicit"), "--mode", "control_mode", "explicit"),
+    (("degrade", "--level", "4", "--poll"), "--poll", "control_mode", "poll"),
+    (("degrade", "--model", "digits", "--level", "2"), "--model", "model", "digits"),
+    (("embed", "x", "--timeout-ms", "250"), "--timeout-ms", "timeout_s", 0.25),
+    (("health", "--models", "embed", "digits"), "--models", "models", ["embed", "digits"]),
+    (("watchdog", "--models", "embed"), "--models", "models", ["embed"]),
+    (("perf", "sweep", "--model", "embed_bare"), "--model", "model", "embed_bare"),
+]
+
+
+@pytest.mark.parametrize(("argv", "old", "field", "value"), DEPRECATED,
+                         ids=[" ".join(d[0]) for d in DEPRECATED])
+def test_an_old_spelling_still_works_with_a_deprecation_line_on_stderr(
+        capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], old: str, field: str,
+        value: object) -> None:
+    opts = parsed(*argv)
+    assert getattr(opts, field) == value
+    assert f"tmr: warning: {old} is deprecated" in capsys.readouterr().err
+
+
+def test_the_new_spellings_print_no_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    parsed("promote", "m", "2", "--control-mode", "poll")
+    parsed("degrade", "digits", "--level", "4", "--control-mode", "poll")
+    parsed("embed", "x", "--timeout-s", "0.25")
+    assert capsys.readouterr().err == ""
+
+
+def test_classify_of_an_unreadable_file_is_a_clear_error_and_exit_1(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "missing.jpg"
+    assert main(["classify", str(missing), "--url", "localhost:1"]) == 1
+    assert f"error: {missing}: cannot read it: No such file or directory" in capsys.readouterr().err
