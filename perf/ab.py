@@ -23,15 +23,13 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.console import Console
-
 from core.paths import P99_OBJECTIVE_MS
 from perf import harness
-from perf.peers.load import Endpoint, closed_loop_point, triton_endpoint
-from perf.stats import LoadPoint, best_of, goodput, render_table, round_orders
+from perf.peers.load import closed_loop_point, triton_endpoint
+from perf.peers.run import new_progress, sweep_rounds
+from perf.peers.servers import Running
+from perf.stats import LoadPoint, best_of, goodput, render_table
 from perf.subjects import build_repository, text_model
-
-console = Console(stderr=True)
 
 
 @dataclass(frozen=True)
@@ -52,9 +50,9 @@ def parse_variant(spec: str) -> Variant:
     return Variant(name, edits)
 
 
-def start(variant: Variant, root: Path, stack: ExitStack, model: str | None = None) -> Endpoint:
-    """Serve the variant (the text model, and `model` if it is a fixture) and warm it up;
-    the endpoint of `model`, by default the text model's front."""
+def start(variant: Variant, root: Path, stack: ExitStack, model: str | None = None) -> Running:
+    """Serve the variant (the text model, and `model` if it is a fixture) and warm it up,
+    asked through `model`, by default the text model's front."""
     front = text_model().front
     model = model or front
     fixtures = [model] if model != front else []
@@ -63,25 +61,21 @@ def start(variant: Variant, root: Path, stack: ExitStack, model: str | None = No
     server = stack.enter_context(harness.server(repo, root / f"{variant.name}.log"))
     endpoint = triton_endpoint(f"http://{server.http_url}", model)
     asyncio.run(closed_loop_point(endpoint, 8, 3.0))  # warm up
-    return endpoint
+    return Running(variant.name, variant.name, endpoint, {})
 
 
 def run(variants: Sequence[Variant], levels: Sequence[int], seconds: float,
         rounds: int, model: str | None = None) -> dict[str, list[LoadPoint]]:
-    """Best point per level for each variant, all servers up at once (idle but one)."""
-    measured: dict[str, list[list[LoadPoint]]] = {v.name: [] for v in variants}
-    with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        endpoints = {}
+    """Best point per level for each variant, all servers up at once (idle but one), in
+    the peers' mirrored rounds."""
+    with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp, new_progress() as bar:
+        task = bar.add_task("starting", total=len(variants))
+        running = {}
         for v in variants:
-            console.log(f"starting {v.name}")
-            endpoints[v.name] = start(v, Path(tmp), stack, model)
-        for r, order in enumerate(round_orders([v.name for v in variants], rounds), start=1):
-            for name in order:
-                points = []
-                for level in levels:
-                    console.log(f"round {r}/{rounds}: {name} c{level}")
-                    points.append(asyncio.run(closed_loop_point(endpoints[name], level, seconds)))
-                measured[name].append(points)
+            bar.update(task, description=f"starting {v.name}")
+            running[v.name] = start(v, Path(tmp), stack, model)
+            bar.advance(task)
+        measured = sweep_rounds(running, levels, seconds, rounds, bar, task)
     return {name: best_of(rounds_) for name, rounds_ in measured.items()}
 
 

@@ -31,6 +31,7 @@ from core.families.catalog import catalog
 from core.families.configs import parameters_of
 from core.paths import DEFAULT_REPOSITORY
 from core.versions import read_config
+from perf.stats import percentile
 from python_backends.errors import InvalidInputError
 from python_backends.images import ImageSpec, decode_image, preprocess_into
 
@@ -116,7 +117,7 @@ def measure(model: str, case: Case, repeats: int) -> CaseResult:
     original = Image.open(io.BytesIO(case.data)).size
     return CaseResult(
         model, case.name, f"{original[0]}x{original[1]}", round(len(case.data) / 1024, 1),
-        *(round(float(np.percentile(t, q)), 2) for t in (decode_ms, preprocess_ms)
+        *(round(percentile(t, q), 2) for t in (decode_ms, preprocess_ms)
           for q in (50, 95)),
     )  # fmt: skip
 

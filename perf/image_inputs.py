@@ -25,6 +25,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from core.families import IMAGE_CLASSIFICATION
 from core.paths import DEFAULT_REPOSITORY
 from perf.subjects import INPUTS
 
@@ -48,7 +49,6 @@ def photos() -> list[bytes]:
 
 def model_images(repository: Path, count: int = MODEL_IMAGES) -> dict[str, list[bytes]]:
     """Front model -> `perf_images(count)` of its source, for image models that have one."""
-    from core.families import IMAGE_CLASSIFICATION
     from core.families.catalog import catalog
     from export.image_classification import load_source
 
@@ -62,8 +62,9 @@ def model_images(repository: Path, count: int = MODEL_IMAGES) -> dict[str, list[
     return found
 
 
-def input_data(images: Sequence[bytes], name: str = "IMAGE") -> dict:
+def input_data(images: Sequence[bytes]) -> dict:
     """perf_analyzer's real-input JSON: one request per image, base64 text content."""
+    name = IMAGE_CLASSIFICATION.front_inputs[0].name
     return {"data": [{name: {"content": [base64.b64encode(i).decode()], "shape": [1]}}
                      for i in images]}
 

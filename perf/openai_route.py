@@ -9,7 +9,7 @@ every answer checked) drive `POST /v2/models/<front>/infer` (KServe JSON) and
 `POST /v1/embeddings` (OpenAI JSON, floats) in alternation, `--rounds` times each, so
 both see the same machine. Each route's figure is the median over its rounds; the
 ratios are OpenAI / KServe. The issue's target at c16: throughput >= 0.9x, p99 <= 1.1x.
-Results: perf/results/<timestamp>/openai_route.{json,md}.
+Results: perf/results/openai_route-<timestamp>/openai_route.{json,md}.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ model, under a perf_analyzer load at the same concurrency, this reads the CPU ti
 the stub serves, and divides by the requests served in the same window (Triton's
 `nv_inference_request_success` metric). While the load runs, py-spy samples the front
 model's stubs; the report lists the project functions with the largest inclusive share
-of the samples. Output: `perf/results/<timestamp>/profile.md` plus py-spy's raw stacks.
+of the samples. Output: `perf/results/profile-<timestamp>/profile.md` plus py-spy's raw stacks.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from client.prometheus import metric_value
 from core.families import TEXT_EMBEDDING
 from core.repository import set_parameter
 from perf import harness, perf_analyzer, subjects
+from perf.peers import cpu
 from perf.subjects import build_repository
 from server.launcher import TritonServer, stub_processes
 
@@ -42,14 +43,12 @@ PY_SPY = Path(sys.executable).parent / "py-spy"  # the venv's, from the dev extr
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of one process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return cpu.parse_stat((cpu.PROC / str(pid) / "stat").read_text())[1] / CLOCK_TICKS
 
 
 def machine_busy_seconds() -> float:
     """CPU seconds every core of this machine spent busy (not idle or iowait), /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / CLOCK_TICKS
+    return cpu.machine_busy((cpu.PROC / "stat").read_text()) / CLOCK_TICKS
 
 
 def stub_groups(server_pid: int) -> dict[str, list[int]]:
@@ -60,9 +59,9 @@ def stub_groups(server_pid: int) -> dict[str, list[int]]:
 def cpu_by_group(groups: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds per group, plus OTHERS: the rest of the machine's busy time (the load
     generator, the OS, this script)."""
-    cpu = {name: sum(cpu_seconds(p) for p in pids) for name, pids in groups.items()}
-    cpu[OTHERS] = machine_busy_seconds() - sum(cpu.values())
-    return cpu
+    seconds = {name: sum(cpu_seconds(p) for p in pids) for name, pids in groups.items()}
+    seconds[OTHERS] = machine_busy_seconds() - sum(seconds.values())
+    return seconds
 
 
 def successes(metrics_url: str, model: str) -> float:

@@ -46,7 +46,8 @@ def tokenizer(repository: Path, front: str) -> TextEncoder:
 def texts(family_inputs: str = TEXT_EMBEDDING.perf_inputs) -> list[str]:
     """The texts of the family's perf_analyzer input data."""
     data = json.loads((INPUTS / family_inputs).read_text())["data"]
-    return [d["TEXT"]["content"][0] for d in data]
+    name = TEXT_EMBEDDING.front_inputs[0].name
+    return [d[name]["content"][0] for d in data]
 
 
 FIXTURES = PROJECT_ROOT / "perf" / "fixtures"
