@@ -119,10 +119,12 @@ def add_call_model(parser: argparse.ArgumentParser, default: str) -> None:
     parser.add_argument("--model", default=default, help=f"the front model (default {default})")
 
 
-def add_control_mode(parser: argparse.ArgumentParser) -> None:
-    """`--control-mode`, and the old `--mode X` and `--poll`, deprecated."""
+def add_control_mode(parser: argparse.ArgumentParser, *, old: bool = True) -> None:
+    """`--control-mode`; `old` keeps the old `--mode X` and `--poll` working, deprecated."""
     parser.add_argument("--control-mode", choices=CONTROL_MODES, default="explicit",
                         help="the server's model control mode (default explicit)")
+    if not old:
+        return
     parser.add_argument("--mode", dest="control_mode", choices=CONTROL_MODES,
                         action=Deprecated, new="--control-mode")
     parser.add_argument("--poll", dest="control_mode", nargs=0, action=Deprecated,

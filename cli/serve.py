@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--http-port", type=int, default=ports.http)
     parser.add_argument("--grpc-port", type=int, default=ports.grpc)
     parser.add_argument("--metrics-port", type=int, default=ports.metrics)
-    add_control_mode(parser)
+    add_control_mode(parser, old=False)  # serve always spelled it --control-mode
     parser.add_argument("--model-config-name", default=None,
                         help="load configs/<name>.pbtxt where a model has one (e.g. gpu)")
     parser.add_argument("--log-verbose", type=int, default=0)
