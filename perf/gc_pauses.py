@@ -70,7 +70,7 @@ def measure(policy: str, out: Path, interval_ms: int) -> GcRun:
     inputs = INPUTS / model.family.perf_inputs
     with harness.served_copy(out / f"triton-{policy}.log", edit=with_policy(policy)) as server:
         perf_analyzer.run(model.front, server.grpc_url, 16, inputs, out / "warmup.csv",
-                          interval_ms=2000)
+                          interval_ms=2000, stability_pct=100)  # a warm-up: any window will do
         before = gc_totals(server.metrics_url)
         began = time.monotonic()
         row = perf_analyzer.run(model.front, server.grpc_url, 16, inputs,
