@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from client.aio import AsyncClient, AsyncEmbedClient
-    from client.core import ClassifyResult, EmbedResult, Prediction
+    from client.core import ClassifyResult, EmbedResult, InferResult, Prediction
     from client.errors import (
         AccessDeniedError,
         DeadlineExceededError,
@@ -45,6 +45,7 @@ _EXPORTS = {
     "EmbedClient": "client.sync",
     "EmbedResult": "client.core",
     "ClassifyResult": "client.core",
+    "InferResult": "client.core",
     "Prediction": "client.core",
     "NO_RETRY": "client.retry",
     "RetryPolicy": "client.retry",
@@ -65,6 +66,7 @@ __all__ = [
     "DeadlineExceededError",
     "EmbedClient",
     "EmbedResult",
+    "InferResult",
     "InvalidInputError",
     "ModelNotFoundError",
     "ModelNotReadyError",

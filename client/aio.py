@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,11 +20,13 @@ from client.core import (
     ClassifyResult,
     ClientBase,
     EmbedResult,
+    InferResult,
     ModelInfo,
     Progress,
     Protocol,
     classify_result,
     embed_result,
+    infer_result,
     text_tensor,
 )
 from client.errors import (
@@ -144,6 +147,18 @@ class AsyncClient(ClientBase):
                                     CallOptions(priority, timeout_ms, model_version), on_progress)
         answers, ids = await self._send(call)
         return classify_result(answers, ids)
+
+    async def infer(self, rows: np.ndarray, input_name: str, outputs: Sequence[str], *,
+                    model: str | None = None, priority: int | None = None,
+                    timeout_ms: float | None = None, model_version: int | None = None,
+                    parameters: Mapping[str, Any] | None = None,
+                    on_progress: Progress | None = None) -> InferResult:
+        """The generic call under embed() and classify() (see Client.infer)."""
+        call = self._start(model, rows, input_name, outputs,
+                           CallOptions(priority, timeout_ms, model_version), on_progress,
+                           parameters)
+        answers, ids = await self._send(call)
+        return infer_result(answers, ids, call.wanted)
 
     async def _send(self, call: Call) -> tuple[list[Any], list[str]]:
         """Every chunk of the call, at most `in_flight` at once; (answers, request ids)."""

@@ -384,6 +384,29 @@ def embed_result(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
         request_ids=request_ids)
 
 
+@dataclass
+class InferResult:
+    """A generic call's answer: each asked output, its chunks' rows concatenated in input
+    order (BYTES outputs stay numpy object arrays), and each chunk's version and id."""
+
+    outputs: dict[str, np.ndarray]
+    model_name: str = ""
+    model_versions: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+
+def infer_result(answers: Sequence[Any], request_ids: list[str],
+                 wanted: Sequence[str]) -> InferResult:
+    """One InferResult from the InferResults of the chunks, in order."""
+    identities = [response_identity(a) for a in answers]
+    outputs = {}
+    for name in wanted:
+        parts = [a.as_numpy(name) for a in answers]
+        if all(part is not None for part in parts):
+            outputs[name] = np.concatenate(parts)
+    return InferResult(outputs, identities[0][0], [v for _, v in identities], request_ids)
+
+
 class ClientBase:
     """State and decisions shared by the sync and asyncio clients (no I/O here)."""
 

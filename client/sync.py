@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,13 @@ from client.core import (
     ClassifyResult,
     ClientBase,
     EmbedResult,
+    InferResult,
     ModelInfo,
     Progress,
     Protocol,
     classify_result,
     embed_result,
+    infer_result,
     text_tensor,
 )
 from client.errors import (
@@ -137,6 +140,20 @@ class Client(ClientBase):
                                     CallOptions(priority, timeout_ms, model_version), on_progress)
         answers, ids = self._send(call)
         return classify_result(answers, ids)
+
+    def infer(self, rows: np.ndarray, input_name: str, outputs: Sequence[str], *,
+              model: str | None = None, priority: int | None = None,
+              timeout_ms: float | None = None, model_version: int | None = None,
+              parameters: Mapping[str, Any] | None = None,
+              on_progress: Progress | None = None) -> InferResult:
+        """The generic call under embed() and classify(): `rows` ([n, 1] BYTES) under
+        `input_name`, chunked, retried and mapped to typed errors as they are; the
+        `outputs` the model has, by name."""
+        call = self._start(model, rows, input_name, outputs,
+                           CallOptions(priority, timeout_ms, model_version), on_progress,
+                           parameters)
+        answers, ids = self._send(call)
+        return infer_result(answers, ids, call.wanted)
 
     def _send(self, call: Call) -> tuple[list[Any], list[str]]:
         """Every chunk of the call, one after another; (answers, request ids)."""

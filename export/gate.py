@@ -80,44 +80,6 @@ class GateResult:
         return "\n".join(rows)
 
 
-def cosine_quality(reference: np.ndarray, candidate: np.ndarray, gates: dict[str, float],
-                   labels: np.ndarray | None = None) -> tuple[dict[str, float], str | None]:
-    """Row cosines (text embeddings): mean and minimum against their thresholds."""
-    from export.parity import fidelity
-
-    stats = fidelity(reference, candidate)
-    need_mean, need_min = gates["gate_mean_cosine"], gates["gate_min_cosine"]
-    failed = stats.mean < need_mean or stats.min < need_min
-    why = (f"mean cosine {stats.mean:.5f} / min {stats.min:.5f} under {need_mean} / {need_min}"
-           if failed else None)
-    return {"mean_cosine": stats.mean, "min_cosine": stats.min}, why
-
-
-def top1_quality(reference: np.ndarray, candidate: np.ndarray, gates: dict[str, float],
-                 labels: np.ndarray | None = None) -> tuple[dict[str, float], str | None]:
-    """Classes (image classification): top-1 agreement with the reference, and the
-    accuracy points lost where the evaluation set has labels."""
-    from export.image_eval import top1_accuracy, top1_agreement
-
-    stats = {"agreement": top1_agreement(reference, candidate)}
-    why = []
-    if stats["agreement"] < gates["gate_min_agreement"]:
-        why.append(f"top-1 agreement {stats['agreement']:.4f} under {gates['gate_min_agreement']}")
-    if labels is not None:
-        stats["top1"] = top1_accuracy(candidate, labels)
-        stats["top1_drop"] = top1_accuracy(reference, labels) - stats["top1"]
-        if stats["top1_drop"] > gates["gate_max_top1_drop"]:
-            why.append(f"top-1 {stats['top1_drop'] * 100:.2f} points under the reference, "
-                       f"over {gates['gate_max_top1_drop'] * 100:g}")
-    return stats, "; ".join(why) or None
-
-
-QUALITY: dict[str, Callable[..., tuple[dict[str, float], str | None]]] = {
-    "cosine": cosine_quality,
-    "top1": top1_quality,
-}
-
-
 def outputs_of(run: Callable[[dict], dict], batches: list[dict], output: str) -> np.ndarray:
     return np.concatenate([run(feeds)[output] for feeds in batches])
 
@@ -189,11 +151,10 @@ def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
         runs["current"] = artifact_runner(artifact_of(model_dir, result.current), threads,
                                           inputs, [output])
         outputs["current"] = outputs_of(runs["current"], batches, output)
-    judge = QUALITY[fam.gate_metric]
-    labels = recipe.gate_labels()
     for against in ("reference", "current"):
         if against in outputs:
-            stats, why = judge(outputs[against], outputs["candidate"], settings.quality, labels)
+            stats, why = recipe.judge_quality(outputs[against], outputs["candidate"],
+                                              settings.quality)
             result.quality[against] = stats
             if why:
                 result.reasons.append(f"quality vs {against}: {why}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -44,6 +44,7 @@ from export.image_eval import (
     top1_in_top5,
 )
 from export.parity import check_max_abs_diff, max_abs_diff
+from export.quality import Judgement, top1_quality
 from export.signature import signature
 from export.static_int8 import DEFAULT_CONFIG, BatchCalibrationReader, quantize_int8
 from python_backends.images import ImageSpec
@@ -314,8 +315,10 @@ class ImageClassificationRecipe:
         name = self.contract.input_names[0]
         return [{name: b} for b in batches(self.evaluation.inputs, GATE_BATCH)]
 
-    def gate_labels(self) -> np.ndarray | None:
-        return self.evaluation.labels
+    def judge_quality(self, reference: np.ndarray, candidate: np.ndarray,
+                      gates: Mapping[str, float]) -> Judgement:
+        """Top-1 agreement, and the accuracy lost where the evaluation set has labels."""
+        return top1_quality(reference, candidate, gates, self.evaluation.labels)
 
 
 def recipe(folder: Path, threads: int = 2) -> ImageClassificationRecipe:

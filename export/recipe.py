@@ -3,7 +3,8 @@ gate use, whatever the family (text_embedding.py and image_classification.py imp
 
 A family names its recipe module (`Family.export_recipe`); that module's `recipe(folder,
 threads)` returns an `ExportRecipe`. Nothing outside the recipe module probes it for
-optional methods: every member below is part of the interface.
+optional methods or looks its family's metric up in a table: every member below is part
+of the interface, the quality judge included.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from core.families import Family
+from export.quality import Judgement
 from export.signature import Signature
 
 
@@ -59,8 +61,10 @@ class ExportRecipe(Protocol):
 
     def gate_batches(self) -> list[dict[str, np.ndarray]]: ...
 
-    def gate_labels(self) -> np.ndarray | None:
-        """True classes of the gate batches' rows, or None where the family has none."""
+    def judge_quality(self, reference: np.ndarray, candidate: np.ndarray,
+                      gates: Mapping[str, float]) -> Judgement:
+        """The gate's verdict on the candidate's outputs of `gate_batches` against the
+        reference's (export/quality.py has the families' judges)."""
         ...
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -39,6 +39,7 @@ from export import onnx_fp32, quantize, sensitivity, torchscript
 from export.corpus import build_corpus, corpus_sha256, parity_batches
 from export.errors import ExportCheckError
 from export.parity import check_fidelity, check_max_abs_diff, fidelity, max_abs_diff
+from export.quality import Judgement, cosine_quality
 from export.quiet import quiet_export
 from export.signature import signature
 from export.timing import median_ms
@@ -371,8 +372,9 @@ class TextEmbeddingRecipe:
         return {FAMILY.front_artifact: (self.facts.folder / "tokenizer.json").read_bytes()}
 
     # -- the release gate -----------------------------------------------------------
-    def gate_labels(self) -> None:
-        return None  # embeddings are judged by cosine against the reference, not by labels
+    def judge_quality(self, reference: np.ndarray, candidate: np.ndarray,
+                      gates: Mapping[str, float]) -> Judgement:
+        return cosine_quality(reference, candidate, gates)  # row cosines, no labels
 
     def gate_batches(self, stride: int = 16, batch: int = 16) -> list[dict[str, np.ndarray]]:
         """Every `stride`-th corpus text, length-sorted into batches (little padding)."""

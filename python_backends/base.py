@@ -47,13 +47,13 @@ class BaseModel:
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""
 
-    def artifact_path(self) -> Path:
-        """The version folder's artifact: `default_model_filename` or the class default.
-        A model of the plain `python` backend has `model.py` there (its code, filled in by
-        Triton), so its artifact is the class default."""
+    def artifact_path(self, default: str = "") -> Path:
+        """The version folder's artifact: `default_model_filename`, else `default` or the
+        class default. A model of the plain `python` backend has `model.py` there (its
+        code, filled in by Triton), so its artifact is the default."""
         filename = self.config.get("default_model_filename") or ""
         if not filename or filename.endswith(".py"):
-            filename = self.default_filename
+            filename = default or self.default_filename
         return self.model_dir / self.version / filename
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -31,10 +31,10 @@ from core.families.image_classification import (
 )
 from core.families.spec import SERVED_BY
 from core.settings import ImageFrontSettings
-from python_backends.base import error_response, input_array, ok_response
+from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.errors import InvalidInputError
 from python_backends.images import ImageBatchBuffer, ImageSpec, sniff_format, top_k
-from python_backends.router import FamilyRouter, Prepared, strings_array
+from python_backends.router import ONE_CALL, FamilyRouter, Prepared, strings_array
 
 IMAGE_INPUT = IMAGE.name
 ENCODER_INPUT = PIXEL_VALUES.name
@@ -63,16 +63,23 @@ def requested_top_k(parameters_json: str, default: int, classes: int) -> int:
     return value
 
 
-class ClassifyModel(FamilyRouter):
-    """Decode and preprocess into a preallocated buffer, then the ladder, then top-k."""
+class ImageClassificationFront:
+    """The image family's front logic (router.FrontLogic): decode and preprocess into a
+    preallocated buffer, hand the buffer's rows to the encoder, top-k of its logits."""
 
-    def setup(self, args: dict[str, str]) -> None:
-        self.spec = ImageSpec.from_config(self.config)
-        self.labels = self.artifact_path().read_text(encoding="utf-8").splitlines()
-        top_k = ImageFrontSettings.from_parameters(self.config).top_k
+    bucket_waste = ONE_CALL  # images are all one size: a batch is one call
+
+    def __init__(self, model: BaseModel) -> None:
+        self.model = model  # whose batch facts each batch's images are counted in
+        self.spec = ImageSpec.from_config(model.config)
+        self.labels = model.artifact_path().read_text(encoding="utf-8").splitlines()
+        top_k = ImageFrontSettings.from_parameters(model.config).top_k
         self.default_k = min(top_k, len(self.labels))
-        self.buffer = ImageBatchBuffer(self.spec, max(int(self.config.get("max_batch_size", 1)), 1))
-        super().setup(args)
+        rows = max(int(model.config.get("max_batch_size", 1)), 1)
+        self.buffer = ImageBatchBuffer(self.spec, rows)
+
+    def row_length(self, row: Any) -> int:
+        return 1
 
     def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
         """Every image into its row of the buffer; a bad one fails its request alone."""
@@ -90,8 +97,8 @@ class ClassifyModel(FamilyRouter):
             keys = [hashlib.blake2b(data, digest_size=16).hexdigest() for data in items]
             valid[i] = Prepared(keys, rows, {"top_k": k})
             row += len(rows)
-            self.batch.batch_size += len(items)
-            self.batch.input_bytes += sum(map(len, items))
+            self.model.batch.batch_size += len(items)
+            self.model.batch.input_bytes += sum(map(len, items))
         return responses, valid
 
     def feeds(self, rows: Sequence[Any]) -> dict[str, np.ndarray]:
@@ -109,3 +116,9 @@ class ClassifyModel(FamilyRouter):
             PROBABILITIES.name: probabilities,
             SERVED_BY.name: strings_array(served_by),
         })
+
+
+class ClassifyModel(FamilyRouter):
+    """Image decoding + the degradation ladder over the primary and fallback encoders."""
+
+    front_logic = ImageClassificationFront

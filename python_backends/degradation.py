@@ -182,8 +182,9 @@ def throttled(read: Callable[[], float], period_s: float,
     return sample
 
 
-class EmbeddingCache:
-    """A small LRU of text -> (embedding, what served it), filled by successful calls."""
+class ResponseCache:
+    """A small LRU of a row's key (its text, an image's digest) -> (the encoder's output,
+    what served it), filled by successful calls, for every family's front model."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity

@@ -1,8 +1,10 @@
 """The front model of any family: the degradation router, written once.
 
-A family's front model says how a request becomes rows for the encoder (`prepare`), how
-rows become the encoder's inputs (`feeds`) and how the encoder's outputs become the
-answer (`respond`). Everything else lives here: the ladder
+A family's front logic (`FrontLogic`, an object the router holds) says how a request
+becomes rows for the encoder (`prepare_requests`), how rows become the encoder's inputs
+(`feeds`) and how the encoder's outputs become the answer (`respond`). A family's Triton
+model is this class with its front logic named (`front_logic = ...`, embed.py, classify.py).
+Everything else lives here: the ladder
 (python_backends/degradation.py) gives the level, the router (python_backends/routing.py)
 a plan, and this class executes it: the batch to the primary encoder when all is well,
 smaller calls, the fallback (INT8) encoder and cached answers as pressure rises,
@@ -22,10 +24,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -39,8 +41,8 @@ from python_backends.batching import length_buckets
 from python_backends.bls import bls_infer
 from python_backends.degradation import (
     DegradationPolicy,
-    EmbeddingCache,
     Level,
+    ResponseCache,
     Transition,
     ladder,
     throttled,
@@ -125,22 +127,48 @@ class Prepared(RoutedRequest):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class FamilyRouter(BaseModel):
-    """The degradation router over a family's primary and fallback encoders."""
+class FrontLogic(Protocol):
+    """What a family's front model says; the router (FamilyRouter) does everything else.
+
+    Built once per instance from the Triton model it serves (its config, version folder
+    and the batch facts it fills), e.g. python_backends/embed.py TextEmbeddingFront."""
 
     # Rows of one batch go to the encoder in groups of similar length, so padding wastes
-    # at most this share of their size; -1: the batch as one call. A text front sets its
-    # own (core.settings.TextFrontSettings.length_bucket_waste).
-    bucket_waste = ONE_CALL
+    # at most this share of their size; ONE_CALL (-1): the batch as one call.
+    bucket_waste: float
+
+    def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
+        """Responses with each invalid request's error filled in, and the valid requests."""
+        ...
+
+    def row_length(self, row: Any) -> int:
+        """The size of a row, for grouping rows of similar size into one call."""
+        ...
+
+    def feeds(self, rows: Sequence[Any]) -> dict[str, np.ndarray]:
+        """The encoder's inputs for one call over `rows`."""
+        ...
+
+    def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
+        """The answer of one request from its rows' encoder outputs."""
+        ...
+
+
+class FamilyRouter(BaseModel):
+    """The degradation router over a family's primary and fallback encoders, executing
+    what its family's front logic (`front_logic`, built at setup) says."""
+
+    front_logic: ClassVar[Callable[[BaseModel], FrontLogic]]
 
     def setup(self, args: dict[str, str]) -> None:
+        self.front = self.front_logic(self)
         repository = self.model_dir.parent
         self.encoders = {role: Encoder.from_repository(repository, required(
             self.config, f"{role}_model")) for role in ("primary", "fallback")}
         self.settings = LadderSettings.from_parameters(self.config)
         self.levels = ladder(self.settings.small_batch_rows)
         self.policy = DegradationPolicy(self.settings, since=time.monotonic())
-        self.cache = EmbeddingCache(self.settings.cache_entries)
+        self.cache = ResponseCache(self.settings.cache_entries)
         self.max_batch = max(int(self.config.get("max_batch_size", 1)), 1)
         # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
         self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
@@ -149,23 +177,6 @@ class FamilyRouter(BaseModel):
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()])
         self.served.start()
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
-
-    # -- what a family says ---------------------------------------------------------
-    def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
-        """Responses with each invalid request's error filled in, and the valid requests."""
-        raise NotImplementedError
-
-    def row_length(self, row: Any) -> int:
-        """The size of a row, for grouping rows of similar size into one call."""
-        return 1
-
-    def feeds(self, rows: Sequence[Any]) -> dict[str, np.ndarray]:
-        """The encoder's inputs for one call over `rows`."""
-        raise NotImplementedError
-
-    def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
-        """The answer of one request from its rows' encoder outputs."""
-        raise NotImplementedError
 
     # -- the ladder -----------------------------------------------------------------
     def finalize(self) -> None:
@@ -189,16 +200,17 @@ class FamilyRouter(BaseModel):
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         level = self.current_level()
-        responses, valid = self.prepare_requests(requests)
+        responses, valid = self.front.prepare_requests(requests)
         self.policy.observe_batch([len(r.rows) for r in valid.values()], self.max_batch)
-        plan = plan_batch(level, valid, self.cache, self.bucket_waste, self.row_length)
+        plan = plan_batch(level, valid, self.cache, self.front.bucket_waste,
+                          self.front.row_length)
         for i, reason in plan.refused.items():
             self.metrics.rejections.inc(reason=reason)
             responses[i] = error_response(UnavailableError(
                 degraded_refusal(self.name, level.number, level.name, reason)))
         for i, hits in plan.cached.items():
             self.metrics.cache_hits.inc(len(hits))
-            responses[i] = self.respond(valid[i], np.stack([h[0] for h in hits]),
+            responses[i] = self.front.respond(valid[i], np.stack([h[0] for h in hits]),
                                         [str(h[1].from_cache()) for h in hits])
         if plan.encoded:
             self._encode(level, plan, valid, responses)
@@ -220,7 +232,7 @@ class FamilyRouter(BaseModel):
             start += len(request.rows)
             for key, row in zip(request.keys, part):
                 self.cache.put(key, row, served)
-            responses[i] = self.respond(request, part, [str(served)] * len(request.rows))
+            responses[i] = self.front.respond(request, part, [str(served)] * len(request.rows))
 
     def _run_plan(self, level: Level, plan: Plan, rows: list) -> tuple[np.ndarray, ServedBy]:
         """Outputs from the plan's encoder; a vanished primary fails over at once."""
@@ -235,7 +247,8 @@ class FamilyRouter(BaseModel):
             self._record(self.policy.fail_over(f"primary {encoder.name} failed: "
                                                f"{err.child_message}", time.monotonic()))
             fallback = self.encoders["fallback"]
-            calls = length_buckets([self.row_length(r) for r in rows], self.bucket_waste)
+            calls = length_buckets([self.front.row_length(r) for r in rows],
+                                   self.front.bucket_waste)
             return self._call(fallback, rows, calls), self._served_by(fallback, self.levels[2])
 
     def _call(self, encoder: Encoder, rows: list, calls: list[list[int]]) -> np.ndarray:
@@ -243,7 +256,7 @@ class FamilyRouter(BaseModel):
         (sending them at once lost throughput: docs/benchmarks.md); results in row order."""
         out: np.ndarray | None = None
         for group in calls:
-            part = self.call_encoder(encoder, self.feeds([rows[i] for i in group]))
+            part = self.call_encoder(encoder, self.front.feeds([rows[i] for i in group]))
             if out is None:
                 out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
             out[group] = part

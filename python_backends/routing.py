@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from python_backends.batching import length_buckets
-from python_backends.degradation import EmbeddingCache, Level
+from python_backends.degradation import Level, ResponseCache
 
 OUT_OF_SERVICE = "out of service"
 
@@ -46,7 +46,7 @@ class Plan:
         return [row for i in self.encoded for row in requests[i].rows]
 
 
-def plan_batch(level: Level, requests: Mapping[int, RoutedRequest], cache: EmbeddingCache,
+def plan_batch(level: Level, requests: Mapping[int, RoutedRequest], cache: ResponseCache,
                bucket_waste: float, length: Callable[[Any], int] = len) -> Plan:
     """The plan for one batch at `level` (see the module docstring)."""
     plan = Plan()

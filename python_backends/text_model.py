@@ -18,6 +18,7 @@ from python_backends.tokenization import (
 
 TokenRows = list[list[int]]
 TEXT_INPUT = TEXT.name  # the text families' one input (core/families)
+TOKENIZER_FILE = "tokenizer.json"  # when the config names no default_model_filename
 
 
 @dataclass
@@ -28,15 +29,15 @@ class TextRequest:
     rows: TokenRows
 
 
-class TextModel(BaseModel):
-    """A model whose requests carry TEXT; `tokenize_requests` does the per-request checks."""
+class TextInputs:
+    """The TEXT input of a model: its limits and tokenizer (the tokenizer.json of its
+    version folder), and `tokenize_requests`, the per-request checks."""
 
-    default_filename = "tokenizer.json"  # when the config names no default_model_filename
-
-    def setup(self, args: dict[str, str]) -> None:
-        self.text = TextFrontSettings.from_parameters(self.config)
-        self.limits = TextLimits.of(self.text)
-        self.encoder = TextEncoder(self.artifact_path())  # the tokenizer.json of version 1
+    def __init__(self, model: BaseModel) -> None:
+        self.model = model  # whose batch facts each batch's texts are counted in
+        self.settings = TextFrontSettings.from_parameters(model.config)
+        self.limits = TextLimits.of(self.settings)
+        self.tokenizer = TextEncoder(model.artifact_path(TOKENIZER_FILE))
 
     def tokenize_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, TextRequest]]:
         """Responses with each invalid request's error filled in, and the valid requests."""
@@ -47,13 +48,13 @@ class TextModel(BaseModel):
                 raw = input_array(request, TEXT_INPUT)
                 texts = decode_texts(raw, self.limits, TEXT_INPUT)
                 valid[i] = TextRequest(texts, self._tokenize(texts))
-                self.batch.batch_size += len(texts)
-                self.batch.input_bytes += sum(map(len, raw.flat))
+                self.model.batch.batch_size += len(texts)
+                self.model.batch.input_bytes += sum(map(len, raw.flat))
             except InvalidInputError as err:
                 responses[i] = error_response(err)
         return responses, valid
 
     def _tokenize(self, texts: list[str]) -> TokenRows:
-        ids = self.encoder.token_ids(texts)
+        ids = self.tokenizer.token_ids(texts)
         return [apply_token_limit(r, self.limits, j, TEXT_INPUT)
                 for j, r in enumerate(ids)]

@@ -11,7 +11,8 @@ from types import FrameType
 
 from client import TritonClientError
 from client.auth import API_KEY_HEADER
-from core.families.catalog import catalog, missing_exports
+from core.families.catalog import FamilyModel, catalog, missing_exports
+from core.versions import read_config
 from server.admin_client import AdminClient
 from server.front_door import FrontDoor, FrontDoorError
 from server.launcher import HOME_DIR, ServerStartError, TritonServer
@@ -75,30 +76,24 @@ def banner(server: TritonServer, models: str) -> str:
     ])
 
 
-def embed_example(server: TritonServer, front: str) -> str:
-    from client import EmbedClient
+def example_call(server: TritonServer, model: FamilyModel) -> str:
+    """One real call through a family model's front with its family's probe input, over
+    the SDK's generic call; the family says what its answer shows."""
+    from client import Client
+    from core.families.configs import parameters_of
 
-    with EmbedClient(server.http_url, protocol="http", model=front) as client:
-        vector = client.embed(["Triton serves sentence embeddings."])[0]
-    norm = float((vector**2).sum() ** 0.5)
-    return f"{front} answered: dim={vector.shape[0]} norm={norm:.4f} first={vector[:4].round(4)}"
-
-
-def classify_example(server: TritonServer, front: str) -> str:
-    from client import EmbedClient
-    from core.families.image_classification import probe_image
-
-    with EmbedClient(server.http_url, protocol="http", model=front) as client:
-        best = client.classify([probe_image()], top_k=1).predictions[0][0]
-    return f"{front} answered: class {best.class_id} ({best.label}) p={best.probability:.3f}"
-
-
-EXAMPLES = {"embed": embed_example, "classify": classify_example}  # a family's SDK method
+    fam, front = model.family, str(model.front)
+    params = parameters_of(read_config(server.opts.repository / front))
+    inputs, _ = fam.front_probe(params)
+    ((name, rows),) = inputs.items()
+    with Client(server.http_url, protocol="http", model=front) as client:
+        answer = client.infer(rows, name, [t.name for t in fam.front_outputs])
+    return f"{front} answered: {fam.describe_answer(answer.outputs)}"
 
 
 def example_calls(server: TritonServer) -> list[str]:
     """One real call through the front model of every family model the server holds."""
-    return [EXAMPLES[model.family.sdk_method](server, model.front)
+    return [example_call(server, model)
             for model in catalog(server.opts.repository) if model.front]
 
 

@@ -67,6 +67,14 @@ def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:
     return None
 
 
+def describe_answer(outputs: Mapping[str, np.ndarray]) -> str:
+    """The first image's best class, its label and probability."""
+    label = outputs[LABELS.name][0][0]
+    label = label.decode() if isinstance(label, bytes) else str(label)
+    return (f"class {int(outputs[CLASS_IDS.name][0][0])} ({label}) "
+            f"p={float(outputs[PROBABILITIES.name][0][0]):.3f}")
+
+
 IMAGE_CLASSIFICATION = Family(
     name="image_classification",
     backend="image_classification",
@@ -92,10 +100,9 @@ IMAGE_CLASSIFICATION = Family(
     front_instances=2,
     max_batch_size=16,
     export_recipe="export.image_classification",
-    sdk_method="classify",
     perf_inputs="images.json",
     front_probe=front_probe,
     encoder_probe=encoder_probe,
     check_probe=check_probe,
-    gate_metric="top1",
+    describe_answer=describe_answer,
 )

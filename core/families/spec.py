@@ -55,6 +55,8 @@ class Format:
 Probe = Callable[[Mapping[str, str]], tuple[dict[str, np.ndarray], list[str]]]
 # Checks a probe's first output: None when sane, else what is wrong.
 ProbeCheck = Callable[[np.ndarray, Mapping[str, str]], str | None]
+# One line for a person about a front model's answer, from its outputs by name.
+Describe = Callable[[Mapping[str, np.ndarray]], str]
 
 
 @dataclass(frozen=True)
@@ -76,12 +78,11 @@ class Family:
     front_instances: int
     max_batch_size: int
     export_recipe: str  # the module that exports a model of the family (imports torch)
-    sdk_method: str  # the SDK call that serves it
     perf_inputs: str  # perf_analyzer input data of a front, under perf/inputs/
     front_probe: Probe
     encoder_probe: Probe
     check_probe: ProbeCheck
-    gate_metric: str  # what the release gate compares: "cosine" or "top1"
+    describe_answer: Describe  # what `tmr serve` prints of its example call
 
     @property
     def front_parameters(self) -> dict[str, str]:

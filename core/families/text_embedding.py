@@ -53,6 +53,13 @@ def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:
     return None
 
 
+def describe_answer(outputs: Mapping[str, np.ndarray]) -> str:
+    """The first embedding's size, norm and first values."""
+    vector = np.asarray(outputs[EMBEDDING.name][0], dtype=np.float32)
+    norm = float(np.sqrt((vector.astype(np.float64) ** 2).sum()))
+    return f"dim={vector.shape[0]} norm={norm:.4f} first={vector[:4].round(4)}"
+
+
 TEXT_EMBEDDING = Family(
     name="text_embedding",
     backend="text_embedding",
@@ -75,10 +82,9 @@ TEXT_EMBEDDING = Family(
     front_instances=3,
     max_batch_size=64,
     export_recipe="export.text_embedding",
-    sdk_method="embed",
     perf_inputs="embed.json",
     front_probe=front_probe,
     encoder_probe=encoder_probe,
     check_probe=check_probe,
-    gate_metric="cosine",
+    describe_answer=describe_answer,
 )

@@ -8,21 +8,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from python_backends.base import ok_response
+from python_backends.base import BaseModel, ok_response
 from python_backends.batching import split_outputs
 from python_backends.embed import ENCODER_INPUTS
-from python_backends.text_model import TextModel
+from python_backends.text_model import TextInputs
 from python_backends.tokenization import pad_batch
 
 
-class TokenizeModel(TextModel):
+class TokenizeModel(BaseModel):
     """Validates and tokenizes a dynamic batch; no model call."""
 
+    def setup(self, args: dict[str, str]) -> None:
+        self.inputs = TextInputs(self)
+
     def execute_requests(self, requests: list[Any]) -> list[Any]:
-        responses, valid = self.tokenize_requests(requests)
+        responses, valid = self.inputs.tokenize_requests(requests)
         if valid:
             flat = [row for req in valid.values() for row in req.rows]
-            feeds = dict(zip(ENCODER_INPUTS, pad_batch(flat, self.encoder.pad_id)))
+            feeds = dict(zip(ENCODER_INPUTS, pad_batch(flat, self.inputs.tokenizer.pad_id)))
             sizes = [len(req.rows) for req in valid.values()]
             for i, part in zip(valid, split_outputs(feeds, sizes)):
                 responses[i] = ok_response(part)

@@ -10,7 +10,7 @@ from core.settings import TOP_LEVEL, LadderSettings
 from python_backends.degradation import (
     TOP_AUTOMATIC_LEVEL,
     DegradationPolicy,
-    EmbeddingCache,
+    ResponseCache,
     ladder,
     queued_share,
     throttled,
@@ -125,7 +125,7 @@ def test_settings_read_config_parameters_and_refuse_a_forced_level_above_the_top
 
 
 def test_embedding_cache_evicts_the_least_recently_used_text() -> None:
-    cache = EmbeddingCache(capacity=2)
+    cache = ResponseCache(capacity=2)
     vec = np.zeros(3, np.float32)
     cache.put("a", vec, "m:1:fp32:L0")
     cache.put("b", vec, "m:1:fp32:L0")
@@ -135,7 +135,7 @@ def test_embedding_cache_evicts_the_least_recently_used_text() -> None:
 
 
 def test_zero_capacity_cache_stores_nothing() -> None:
-    cache = EmbeddingCache(capacity=0)
+    cache = ResponseCache(capacity=0)
     cache.put("a", np.zeros(3), "x")
     assert cache.get("a") is None
 

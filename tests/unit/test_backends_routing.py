@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from python_backends.degradation import EmbeddingCache, ladder
+from python_backends.degradation import ResponseCache, ladder
 from python_backends.routing import OUT_OF_SERVICE, RoutedRequest, plan_batch
 
 LEVELS = ladder(small_batch_rows=2)
@@ -17,7 +17,7 @@ def request(*texts: str, length: int = 4) -> RoutedRequest:
 def test_normal_level_encodes_every_request_with_the_primary_in_length_buckets() -> None:
     requests = {0: request("a", "b", length=4), 1: request("c", length=40),
                 2: request("d", length=5)}
-    plan = plan_batch(LEVELS[0], requests, EmbeddingCache(8), bucket_waste=0.25)
+    plan = plan_batch(LEVELS[0], requests, ResponseCache(8), bucket_waste=0.25)
     assert (plan.encoder, plan.encoded, plan.refused, plan.cached) == ("primary", [0, 1, 2], {},
                                                                         {})
     rows = plan.rows(requests)
@@ -28,12 +28,12 @@ def test_normal_level_encodes_every_request_with_the_primary_in_length_buckets()
 
 def test_small_batches_level_caps_each_call_at_its_rows() -> None:
     requests = {0: request("a", "b", "c", "d", "e")}
-    plan = plan_batch(LEVELS[1], requests, EmbeddingCache(8), bucket_waste=-1)
+    plan = plan_batch(LEVELS[1], requests, ResponseCache(8), bucket_waste=-1)
     assert plan.encoder == "primary" and [len(c) for c in plan.calls] == [2, 2, 1]
 
 
 def test_cached_level_answers_fully_cached_requests_and_encodes_the_rest_on_the_fallback():
-    cache = EmbeddingCache(8)
+    cache = ResponseCache(8)
     cache.put("known", np.ones(3, np.float32), "m:1:int8:L2")
     requests = {0: request("known"), 1: request("known", "new"), 2: request("new")}
     plan = plan_batch(LEVELS[3], requests, cache, bucket_waste=0.25)
@@ -42,13 +42,13 @@ def test_cached_level_answers_fully_cached_requests_and_encodes_the_rest_on_the_
 
 
 def test_below_the_cache_level_a_cached_text_is_encoded_again() -> None:
-    cache = EmbeddingCache(8)
+    cache = ResponseCache(8)
     cache.put("known", np.ones(3, np.float32), "m:1:fp32:L0")
     plan = plan_batch(LEVELS[2], {0: request("known")}, cache, bucket_waste=0.25)
     assert plan.cached == {} and plan.encoded == [0]
 
 
 def test_the_operators_top_level_refuses_everything_and_encodes_nothing() -> None:
-    plan = plan_batch(LEVELS[4], {0: request("a"), 3: request("b")}, EmbeddingCache(8), 0.25)
+    plan = plan_batch(LEVELS[4], {0: request("a"), 3: request("b")}, ResponseCache(8), 0.25)
     assert plan.refused == {0: OUT_OF_SERVICE, 3: OUT_OF_SERVICE}
     assert plan.encoded == [] and plan.calls == [] and plan.encoder is None

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from export.gate import GateSettings, block_p99_ratio, cosine_quality, top1_quality
+from export.gate import GateSettings, block_p99_ratio
+from export.quality import cosine_quality, top1_quality
 
 GATES = {"gate_max_top1_drop": 0.01, "gate_min_agreement": 0.8}
 # Logits for 4 rows of 3 classes: the reference's top-1 is 0, 1, 2, 2.

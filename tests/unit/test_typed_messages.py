@@ -12,7 +12,7 @@ from client.core import EmbedResult
 from client.errors import UnavailableError, classify
 from core.messages import degraded_level, degraded_refusal, kind_of
 from core.served_by import ServedBy
-from python_backends.degradation import EmbeddingCache, ladder
+from python_backends.degradation import ResponseCache, ladder
 from server.admin import Observation
 
 SERVED = [ServedBy("minilm_onnx", "1", "fp32", 0), ServedBy("minilm_int8", "?", "int8", 2),
@@ -26,7 +26,7 @@ def test_served_by_reads_back_to_the_value_the_router_wrote(value: ServedBy) -> 
 
 
 def test_a_cached_answer_says_what_computed_it_and_that_it_came_from_the_cache() -> None:
-    cache = EmbeddingCache(4)
+    cache = ResponseCache(4)
     cache.put("text", np.ones(3), SERVED[1])
     hit = cache.get("text")
     assert hit is not None
