@@ -18,6 +18,7 @@ from cli.options import (
     options,
     resolve_url,
 )
+from client.errors import TritonClientError
 from core import versions as v
 
 RELEASE_TIMEOUT_S = 90.0  # until the new version answers
@@ -106,19 +107,17 @@ def versions_command(args: VersionsOptions) -> int:
         p.name for p in args.repository.iterdir() if (p / "config.pbtxt").exists())
     for model in models:
         model_dir = args.repository / model
-        on_disk = v.versions_on_disk(model_dir)
-        selected = v.selected_versions(v.parse_config((model_dir / "config.pbtxt").read_text()),
-                                       on_disk)
+        selected = v.selected_on_disk(model_dir)
         try:
             states = release.index_states(args.url, model)
-        except Exception as err:  # server down or admin key refused: still show the disk
+        except TritonClientError as err:  # server down or admin key refused: show the disk
             states, note = {}, f"(no server state: {err})"
         else:
             note = ""
         ready = sorted(n for n, (s, _) in states.items() if s == "READY")
         drift = "" if ready == selected or not states else f"  DRIFT: server READY {ready}"
         print(f"{model}: selected {selected}{drift} {note}".rstrip())
-        for version in on_disk:
+        for version in v.versions_on_disk(model_dir):
             p = v.read_provenance(model_dir / str(version))
             print(f"  v{version:<3} {'*' if version in selected else ' '} "
                   f"{states.get(version, ('-', ''))[0]:<12} {p.get('created_at', '?'):<26} "

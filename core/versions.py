@@ -63,9 +63,15 @@ def selected_versions(config: model_config_pb2.ModelConfig, on_disk: list[int]) 
     return on_disk[-(latest or 1):]
 
 
+def selected_on_disk(model_dir: Path) -> list[int]:
+    """The versions the model's config.pbtxt selects among those on disk: what Triton
+    loads, and so what it serves (the one answer every command and the router use)."""
+    return selected_versions(read_config(model_dir), versions_on_disk(model_dir))
+
+
 def served_version(model_dir: Path) -> int | None:
     """The (newest) version the model's policy selects on disk, or None."""
-    selected = selected_versions(read_config(model_dir), versions_on_disk(model_dir))
+    selected = selected_on_disk(model_dir)
     return selected[-1] if selected else None
 
 
@@ -167,7 +173,7 @@ def gate_baseline(model_dir: Path, candidate: int) -> int | None:
     selects), or, when the candidate is that version, the one promoted before it; never
     the candidate itself. None when there is no other version."""
     on_disk = versions_on_disk(model_dir)
-    selected = selected_versions(read_config(model_dir), on_disk)
+    selected = selected_on_disk(model_dir)
     if selected and selected[-1] != candidate:
         return selected[-1]
     earlier = [e.version for e in read_history(model_dir)

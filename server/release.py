@@ -115,8 +115,7 @@ def wait_serving(target: Target, version: int) -> float:
 def switch(target: Target, version: int, action: str) -> SwitchTiming:
     """Edit, apply, wait; on failure restore the old config and re-apply it."""
     began = time.monotonic()
-    on_disk = v.versions_on_disk(target.model_dir)
-    current = v.selected_versions(v.read_config(target.model_dir), on_disk)
+    current = v.selected_on_disk(target.model_dir)
     history = target.model_dir / v.HISTORY
     # The history and the configs change together: in poll mode every write in the model
     # folder is a reload, so one burst of writes gives one reload, not two racing ones.
@@ -143,11 +142,10 @@ def switch(target: Target, version: int, action: str) -> SwitchTiming:
 
 
 def current_version(model_dir: Path) -> int:
-    on_disk = v.versions_on_disk(model_dir)
-    selected = v.selected_versions(v.read_config(model_dir), on_disk)
-    if not selected:
+    served = v.served_version(model_dir)
+    if served is None:
         raise v.VersionError(f"{model_dir.name}: its version_policy selects nothing on disk")
-    return selected[-1]
+    return served
 
 
 def rollback_target(model_dir: Path, to: int | None) -> int:
