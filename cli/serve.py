@@ -3,33 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from cli.options import add_command, add_control_mode, add_repository, options
 from server.observability import PROMETHEUS_PORT
+from server.serve import ServeOptions
 from server.settings import FrontDoorSettings, Ports
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """What `tmr serve` was asked for."""
-
-    repository: Path
-    http_port: int
-    grpc_port: int
-    metrics_port: int
-    control_mode: str
-    model_config_name: str | None
-    log_verbose: int
-    extra: tuple[str, ...]
-    no_check: bool
-    no_watchdog: bool
-    prometheus: bool
-    prometheus_port: int
-    front_door: bool
-    front_door_http_port: int
-    front_door_grpc_port: int
 
 
 def make_options(args: argparse.Namespace) -> ServeOptions:
@@ -39,8 +17,7 @@ def make_options(args: argparse.Namespace) -> ServeOptions:
 def serve_command(opts: ServeOptions) -> int:
     from server.serve import serve
 
-    # server.serve takes the parsed arguments' shape; the typed options stop here.
-    return serve(argparse.Namespace(**asdict(opts)))
+    return serve(opts)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

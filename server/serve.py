@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -22,13 +22,34 @@ from server.observability import (
     prometheus_values,
     write_config_dir,
 )
-from server.settings import API_KEYS_ENV, FrontDoorSettings, Ports, ServerOptions
+from server.settings import API_KEYS_ENV, ControlMode, FrontDoorSettings, Ports, ServerOptions
 from server.watchdog import Watchdog
 
 WATCHDOG_PORT_OFFSET = 100  # metrics 8002 -> watchdog 8102
 
 
-def options_from_args(args: argparse.Namespace) -> ServerOptions:
+@dataclass(frozen=True)
+class ServeOptions:
+    """What `tmr serve` runs: the server and what starts beside it."""
+
+    repository: Path
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    control_mode: ControlMode
+    model_config_name: str | None
+    log_verbose: int
+    extra: tuple[str, ...]
+    no_check: bool
+    no_watchdog: bool
+    prometheus: bool
+    prometheus_port: int
+    front_door: bool
+    front_door_http_port: int
+    front_door_grpc_port: int
+
+
+def server_options(args: ServeOptions) -> ServerOptions:
     return ServerOptions(
         repository=args.repository.resolve(),
         ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
@@ -97,7 +118,7 @@ def example_calls(server: TritonServer) -> list[str]:
             for model in catalog(server.opts.repository) if model.front]
 
 
-def start_watchdog(server: TritonServer, args: argparse.Namespace) -> Watchdog | None:
+def start_watchdog(server: TritonServer, args: ServeOptions) -> Watchdog | None:
     """The watchdog reloads through the load API, so it runs in explicit mode only."""
     if args.no_watchdog or server.opts.control_mode != "explicit":
         return None
@@ -110,7 +131,7 @@ def start_watchdog(server: TritonServer, args: argparse.Namespace) -> Watchdog |
     return watchdog
 
 
-def start_prometheus(server: TritonServer, args: argparse.Namespace) -> PrometheusServer | None:
+def start_prometheus(server: TritonServer, args: ServeOptions) -> PrometheusServer | None:
     """`--prometheus`: the real Prometheus scraping this server and its watchdog, with the
     production rules; its data stays in .triton/prometheus/data between runs."""
     if not getattr(args, "prometheus", False):
@@ -130,7 +151,7 @@ def start_prometheus(server: TritonServer, args: argparse.Namespace) -> Promethe
     return prometheus
 
 
-def start_front_door(server: TritonServer, args: argparse.Namespace) -> FrontDoor | None:
+def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | None:
     """`--front-door`: nginx with API keys, limits and the 400 mapping (docs/front_door.md)."""
     if not getattr(args, "front_door", False):
         return None
@@ -155,8 +176,8 @@ def start_front_door(server: TritonServer, args: argparse.Namespace) -> FrontDoo
     return front_door
 
 
-def serve(args: argparse.Namespace) -> int:
-    opts = options_from_args(args)
+def serve(args: ServeOptions) -> int:
+    opts = server_options(args)
     missing = missing_exports(opts.repository)
     if missing:
         print(f"error: no exported version for {', '.join(missing)}; run `tmr export NAME` "
