@@ -7,7 +7,7 @@ holds every shipped config to it); any other config (health, stub_env, the bench
 fixtures) with Triton's text format. The file's leading comment lines stay its header.
 
     tmr promote / rollback     set_version(model_dir, version): every profile's policy
-    tmr degrade --poll         core.repository.set_parameter (set_parameter below)
+    tmr degrade --control-mode poll   core.repository.set_parameter (set_parameter below)
     tests and benchmarks       core.repository.edit_config(repository, model, change)
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -11,7 +12,9 @@ from types import FrameType
 
 from client import TritonClientError
 from client.auth import API_KEY_HEADER
+from client.core import DEFAULT_MODEL
 from core.families.catalog import FamilyModel, catalog, missing_exports
+from core.families.text_embedding import TEXT
 from core.versions import read_config
 from server.admin_client import AdminClient
 from server.front_door import FrontDoor, FrontDoorError
@@ -26,6 +29,9 @@ from server.settings import API_KEYS_ENV, ControlMode, FrontDoorSettings, Ports,
 from server.watchdog import Watchdog
 
 WATCHDOG_PORT_OFFSET = 100  # metrics 8002 -> watchdog 8102
+# The banner's curl example: one text, in KServe v2 JSON, to the default text front.
+TEXT_BODY = json.dumps({"inputs": [{"name": TEXT.name, "datatype": "BYTES", "shape": [1, 1],
+                                    "data": ["hello"]}]}, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -90,9 +96,8 @@ def banner(server: TritonServer, models: str) -> str:
         f"  log         {server.log_path}",
         "Try it:",
         f"  {tmr_command()} embed --url {server.http_url} 'Triton serves sentence embeddings.'",
-        f"  curl -s http://{server.http_url}/v2/models/embed/infer -d "
-        "'{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[1,1],"
-        "\"data\":[\"hello\"]}]}' | head -c 200",
+        f"  curl -s http://{server.http_url}/v2/models/{DEFAULT_MODEL}/infer -d "
+        f"'{TEXT_BODY}' | head -c 200",
         "Ctrl-C or SIGTERM stops it.",
     ])
 
@@ -169,9 +174,8 @@ def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | No
         f"              {settings.rate_per_minute // 60} requests/s per key, burst "
         f"{settings.burst}, bodies up to {settings.max_body_bytes} bytes; "
         f"log {front_door.error_log}",
-        f"  curl -s http://{front_door.http_url}/v2/models/embed/infer -H '{API_KEY_HEADER}: "
-        f"{key}' -d '{{\"inputs\":[{{\"name\":\"TEXT\",\"datatype\":\"BYTES\","
-        f"\"shape\":[1,1],\"data\":[\"hello\"]}}]}}' | head -c 200   # as {name}",
+        f"  curl -s http://{front_door.http_url}/v2/models/{DEFAULT_MODEL}/infer -H "
+        f"'{API_KEY_HEADER}: {key}' -d '{TEXT_BODY}' | head -c 200   # as {name}",
     ]), flush=True)
     return front_door
 

@@ -167,7 +167,7 @@ def gpu_spec(spec: EncoderSpec, gpu: mc.ModelConfig) -> EncoderSpec:
 def render(config: mc.ModelConfig, header: str) -> str:
     """config.pbtxt text: a comment header, then Triton's text format, with the version
     policy (what `tmr promote` and `tmr rollback` edit) and each parameter (what
-    `tmr degrade --poll` edits) on one line of its own."""
+    `tmr degrade --control-mode poll` edits) on one line of its own."""
     body = mc.ModelConfig()
     body.CopyFrom(config)
     body.ClearField("version_policy")

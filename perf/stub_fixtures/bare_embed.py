@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from core.params import IDLE_THREADS_PARAMETER, flag, parameter, positive_int
+from core.params import IDLE_THREADS_PARAMETER, parameter, positive_int
+from core.settings import ENCODER_THREADS, BackendSettings
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.embed import EmbedModel
 from python_backends.errors import ModelError
@@ -27,9 +28,9 @@ class BareEmbedModel(EmbedModel):
 
     def setup(self, args: dict[str, str]) -> None:
         super().setup(args)
-        threads = parameter(self.config, "intra_op_thread_count", 1, positive_int)
+        threads = parameter(self.config, "intra_op_thread_count", ENCODER_THREADS, positive_int)
         idle = parameter(self.config, IDLE_THREADS_PARAMETER, threads, positive_int)
-        spinning = parameter(self.config, "allow_spinning", True, flag)
+        spinning = BackendSettings.from_parameters(self.config).allow_spinning
         path = parameter(self.config, "onnx_path", "", str)
         if not path:
             raise ModelError("embed_bare needs the parameter onnx_path")
