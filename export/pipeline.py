@@ -28,6 +28,7 @@ from core.families.configs import (
     write_encoder,
     write_front,
 )
+from core.files import write_atomically
 from export.provenance import build_provenance, source_fingerprint, tool_versions
 from export.recipe import ExportRecipe, RecipeModule
 from export.sources import resolve, stored
@@ -94,9 +95,7 @@ def write_front_files(recipe: ExportRecipe, front_dir: Path) -> None:
     folder = front_dir / FRONT_VERSION
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in recipe.front_files().items():
-        tmp = folder / f".{name}.tmp"
-        tmp.write_bytes(content)
-        tmp.replace(folder / name)
+        write_atomically(folder / name, content)
 
 
 def wanted_formats(model: FamilyModel, formats: Sequence[str] | None = None) -> list[str]:

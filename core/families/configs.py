@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from core.families import Family, Tensor, family
 from core.families.spec import DIM, IMAGE_DIMS
+from core.files import write_atomically
 from core.params import IDLE_THREADS_PARAMETER
 from core.settings import ENCODER_THREADS, DynamicBatching
 from core.versions import policy_line
@@ -203,23 +204,15 @@ def family_of(config: mc.ModelConfig) -> Family | None:
     return family(name) if name else None
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write through a temporary file and a rename: Triton never reads half a config."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def write_encoder(repository: Path, spec: EncoderSpec) -> None:
     """config.pbtxt and, where the format runs on a GPU, configs/gpu.pbtxt."""
     folder = repository / spec.name
-    write_text(folder / "config.pbtxt", render(encoder_config(spec), encoder_header(spec)))
+    write_atomically(folder / "config.pbtxt", render(encoder_config(spec), encoder_header(spec)))
     if family(spec.family).format(spec.format).gpu:
-        write_text(folder / "configs" / "gpu.pbtxt",
+        write_atomically(folder / "configs" / "gpu.pbtxt",
                    render(encoder_config(spec, GPU), encoder_header(spec, GPU)))
 
 
 def write_front(repository: Path, spec: FrontSpec) -> None:
-    write_text(repository / spec.name / "config.pbtxt",
+    write_atomically(repository / spec.name / "config.pbtxt",
                render(front_config(spec), front_header(spec)))
