@@ -178,10 +178,7 @@ def main() -> None:
         with harness.server(repo, out / "tritonserver.log") as server:
             profiles = [profile(server, m, args.concurrency, args.seconds, out)
                         for m in args.models]
-    text = report(profiles, args.concurrency)
-    (out / "profile.md").write_text(text)
-    print(text)
-    print(f"written to {out}")
+    harness.write_report(out, "profile", report(profiles, args.concurrency))
 
 
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT, results_dir
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from perf import perf_analyzer
 from perf.knee import Knee, find_knee, ratios, regressions
 from perf.perf_analyzer import PerfRow
@@ -170,19 +169,17 @@ class CheckOptions:
 
 
 def cmd_sweep(args: SweepOptions) -> int:
-    out = results_dir("sweep", time.strftime("%Y%m%d-%H%M%S"))
-    out.mkdir(parents=True)
+    from perf import harness
+
+    out = harness.run_dir("sweep")
     with server_for(args.url, args.protocol) as (url, _):
         rows = run_sweep(args.model, args.concurrency, url, args.protocol, out,
                          args.interval_ms, args.stability_percentage)
     knee = find_knee(rows, args.p99_budget_ms)
-    (out / "sweep.json").write_text(json.dumps({
-        "model": args.model, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
-        "rows": [asdict(r) for r in rows], "knee": asdict(knee)}, indent=1) + "\n")
-    (out / "sweep.md").write_text(markdown(args.model, args.protocol, rows, knee) + "\n")
     plot(rows, knee, out, args.model)
-    print(markdown(args.model, args.protocol, rows, knee))
-    print(f"\nresults in {out}")
+    harness.write_report(out, "sweep", markdown(args.model, args.protocol, rows, knee), {
+        "model": args.model, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
+        "rows": [asdict(r) for r in rows], "knee": asdict(knee)})
     return 0
 
 
