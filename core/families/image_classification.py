@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from core.families.spec import DIM, IMAGE_DIMS, SERVED_BY, Family, Format, Tensor
+from core.families.spec import DIM, IMAGE_DIMS, SERVED_BY, Family, Tensor, standard_formats
 from core.settings import FRONT_BATCHING, ImageFrontSettings, LadderSettings, ModelSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
@@ -83,12 +83,7 @@ IMAGE_CLASSIFICATION = Family(
     front_outputs=(CLASS_IDS, LABELS, PROBABILITIES, SERVED_BY),
     encoder_inputs=(PIXEL_VALUES,),
     encoder_output=LOGITS,
-    formats=(
-        Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=FP32_GATE),
-        Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
-               output_suffix="__0", threads_parameter="INTRA_OP_THREAD_COUNT", gate=FP32_GATE),
-        Format("int8", "int8", "model.onnx", backend="onnxruntime", gpu=False, gate=INT8_GATE),
-    ),
+    formats=standard_formats(FP32_GATE, INT8_GATE),
     primary="onnx",
     fallback="int8",
     # The model's image parameters (colour mode, resize, crop, normalisation, limits)

@@ -51,6 +51,18 @@ class Format:
     gate: Mapping[str, str] = field(default_factory=dict)  # default gate_* parameters
 
 
+def standard_formats(fp32_gate: Mapping[str, str],
+                     int8_gate: Mapping[str, str]) -> tuple[Format, ...]:
+    """ONNX FP32 (the primary), TorchScript FP32 and ONNX INT8 (the fallback, CPU only),
+    each with its release-gate defaults: the formats every family exports today."""
+    return (
+        Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=fp32_gate),
+        Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
+               output_suffix="__0", threads_parameter="INTRA_OP_THREAD_COUNT", gate=fp32_gate),
+        Format("int8", "int8", "model.onnx", backend="onnxruntime", gpu=False, gate=int8_gate),
+    )
+
+
 # A health probe: (front or encoder config parameters) -> (inputs, outputs to ask for).
 Probe = Callable[[Mapping[str, str]], tuple[dict[str, np.ndarray], list[str]]]
 # Checks a probe's first output: None when sane, else what is wrong.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from core.families.spec import DIM, SERVED_BY, Family, Format, Tensor
+from core.families.spec import DIM, SERVED_BY, Family, Tensor, standard_formats
 from core.settings import FRONT_BATCHING, LadderSettings, ModelSettings, TextFrontSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
@@ -68,12 +68,7 @@ TEXT_EMBEDDING = Family(
     front_outputs=(EMBEDDING, SERVED_BY, TOKENS),
     encoder_inputs=ENCODER_INPUTS,
     encoder_output=ENCODER_OUTPUT,
-    formats=(
-        Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=FP32_GATE),
-        Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
-               output_suffix="__0", threads_parameter="INTRA_OP_THREAD_COUNT", gate=FP32_GATE),
-        Format("int8", "int8", "model.onnx", backend="onnxruntime", gpu=False, gate=INT8_GATE),
-    ),
+    formats=standard_formats(FP32_GATE, INT8_GATE),
     primary="onnx",
     fallback="int8",
     front_settings=(ModelSettings(), LadderSettings(), TextFrontSettings()),
