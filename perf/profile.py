@@ -37,7 +37,7 @@ from server.launcher import TritonServer, stub_processes
 INPUTS = subjects.INPUTS / TEXT_EMBEDDING.perf_inputs
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHERS = "rest of the machine (perf_analyzer, OS)"
-OWN_CODE = ("python_backends/", "perf/fixtures/")
+OWN_CODE = ("python_backends/", "perf/stub_fixtures/", "core/")  # code we wrote, in the stubs
 PY_SPY = Path(sys.executable).parent / "py-spy"  # the venv's, from the dev extra
 
 
