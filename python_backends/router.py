@@ -211,7 +211,7 @@ class FamilyRouter(BaseModel):
         for i, hits in plan.cached.items():
             self.metrics.cache_hits.inc(len(hits))
             responses[i] = self.front.respond(valid[i], np.stack([h[0] for h in hits]),
-                                        [str(h[1].from_cache()) for h in hits])
+                                              [str(h[1].from_cache()) for h in hits])
         if plan.encoded:
             self._encode(level, plan, valid, responses)
         return responses

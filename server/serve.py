@@ -15,6 +15,7 @@ from client.auth import API_KEY_HEADER
 from client.core import DEFAULT_MODEL
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.text_embedding import TEXT
+from core.probes import probe_target
 from core.versions import read_config
 from server.admin_client import AdminClient
 from server.front_door import FrontDoor, FrontDoorError
@@ -103,15 +104,16 @@ def banner(server: TritonServer, models: str) -> str:
 
 
 def example_call(server: TritonServer, model: FamilyModel) -> str:
-    """One real call through a family model's front with its family's probe input, over
-    the SDK's generic call; the family says what its answer shows."""
+    """One real call through a family model's front with its family's probe input (the
+    health checks' probe, core.probes), over the SDK's generic call; the family says what
+    its answer shows."""
     from client import Client
-    from core.families.configs import parameters_of
 
     fam, front = model.family, str(model.front)
-    params = parameters_of(read_config(server.opts.repository / front))
-    inputs, _ = fam.front_probe(params)
-    ((name, rows),) = inputs.items()
+    target = probe_target(read_config(server.opts.repository / front))
+    if target is None:  # the catalog only lists family models, which all have one
+        return f"{front}: no probe to call it with"
+    ((name, rows),) = target.inputs.items()
     with Client(server.http_url, protocol="http", model=front) as client:
         answer = client.infer(rows, name, [t.name for t in fam.front_outputs])
     return f"{front} answered: {fam.describe_answer(answer.outputs)}"
