@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cli.embed import add_call_options, timeout_ms
-from cli.options import add_command, options, resolve_url
+from cli.options import add_command, options, repository_front, resolve_url
 from client.core import Protocol
+from core.families import IMAGE_CLASSIFICATION
+from core.paths import DEFAULT_REPOSITORY
 
-DEFAULT_IMAGE_MODEL = "efficientnet_lite0"  # the repository's ImageNet front model
+FAMILY = IMAGE_CLASSIFICATION.name
 
 
 @dataclass(frozen=True)
@@ -22,21 +24,23 @@ class ClassifyOptions:
     files: list[Path]
     url: str
     protocol: Protocol
-    model: str
+    model: str | None  # None: no --model, and the repository has no image front
     top_k: int | None
     priority: int | None
     timeout_s: float | None
 
 
 def make_options(args: argparse.Namespace) -> ClassifyOptions:
-    return options(ClassifyOptions, args, url=resolve_url(args.url, args.protocol))
+    return options(ClassifyOptions, args, url=resolve_url(args.url, args.protocol),
+                   model=args.model or repository_front(FAMILY))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = add_command(sub, "classify", "classify JPEG or PNG files through the running server",
                          classify_command, make_options)
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    add_call_options(parser, DEFAULT_IMAGE_MODEL)
+    add_call_options(parser, None, f"the {FAMILY} front that {DEFAULT_REPOSITORY.name}/ "
+                     "marks default_front")
     parser.add_argument("--top-k", type=int, default=None,
                         help="classes per image (default: the model's)")
 
@@ -46,6 +50,10 @@ def classify_command(opts: ClassifyOptions) -> int:
     from client.errors import TritonClientError
     from client.sync import Client
 
+    if opts.model is None:
+        print(f"error: no {FAMILY} front model in {DEFAULT_REPOSITORY}; name one with --model",
+              file=sys.stderr)
+        return 2
     failed = 0
     with Client(opts.url, protocol=opts.protocol, model=opts.model) as client:
         for path in opts.files:

@@ -13,8 +13,9 @@ from cli.options import (
     add_timeout,
     options,
     resolve_url,
+    text_front,
 )
-from client.core import DEFAULT_MODEL, Protocol
+from client.core import Protocol
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,11 @@ def timeout_ms(timeout_s: float | None) -> int | None:
     return None if timeout_s is None else max(1, round(timeout_s * 1000))
 
 
-def add_call_options(parser: argparse.ArgumentParser, default_model: str) -> None:
+def add_call_options(parser: argparse.ArgumentParser, default_model: str | None,
+                     default_help: str = "") -> None:
     """What every call command takes: the server, the front model, priority, timeout."""
     add_server(parser, protocol="http")
-    add_call_model(parser, default_model)
+    add_call_model(parser, default_model, default_help)
     parser.add_argument("--priority", type=int, default=None,
                         help="1 (high) or 2 (low, shed first); default: the model's")
     add_timeout(parser, None, help="how long the request may wait in the server's queue",
@@ -52,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = add_command(sub, "embed", "embed texts through the running server",
                          embed_command, make_options)
     parser.add_argument("texts", nargs="+", metavar="TEXT")
-    add_call_options(parser, DEFAULT_MODEL)
+    add_call_options(parser, text_front())
 
 
 def embed_command(opts: EmbedOptions) -> int:

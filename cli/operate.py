@@ -19,8 +19,8 @@ from cli.options import (
     models_of,
     options,
     resolve_url,
+    text_front,
 )
-from client.core import DEFAULT_MODEL
 
 LEVELS = ["auto", "0", "1", "2", "3", "4"]
 
@@ -48,9 +48,9 @@ class HealthOptions:
 def register(sub: argparse._SubParsersAction) -> None:
     parser = add_command(
         sub, "degrade", "force a front model's degradation level (or `auto`)", degrade_command,
-        lambda a: options(DegradeOptions, a, model=model_of(a, DEFAULT_MODEL),
+        lambda a: options(DegradeOptions, a, model=model_of(a, text_front()),
                           url=resolve_url(a.url)))
-    add_model(parser, default=DEFAULT_MODEL, optional=True, old_option=True,
+    add_model(parser, default=text_front(), optional=True, old_option=True,
               help="the front model")
     parser.add_argument("--level", required=True, choices=LEVELS)
     add_server(parser)

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from client.auth import ADMIN_KEY_ENV, API_KEY_ENV
-from client.core import DEFAULT_PORTS, Protocol, default_url
+from client.core import DEFAULT_MODEL, DEFAULT_PORTS, Protocol, default_url
+from core.families import TEXT_EMBEDDING
+from core.families.catalog import UnknownModelError, default_front
 from core.paths import DEFAULT_REPOSITORY
 
 URL_ENV = {"http": "TMR_URL", "grpc": "TMR_GRPC_URL"}  # the server's host:port per protocol
@@ -114,9 +116,12 @@ def add_models(parser: argparse.ArgumentParser, *, help: str) -> None:
                         new="the positional MODEL...")
 
 
-def add_call_model(parser: argparse.ArgumentParser, default: str) -> None:
-    """`--model`: the front model a call goes to (the positionals are the call's inputs)."""
-    parser.add_argument("--model", default=default, help=f"the front model (default {default})")
+def add_call_model(parser: argparse.ArgumentParser, default: str | None,
+                   default_help: str = "") -> None:
+    """`--model`: the front model a call goes to (the positionals are the call's inputs);
+    None: the command finds it when it runs (`default_help` says how)."""
+    parser.add_argument("--model", default=default,
+                        help=f"the front model (default {default_help or default})")
 
 
 def add_control_mode(parser: argparse.ArgumentParser, *, old: bool = True) -> None:
@@ -152,6 +157,21 @@ def options(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:
     values = {f.name: getattr(namespace, f.name) for f in fields(cls)  # type: ignore[arg-type]
               if f.name not in overrides and hasattr(namespace, f.name)}
     return cls(**values, **overrides)
+
+
+def repository_front(family_name: str) -> str | None:
+    """The family's default front in the repository (the one its config marks
+    `default_front`: core.families.catalog.default_front), or None where there is no
+    repository to ask (the tools image) or no such front."""
+    try:
+        return default_front(DEFAULT_REPOSITORY, family_name)
+    except (OSError, UnknownModelError):
+        return None
+
+
+def text_front() -> str:
+    """The front a text command calls by default: the repository's, else the SDK's."""
+    return repository_front(TEXT_EMBEDDING.name) or DEFAULT_MODEL
 
 
 def model_of(namespace: argparse.Namespace, default: str | None = None) -> str | None:

@@ -6,8 +6,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from cli.options import ENVIRONMENT_HELP, add_model, add_repository, add_server, model_of, options
-from client.core import DEFAULT_MODEL
+from cli.options import (
+    ENVIRONMENT_HELP,
+    add_model,
+    add_repository,
+    add_server,
+    model_of,
+    options,
+    text_front,
+)
 from core.paths import P99_OBJECTIVE_MS
 
 
@@ -41,8 +48,8 @@ def add_sweep(verbs: argparse._SubParsersAction) -> None:
     from perf.sweep import SweepOptions, cmd_sweep
 
     parser = verb(verbs, "sweep", "sweep concurrency for a model", cmd_sweep,
-                  lambda a: options(SweepOptions, a, model=model_of(a, DEFAULT_MODEL)))
-    add_model(parser, default=DEFAULT_MODEL, optional=True, old_option=True)
+                  lambda a: options(SweepOptions, a, model=model_of(a, text_front())))
+    add_model(parser, default=text_front(), optional=True, old_option=True)
     add_server(parser, protocol="grpc", start_own=True)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     add_p99_budget(parser)

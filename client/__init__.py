@@ -4,7 +4,10 @@ and gRPC, typed errors, retries, bounded bulk calls.
     from client import Client
     with Client("localhost:8000", protocol="http") as c:
         vectors = c.embed(["a sentence", "another"], priority=1, timeout_ms=500)
-        best = c.classify([jpeg_bytes], model="efficientnet_lite0").predictions[0][0]
+        best = c.classify([jpeg_bytes], model=image_front).predictions[0][0]
+
+`model=` names the front model (per client or per call): any front of the repository,
+whatever its family; the SDK knows none of them by name but its default, `embed`.
 
 `EmbedClient` and `AsyncEmbedClient` are the old names of `Client` and `AsyncClient`
 (kept for one release).

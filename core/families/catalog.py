@@ -14,6 +14,9 @@ from core.families import Family, family
 from core.families.configs import parameters_of
 from core.versions import read_config, versions_on_disk
 
+# A front config's parameter: "true" makes it its family's default front (default_front).
+DEFAULT_FRONT_PARAMETER = "default_front"
+
 
 class UnknownModelError(KeyError):
     """A name that is neither a model nor a front model of any family in the repository."""
@@ -69,6 +72,19 @@ def find(repository: Path, name: str) -> FamilyModel:
             return model
     known = ", ".join(m.base for m in catalog(repository)) or "none"
     raise UnknownModelError(f"no model {name!r} in {repository}; its models: {known}")
+
+
+def default_front(repository: Path, family_name: str) -> str:
+    """The front model a command calls when it is given none: the family's front whose
+    config sets `default_front` to "true", else its first by name. A repository fact, so
+    no code names a model. UnknownModelError when the repository has no such front."""
+    fronts = [m.front for m in catalog(repository) if m.family.name == family_name and m.front]
+    if not fronts:
+        raise UnknownModelError(f"no {family_name} front model in {repository}; "
+                                "name one with --model")
+    marked = [f for f in fronts
+              if parameters_of(read_config(repository / f)).get(DEFAULT_FRONT_PARAMETER) == "true"]
+    return (marked or fronts)[0]
 
 
 def missing_exports(repository: Path) -> list[str]:

