@@ -87,20 +87,45 @@ def assert_serving(http_url: str) -> None:
     assert json.loads(answer)["outputs"][0]["shape"] == [1, 384]
 
 
-async def steady_high_priority_load(url: str, seconds: float) -> tuple[list, list]:
+class LoadGate:
+    """Holds a load's workers between requests, so that nothing is in flight (see
+    test_stub_failure: a stub SIGKILLed while it holds the IPC mutex aborts Triton 2.51)."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.open.set()
+        self.in_flight = 0
+
+    async def hold(self) -> None:
+        """Stop new requests and wait until the ones in flight are answered."""
+        self.open.clear()
+        while self.in_flight:
+            await asyncio.sleep(0.005)
+
+    def release(self) -> None:
+        self.open.set()
+
+
+async def steady_high_priority_load(url: str, seconds: float,
+                                    gate: LoadGate | None = None) -> tuple[list, list]:
     """Four workers sending high-priority requests back to back; (served_by, errors)."""
     served, errors = [], []
     deadline = time.monotonic() + seconds
+    gate = gate or LoadGate()
 
     async def worker(client: AsyncEmbedClient, n: int) -> None:
         i = 0
         while time.monotonic() < deadline:
             i += 1
+            await gate.open.wait()
+            gate.in_flight += 1
             try:
                 result = await client.embed_with_info([f"worker {n} request {i}"], priority=1)
                 served.extend(result.served_by)
             except Exception as err:  # every failure counts, whatever its type
                 errors.append(err)
+            finally:
+                gate.in_flight -= 1
 
     async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
         await asyncio.gather(*(worker(client, n) for n in range(4)))
