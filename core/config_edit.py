@@ -7,6 +7,7 @@ holds every shipped config to it); any other config (health, stub_env, the bench
 fixtures) with Triton's text format. The file's leading comment lines stay its header.
 
     tmr promote / rollback     set_version(model_dir, version): every profile's policy
+    tmr export                 pin_served_version(model_dir), before a new version folder
     tmr degrade --control-mode poll   core.repository.set_parameter (set_parameter below)
     tests and benchmarks       core.repository.edit_config(repository, model, change)
 """
@@ -21,7 +22,14 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from core.families.configs import family_of, render
 from core.files import write_atomically
-from core.versions import VersionError, config_files, parse_config
+from core.versions import (
+    VersionError,
+    config_files,
+    parse_config,
+    read_config,
+    selected_versions,
+    versions_on_disk,
+)
 
 Change = Callable[[mc.ModelConfig], None]  # changes the parsed config in place
 
@@ -95,3 +103,19 @@ def set_version(model_dir: Path, version: int) -> dict[Path, str]:
     for path, text in new.items():
         write_atomically(path, text)
     return previous
+
+
+def pin_served_version(model_dir: Path) -> int | None:
+    """Before a new version folder is added: make `version_policy` name the version served
+    now, so the new one takes no traffic until `tmr promote` (poll mode would load it at the
+    next scan, explicit mode at the next start). A `specific` policy already does; the
+    shipped configs have one. Returns the served version, or None when nothing is served
+    yet (the first export of a model serves at once: there is nothing to gate it against).
+    """
+    if not (model_dir / "config.pbtxt").exists():
+        return None  # a folder Triton does not serve (an export outside a repository)
+    config = read_config(model_dir)
+    selected = selected_versions(config, versions_on_disk(model_dir))
+    if selected and not config.version_policy.HasField("specific"):
+        set_version(model_dir, selected[-1])
+    return selected[-1] if selected else None

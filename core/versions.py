@@ -136,38 +136,6 @@ def config_files(model_dir: Path) -> list[Path]:
     return [model_dir / "config.pbtxt", *profiles]
 
 
-# The edits themselves are core.config_edit's (parse, change, render), which imports this
-# module; these two names stay here for their callers.
-def with_specific_version(text: str, version: int) -> str:
-    """config.pbtxt text whose version_policy selects exactly `version`."""
-    from core import config_edit
-
-    return config_edit.with_specific_version(text, version)
-
-
-def set_version(model_dir: Path, version: int) -> dict[Path, str]:
-    """Select `version` in every config file; returns the previous texts (for undo)."""
-    from core import config_edit
-
-    return config_edit.set_version(model_dir, version)
-
-
-def pin_served_version(model_dir: Path) -> int | None:
-    """Before a new version folder is added: make `version_policy` name the version served
-    now, so the new one takes no traffic until `tmr promote` (poll mode would load it at the
-    next scan, explicit mode at the next start). A `specific` policy already does; the
-    shipped configs have one. Returns the served version, or None when nothing is served
-    yet (the first export of a model serves at once: there is nothing to gate it against).
-    """
-    if not (model_dir / "config.pbtxt").exists():
-        return None  # a folder Triton does not serve (an export outside a repository)
-    config = read_config(model_dir)
-    selected = selected_versions(config, versions_on_disk(model_dir))
-    if selected and not config.version_policy.HasField("specific"):
-        set_version(model_dir, selected[-1])
-    return selected[-1] if selected else None
-
-
 def gate_baseline(model_dir: Path, candidate: int) -> int | None:
     """What a candidate is gated against: the version served now (the one `version_policy`
     selects), or, when the candidate is that version, the one promoted before it; never

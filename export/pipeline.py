@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from core import config_edit
 from core import versions as v
 from core.families import Family, family
 from core.families.catalog import FamilyModel, UnknownModelError, find
@@ -81,7 +82,7 @@ def publish(recipe: ExportRecipe, model_dir: Path, fmt: str, fingerprint: str) -
             tools=tool_versions(), settings=recipe.settings(fmt), checks=checks))
         size_mib = artifact.stat().st_size / 2**20
         final = model_dir / str(version)
-        v.pin_served_version(model_dir)  # the new version serves only once promoted
+        config_edit.pin_served_version(model_dir)  # the new version serves only once promoted
         work.rename(final)  # atomic on one filesystem; fails if the version appeared meanwhile
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from client import TritonClientError
+from core import config_edit
 from core import versions as v
 from server.admin_client import AdminClient
 from server.errors import ReleaseError
@@ -123,7 +124,7 @@ def switch(target: Target, version: int, action: str) -> SwitchTiming:
     if not v.read_history(target.model_dir) and current:
         v.append_history(target.model_dir, current[-1], "initial")
     v.append_history(target.model_dir, version, action)
-    previous.update(v.set_version(target.model_dir, version))
+    previous.update(config_edit.set_version(target.model_dir, version))
     try:
         if target.mode == "explicit":
             apply_explicit(target)

@@ -16,6 +16,7 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 
+from core import config_edit
 from core import versions as v
 from core.repository import copy_repository
 from server.launcher import TritonServer
@@ -39,7 +40,7 @@ def release_repository(root: Path) -> Path:
     """Only minilm_onnx, with version 2 = a copy of version 1, promoted (2 serves)."""
     repo = encoder_repository(root)
     add_version(repo / MODEL, 2, (repo / MODEL / "1" / "model.onnx").resolve())
-    v.set_version(repo / MODEL, 2)
+    config_edit.set_version(repo / MODEL, 2)
     return repo
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.config_edit import with_specific_version
 from core.families import TEXT_EMBEDDING, family
 from core.families.catalog import UnknownModelError, catalog, find, missing_exports
 from core.families.configs import (
@@ -20,7 +21,7 @@ from core.families.configs import (
     write_encoder,
     write_front,
 )
-from core.versions import read_config, with_specific_version
+from core.versions import read_config
 from export.sources import SourceError, expand, join_pieces, model_folder, resolve
 from export.text_embedding import read_facts
 from tests.conftest import MINILM_SOURCE, REPOSITORY

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from core import config_edit
 from core import versions as v
 from core.paths import DEFAULT_REPOSITORY
 
@@ -34,7 +35,7 @@ def test_latest_policy_selects_the_highest_version_on_disk() -> None:
 
 
 def test_with_specific_version_rewrites_the_one_policy_line_and_parses() -> None:
-    edited = v.with_specific_version(LATEST, 2)
+    edited = config_edit.with_specific_version(LATEST, 2)
     assert "version_policy: { specific: { versions: [ 2 ] } }" in edited
     assert list(v.parse_config(edited).version_policy.specific.versions) == [2]
     assert edited.replace(v.policy_line(2), "") == LATEST.replace(
@@ -44,7 +45,7 @@ def test_with_specific_version_rewrites_the_one_policy_line_and_parses() -> None
 
 def test_set_version_edits_every_profile_and_restore_undoes_it(tmp_path: Path) -> None:
     folder = model_dir(tmp_path, [1, 2])
-    previous = v.set_version(folder, 1)
+    previous = config_edit.set_version(folder, 1)
     assert all("specific: { versions: [ 1 ] }" in p.read_text() for p in v.config_files(folder))
     v.restore(previous)
     assert (folder / "config.pbtxt").read_text() == CONFIG
@@ -54,7 +55,7 @@ def test_a_config_triton_would_not_parse_is_never_written() -> None:
     from google.protobuf.text_format import ParseError
 
     with pytest.raises(ParseError, match=r'has no field named "not_a_field"'):
-        v.with_specific_version(CONFIG + "\nnot_a_field: 1\n", 2)
+        config_edit.with_specific_version(CONFIG + "\nnot_a_field: 1\n", 2)
 
 
 def test_rollback_without_a_target_goes_to_the_previously_promoted_version(tmp_path) -> None:
@@ -71,7 +72,7 @@ def test_rollback_without_a_target_goes_to_the_previously_promoted_version(tmp_p
 def test_router_reports_the_version_the_policy_selects(tmp_path: Path) -> None:
     folder = model_dir(tmp_path, [1, 2])
     assert v.served_version(folder) == 1
-    v.set_version(folder, 2)
+    config_edit.set_version(folder, 2)
     assert v.served_version(folder) == 2
     (folder / "config.pbtxt").write_text(CONFIG.replace(SHIPPED_POLICY, "# " + SHIPPED_POLICY))
     assert v.served_version(folder) == 2  # a commented-out policy is no policy: latest
@@ -79,7 +80,7 @@ def test_router_reports_the_version_the_policy_selects(tmp_path: Path) -> None:
 
 def test_pinning_before_an_export_turns_latest_into_the_version_served_now(tmp_path) -> None:
     folder = model_dir(tmp_path, [1, 2], LATEST)
-    assert v.pin_served_version(folder) == 2
+    assert config_edit.pin_served_version(folder) == 2
     assert all(v.policy_line(2) in p.read_text() for p in v.config_files(folder))
     (folder / "3").mkdir()  # the export's new folder: not selected
     assert v.selected_versions(v.parse_config((folder / "config.pbtxt").read_text()),
@@ -88,12 +89,12 @@ def test_pinning_before_an_export_turns_latest_into_the_version_served_now(tmp_p
 
 def test_pinning_leaves_a_specific_policy_and_a_model_with_no_version_alone(tmp_path) -> None:
     pinned = model_dir(tmp_path / "pinned", [1, 2])
-    assert v.pin_served_version(pinned) == 1
+    assert config_edit.pin_served_version(pinned) == 1
     assert (pinned / "config.pbtxt").read_text() == CONFIG
     empty = model_dir(tmp_path / "empty", [], LATEST)
-    assert v.pin_served_version(empty) is None  # the first export serves at once
+    assert config_edit.pin_served_version(empty) is None  # the first export serves at once
     assert (empty / "config.pbtxt").read_text() == LATEST
-    assert v.pin_served_version(tmp_path / "no_config") is None
+    assert config_edit.pin_served_version(tmp_path / "no_config") is None
 
 
 def test_a_candidate_is_gated_against_the_served_version_never_itself(tmp_path) -> None:
