@@ -1,7 +1,7 @@
 """Versions of a model in the repository, in one place: integer version folders, what
 `version_policy` selects, provenance, history (the policy edits are core.config_edit's).
 
-Pure file logic, no server calls. Used by export (next version, up-to-date, pin), by the
+Pure file logic, no server calls. Used by export (next version, up-to-date), by the
 release commands (select, history, gate baseline), and inside the stub by the router
 (the version an encoder serves, read off the request path). Configs are parsed with
 Triton's own protobuf (`tritonclient.grpc.model_config_pb2`), exactly as Triton reads them.
