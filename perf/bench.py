@@ -44,6 +44,7 @@ from core.paths import DEFAULT_REPOSITORY, P99_OBJECTIVE_MS, PROJECT_ROOT
 from core.settings import TextFrontSettings
 from perf import harness, openai_route, perf_analyzer
 from perf.knee import find_knee
+from perf.load import capacity_rps
 from perf.peers.run import run_peers
 from perf.profile import profile
 from perf.profile import report as profile_report
@@ -112,16 +113,6 @@ def pa(server: TritonServer, model: str, c: int, protocol: str, out: Path,
     return result
 
 
-async def sdk_rate(url: str, seconds: float = 5.0, in_flight: int = 16) -> float:
-    """Served embed calls a second through the async SDK, `in_flight` at the default
-    priority, the perf input texts in turn."""
-    from perf.load import closed_loop, sdk_sender, served_rate
-
-    async with sdk_sender(url) as send:
-        outcomes = await closed_loop(send, [(0, in_flight)], seconds, itertools.cycle(texts()))
-    return served_rate(outcomes, seconds)
-
-
 def serve(repo: Path, log: Path) -> TritonServer:
     server = harness.server(repo, log)
     server.start()
@@ -154,7 +145,8 @@ def ladder(out: Path, tmp: Path) -> dict:
             ("embed_http", lambda: pa(server, front, 16, "http", out, primary)),
             ("bare", lambda: pa(server, "embed_bare", 16, "grpc", out, "embed_bare")),
             ("tokenize", lambda: pa(server, "tokenize", 16, "grpc", out, "tokenize")),
-            ("sdk", lambda: asyncio.run(sdk_rate(server.grpc_url))),
+            ("sdk", lambda: asyncio.run(capacity_rps(server.grpc_url, priority=0,
+                                                     texts=itertools.cycle(texts())))),
             ("sweep", lambda: [pa(server, front, c, "grpc", out)["row"]
                                for c in (1, 2, 4, 8, 16)]),
             ("profile", lambda: [profile(server, m, 16, 6.0, out)

@@ -170,10 +170,13 @@ def served_rate(outcomes: Sequence[Outcome], seconds: float) -> float:
 
 
 async def capacity_rps(url: str, seconds: float = 5.0, in_flight: int = 16,
-                       protocol: str = "grpc") -> float:
-    """Served requests a second with `in_flight` priority-1 requests outstanding."""
+                       protocol: str = "grpc", priority: int = 1,
+                       texts: Iterator[str] | None = None) -> float:
+    """Served requests a second through the SDK with `in_flight` requests at `priority`
+    outstanding (0: the model's default)."""
     async with sdk_sender(url, protocol=protocol) as send:
-        outcomes = await closed_loop(send, [(1, in_flight)], seconds, short_texts("capacity"))
+        outcomes = await closed_loop(send, [(priority, in_flight)], seconds,
+                                     texts or short_texts("capacity"))
     return served_rate(outcomes, seconds)
 
 

@@ -23,10 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers-dir", type=Path, default=run.PEERS_DIR,
                         help="where `make peers` put the venvs")
     args = parser.parse_args(argv)
-    result = run.run_peers(args.servers, args.concurrency, args.seconds, args.rounds,
-                           args.p99_budget_ms, args.peers_dir)
-    print(result.report())
-    print(f"\nraw results and server logs: {result.out}")
+    run.run_peers(args.servers, args.concurrency, args.seconds, args.rounds,
+                  args.p99_budget_ms, args.peers_dir)  # prints the report and where it is
     return 0
 
 

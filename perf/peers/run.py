@@ -8,7 +8,6 @@ servers' logs go to `perf/results/peers-<timestamp>/` (git-ignored).
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import statistics
@@ -230,6 +229,5 @@ def run_peers(servers: Sequence[str] = SERVERS, levels: Sequence[int] = LEVELS,
     result = PeersResult(server_results(running, probes, measured), list(levels), seconds,
                          rounds, p99_budget_ms, started, str(out),
                          (load_before, os.getloadavg()[0]))
-    (out / "peers.json").write_text(json.dumps(asdict(result), indent=1))
-    (out / "peers.md").write_text(result.report() + "\n")
+    harness.write_report(out, "peers", result.report(), asdict(result))
     return result
