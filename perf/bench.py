@@ -113,14 +113,7 @@ def pa(server: TritonServer, model: str, c: int, protocol: str, out: Path,
     return result
 
 
-def serve(repo: Path, log: Path) -> TritonServer:
-    server = harness.server(repo, log)
-    server.start()
-    server.wait_ready()
-    return server
-
-
-def steps(server: TritonServer, out: Path, todo: list[tuple[str, Callable[[], Any]]]) -> dict:
+def steps(todo: list[tuple[str, Callable[[], Any]]]) -> dict:
     """Run named measurements one after another, each announced as it starts."""
     results = {}
     for n, (name, measure) in enumerate(todo, start=1):
@@ -134,9 +127,8 @@ def ladder(out: Path, tmp: Path) -> dict:
     model = text_model()
     enc = {f.name: model.encoder(f.name) for f in model.family.formats}
     primary, front = enc[model.family.primary], model.front
-    server = serve(build_repository(tmp / "a", []), out / "triton-main.log")
-    try:
-        return steps(server, out, [
+    with harness.server(build_repository(tmp / "a", []), out / "triton-main.log") as server:
+        return steps([
             ("onnx_direct", lambda: pa(server, enc["onnx"], 16, "grpc", out, enc["onnx"])),
             ("int8_direct", lambda: pa(server, enc["int8"], 16, "grpc", out, enc["int8"])),
             ("ts_direct", lambda: pa(server, enc["torchscript"], 16, "grpc", out,
@@ -152,19 +144,14 @@ def ladder(out: Path, tmp: Path) -> dict:
             ("profile", lambda: [profile(server, m, 16, 6.0, out)
                                  for m in (front, "embed_bare")]),
         ])
-    finally:
-        server.stop()
 
 
 def no_batching(out: Path, tmp: Path) -> dict:
     """Stage 4: `embed` at c16 with its dynamic batcher removed."""
     model = text_model()
     edits = [(model.front, lambda config: config.ClearField("dynamic_batching"))]
-    server = serve(build_repository(tmp / "b", edits), out / "triton-nb.log")
-    try:
+    with harness.server(build_repository(tmp / "b", edits), out / "triton-nb.log") as server:
         return pa(server, model.front, 16, "grpc", out, model.encoder(model.family.primary))
-    finally:
-        server.stop()
 
 
 def stage(n: int, total: int, name: str, began: float) -> None:
