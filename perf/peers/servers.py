@@ -67,37 +67,20 @@ class Running:
     versions: dict[str, str]
 
 
-def front_model(repository: Path = DEFAULT_REPOSITORY) -> str:
-    """The text model's front model: the one Triton is asked through."""
-    front = text_model(repository).front
-    if front is None:
-        raise LookupError(f"the text model of {repository} has no front model")
-    return front
-
-
-def primary_artifact(repository: Path = DEFAULT_REPOSITORY) -> Path:
-    """The served artifact of the text model's primary encoder (the ONNX the front runs)."""
-    model = text_model(repository)
-    return served_artifact(repository, model.encoder(model.family.primary))
-
-
-def front_tokenizer_path(repository: Path = DEFAULT_REPOSITORY) -> Path:
-    """The tokenizer.json of the text model's front (in its version folder 1)."""
-    return repository / front_model(repository) / "1" / "tokenizer.json"
-
-
 def infinity_model_name() -> str:
     """The name infinity serves the text model under (and requests carry): the model's."""
     return text_model().base
 
 
 def fastapi_argv(script: str) -> Callable[[Path, int], list[str]]:
-    """The command line of a FastAPI peer: the text model's served ONNX and its front's
-    tokenizer.json."""
+    """The command line of a FastAPI peer: the served ONNX of the text model's primary
+    encoder (what its front runs) and the front's tokenizer.json."""
     def argv(peers: Path, port: int) -> list[str]:
+        model = text_model()
+        onnx = served_artifact(DEFAULT_REPOSITORY, model.encoder(model.family.primary))
         return [str(peers / "fastapi" / "venv" / "bin" / "python"), str(HERE / script),
-                "--onnx", str(primary_artifact().resolve()),
-                "--tokenizer", str(front_tokenizer_path()), "--port", str(port)]
+                "--onnx", str(onnx.resolve()), "--tokenizer",
+                str(DEFAULT_REPOSITORY / model.front / "1" / "tokenizer.json"), "--port", str(port)]
     return argv
 
 
@@ -204,7 +187,7 @@ def peer(spec: PeerSpec, peers: Path, log_path: Path) -> Iterator[Running]:
 def triton_embed(log_path: Path) -> Iterator[Running]:
     """The project's Triton with the shipped repository, on free ports, asked through the
     text model's front."""
-    front = front_model()
+    front = text_model().front
     with harness.server(log_path=log_path) as server:
         yield Running("embed", f"`{front}` on Triton (this project)",
                       triton_endpoint(f"http://{server.http_url}", front), triton_versions())
