@@ -1,7 +1,8 @@
 """What the sync and asyncio clients share: validation, requests, chunking, results.
 
 Both clients run every call the same way: `ClientBase.start()` validates the input and
-the options and cuts the rows into chunks of the model's `max_batch_size`; each chunk is
+the options and cuts the rows into chunks of the model's request rows (its preferred batch,
+else `max_batch_size`: `request_rows`); each chunk is
 one request (`request_for`), retried by `retry_delay` when the failure allows it; the
 answers are put back together by the family's result builder (`embed_result`). Only how
 the chunks are sent differs: one after another (sync), or at most `max_in_flight` at a
@@ -19,6 +20,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
+from google.protobuf import json_format
 
 from client.auth import key_headers, resolve_admin_key, resolve_api_key
 from client.errors import InvalidInputError, TritonClientError
@@ -29,6 +31,7 @@ from core.families.image_classification import IMAGE
 from core.families.spec import SERVED_BY
 from core.families.text_embedding import EMBEDDING, TEXT, TOKENS
 from core.served_by import ServedBy
+from core.settings import DynamicBatching
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
@@ -217,11 +220,13 @@ def new_request_id() -> str:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What the client needs to know of a model: rows a request, outputs, chunks in flight."""
+    """What the client needs to know of a model: its max_batch_size, outputs, chunks in
+    flight, and the rows of one chunk (`request_rows`, at most max_batch)."""
 
     max_batch: int
     outputs: tuple[str, ...]
     in_flight: int
+    request_rows: int = 0  # 0: max_batch
 
 
 def inner(config: Any) -> Any:
@@ -243,6 +248,17 @@ def max_batch_size(config: Any) -> int:
     body = inner(config)
     value = body.get("max_batch_size", 0) if isinstance(body, dict) else body.max_batch_size
     return int(value) or 1
+
+
+def request_rows(config: Any) -> int:
+    """Rows of one request of a bulk call: the model's preferred batch when it has one
+    (core.settings.DynamicBatching.request_rows), so that a bulk call is many short
+    executions that higher priorities can pass, else its max_batch_size."""
+    body = inner(config)
+    if not isinstance(body, dict):
+        body = json_format.MessageToDict(body, preserving_proto_field_name=True)
+    batching = DynamicBatching.from_config(body.get("dynamic_batching") or {})
+    return batching.request_rows(max_batch_size(config))
 
 
 def instance_count(config: Any) -> int | None:
@@ -278,9 +294,10 @@ class Access:
     max_in_flight: int | None = None  # chunks of one call at once; None: from the config
 
     def info(self, config: Any) -> ModelInfo:
-        return ModelInfo(self.max_batch_size or max_batch_size(config),
-                         tuple(output_names(config)),
-                         self.max_in_flight or in_flight_limit(instance_count(config)))
+        rows = self.max_batch_size or max_batch_size(config)
+        return ModelInfo(rows, tuple(output_names(config)),
+                         self.max_in_flight or in_flight_limit(instance_count(config)),
+                         self.max_batch_size or request_rows(config))
 
     def info_without_config(self, metadata: Any) -> ModelInfo:
         return ModelInfo(self.max_batch_size or 1, tuple(output_names(metadata)),
@@ -303,11 +320,12 @@ class Call:
 
     def chunks(self, info: ModelInfo) -> list[tuple[slice, str]]:
         """(rows, request id) of each request the call makes: at most the model's
-        max_batch_size rows, and never over the protocol's request size limit."""
+        request rows (its preferred batch, else max_batch_size), and never over the
+        protocol's request size limit."""
         sizes = [len(row[0]) for row in self.rows]
         return [(rows, new_request_id()) for rows in byte_chunks(
-            sizes, info.max_batch, MAX_REQUEST_BYTES[self.protocol], self.protocol,
-            self.input_name)]
+            sizes, info.request_rows or info.max_batch, MAX_REQUEST_BYTES[self.protocol],
+            self.protocol, self.input_name)]
 
     def progress(self, done: int) -> None:
         if self.on_progress is not None:

@@ -178,6 +178,9 @@ class DynamicBatching:
     """A model's `dynamic_batching` (Triton's message); defaults are Triton's."""
 
     max_queue_delay_microseconds: int = 0  # 0: a free instance takes what is queued
+    # Rows an execution takes when more are queued (the largest counts): without a queue
+    # delay, Triton stops a batch before it would pass it. Empty: up to max_batch_size.
+    preferred_batch_size: tuple[int, ...] = ()
     priority_levels: int = 0  # 0: one queue
     default_priority_level: int = 0  # the level of a request that names none
     priority_queue_policy: Mapping[int, QueuePolicy] = field(default_factory=dict)
@@ -188,9 +191,16 @@ class DynamicBatching:
             level: replace(self.priority_queue_policy[level], max_queue_size=size)
             for level, size in enumerate(sizes, start=1)})
 
+    def request_rows(self, max_batch_size: int) -> int:
+        """Rows a client should put in one request: the largest preferred batch when there
+        is one (a larger request is one execution that holds an instance longer, and every
+        higher-priority request waits for it), else max_batch_size."""
+        return min(max(self.preferred_batch_size, default=max_batch_size), max_batch_size)
+
     def to_config(self) -> dict[str, Any]:
         """Triton's JSON form of the message (json_format.ParseDict reads it)."""
         return {"max_queue_delay_microseconds": self.max_queue_delay_microseconds,
+                "preferred_batch_size": list(self.preferred_batch_size),
                 "priority_levels": self.priority_levels,
                 "default_priority_level": self.default_priority_level,
                 "priority_queue_policy": {str(level): policy.to_config() for level, policy
@@ -201,6 +211,7 @@ class DynamicBatching:
         """From Triton's JSON form (a stub's config, or json_format.MessageToDict)."""
         policies = batching.get("priority_queue_policy") or {}
         return cls(int(batching.get("max_queue_delay_microseconds", 0) or 0),
+                   tuple(int(n) for n in batching.get("preferred_batch_size") or ()),
                    int(batching.get("priority_levels", 0) or 0),
                    int(batching.get("default_priority_level", 0) or 0),
                    {int(level): QueuePolicy.from_config(policy)

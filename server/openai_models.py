@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from client.core import request_rows
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import catalog
 from core.families.configs import parameters_of
@@ -29,8 +30,9 @@ CREATED = 1_764_460_800  # 2025-11-30: what /v1/models reports as `created` (no 
 
 
 def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
-    """{"created", "models": [{"id", "names", "front", "dimensions", "max_batch",
-    "in_flight"}]}."""
+    """{"created", "models": [{"id", "names", "front", "dimensions", "request_rows",
+    "in_flight"}]}: `request_rows` is the rows of one request to the front (its preferred
+    batch, else max_batch_size), as the SDK cuts a bulk call."""
     models = []
     for model in catalog(repository):
         if model.family is not TEXT_EMBEDDING or not model.front:
@@ -40,7 +42,7 @@ def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
         names = list(dict.fromkeys([model.base, model.front, *filter(None, extra)]))
         models.append({"id": model.base, "names": names, "front": model.front,
                        "dimensions": int(config.output[0].dims[-1]),
-                       "max_batch": int(config.max_batch_size),
+                       "request_rows": request_rows(config),
                        # chunks of one request in flight at once: one per front instance
                        "in_flight": max(1, sum(g.count for g in config.instance_group))})
     return {"created": CREATED, "models": models}

@@ -91,7 +91,8 @@ IMAGE_CLASSIFICATION = Family(
     # cached answers (by the image's digest) at level 3.
     front_settings=(ModelSettings(), replace(LadderSettings(), small_batch_rows=4,
                                              cache_entries=1024), ImageFrontSettings()),
-    front_batching=FRONT_BATCHING.with_queue_sizes(256, 64),
+    # An execution takes 4 images when more are queued (docs/serving.md, "Priority").
+    front_batching=replace(FRONT_BATCHING.with_queue_sizes(256, 64), preferred_batch_size=(4,)),
     front_instances=2,
     max_batch_size=16,
     export_recipe="export.image_classification",

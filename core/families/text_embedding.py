@@ -10,6 +10,7 @@ ONNX INT8 (dynamic quantization; the gate compares cosines with eager PyTorch).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -72,8 +73,10 @@ TEXT_EMBEDDING = Family(
     primary="onnx",
     fallback="int8",
     front_settings=(ModelSettings(), LadderSettings(), TextFrontSettings()),
-    # Level 2 (low) may queue 128 requests (about 0.6 s of work), level 1 512.
-    front_batching=FRONT_BATCHING.with_queue_sizes(512, 128),
+    # Level 2 (low) may queue 128 requests (about 0.6 s of work), level 1 512. An
+    # execution takes 8 rows when more are queued, so a priority-1 request waits for one
+    # short execution, not for 64 rows of bulk work (docs/serving.md, "Priority").
+    front_batching=replace(FRONT_BATCHING.with_queue_sizes(512, 128), preferred_batch_size=(8,)),
     front_instances=3,
     max_batch_size=64,
     export_recipe="export.text_embedding",

@@ -1,8 +1,9 @@
 // The OpenAI-compatible embeddings route of the front door (njs): POST /v1/embeddings,
 // GET /v1/models and /v1/models/{id}. A request is checked here, cut into chunks of the
-// model's max_batch_size, sent to the text-embedding front model's KServe route as
-// concurrent subrequests (so priorities, degradation and versions all apply), and the
-// answers are put back together in OpenAI's shape. The models come from
+// model's request rows (its preferred batch, else max_batch_size), sent to the
+// text-embedding front model's KServe route as concurrent subrequests (so priorities,
+// degradation and versions all apply), and the answers are put back together in
+// OpenAI's shape. The models come from
 // `openai_models`, a JSON file preloaded by nginx (server/openai_models.py writes it from
 // the repository). Pure functions are exported for tests/unit/test_openai_njs.py.
 
@@ -265,7 +266,7 @@ async function serveEmbeddings(r) {
     }
     r.variables.openai_user = request.user;
     const model = request.model;
-    const parts = chunks(request.texts.length, model.max_batch);
+    const parts = chunks(request.texts.length, model.request_rows);
     const replies = await inWaves(parts.map((part) => () => r.subrequest(
         "/_triton_plain/v2/models/" + model.front + "/infer",
         {method: "POST", body: kserveBody(request.texts.slice(part[0], part[1]),

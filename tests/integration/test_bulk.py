@@ -7,10 +7,11 @@ import asyncio
 import numpy as np
 
 from client import AsyncEmbedClient, EmbedClient
+from core.families import TEXT_EMBEDDING
 from perf.load import LevelSampler
 from tests.integration.helpers import fresh
 
-TEXTS = 2_000  # ~32 chunks of 64: enough to queue 150+ at once without the bound
+TEXTS = 2_000  # 250 chunks of the front's preferred batch (8): 150+ queued without the bound
 
 
 def corpus(n: int) -> list[str]:
@@ -49,5 +50,6 @@ def test_sync_and_async_bulk_calls_agree_row_for_row(triton) -> None:
         async with AsyncEmbedClient(triton.grpc_url, protocol="grpc", max_in_flight=2) as c:
             return await c.embed(texts)
 
-    assert steps == [64, 128, 192, 256, 300]
+    rows = TEXT_EMBEDDING.front_batching.request_rows(TEXT_EMBEDDING.max_batch_size)
+    assert steps == [*range(rows, 300, rows), 300]
     assert np.allclose(asyncio.run(run()), sync, atol=1e-5)

@@ -67,12 +67,14 @@ def test_embed_matches_pytorch_reference_async(triton, protocol, reference) -> N
     assert cosines(got, reference).min() >= 0.9999
 
 
-def test_client_splits_lists_longer_than_max_batch_size(triton, reference) -> None:
+def test_client_splits_lists_into_requests_of_the_fronts_preferred_batch(triton,
+                                                                          reference) -> None:
     texts = TEXTS * 40  # 160 rows > max_batch_size 64
     with EmbedClient(triton.grpc_url, protocol="grpc") as client:
         result = client.embed_with_info(texts)
-    assert len(result.request_ids) == 3 and len(set(result.request_ids)) == 3
-    assert result.model_name == "embed" and result.model_versions == ["1", "1", "1"]
+    chunks = -(-len(texts) // TEXT_EMBEDDING.front_batching.preferred_batch_size[0])
+    assert len(result.request_ids) == chunks and len(set(result.request_ids)) == chunks
+    assert result.model_name == "embed" and result.model_versions == ["1"] * chunks
     assert result.tokens[:4] == [len(r) for r in TextEncoder(
         MINILM_SOURCE / "tokenizer.json").token_ids(TEXTS)]
     assert cosines(result.embeddings, np.tile(reference, (40, 1))).min() >= 0.9999

@@ -143,6 +143,31 @@ def test_a_genuine_server_error_stays_500(door, triton):
     assert_serving(triton.http_url)
 
 
+@pytest.mark.timeout(180)
+def test_a_503_from_triton_reaches_the_caller_with_retry_after(door, triton):
+    """A refusal the caller may retry (here the router out of service; a full priority
+    queue and a queue timeout are the same 503) says when to come back."""
+    import urllib.error
+    import urllib.request
+
+    from core.messages import degraded_level
+    from server.admin import force_level_explicit
+    from tests.integration.helpers import reset_router
+
+    force_level_explicit(triton.http_url, 4)
+    try:
+        request = urllib.request.Request(f"http://{door.http_url}{EMBED}",
+                                         data=text_body("retry me later"), headers=key(door))
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 503
+        assert refused.value.headers["Retry-After"] == "1"
+        assert degraded_level(json.loads(refused.value.read())["error"]) == 4
+    finally:
+        reset_router(triton.http_url)
+    assert_serving(triton.http_url)
+
+
 # -- body limits ----------------------------------------------------------------------------
 
 

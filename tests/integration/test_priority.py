@@ -19,10 +19,11 @@ from tests.integration.helpers import assert_serving, reset_router
 
 TEXT = "priority queues shed low value work first when the server is overloaded"
 HIGH, LOW = 1, 2
-# One request of 64 short texts fills a whole execution (max_batch_size 64), so the order
-# in which requests are dispatched is the order of executions. Short texts keep the whole
-# backlog well inside the low level's 2 s queue timeout, even on a loaded CI machine.
-# Every request's texts are unique, so Triton's response cache cannot answer any of them.
+# The SDK cuts each call of 64 short texts into requests of the front's preferred batch
+# (one execution each), at most one per instance in flight, so a call's requests queue
+# behind other calls' at their priority. Short texts keep the whole backlog well inside
+# the low level's 2 s queue timeout, even on a loaded CI machine. Every request's texts
+# are unique, so Triton's response cache cannot answer any of them.
 
 
 def full_batch(tag: str) -> list[str]:
@@ -30,8 +31,8 @@ def full_batch(tag: str) -> list[str]:
 
 
 
-BACKLOG = 12  # low requests; 3 instances take 3 at once and 9 wait in the queue
-FLOOD = 600  # single-text low requests: more than 3 executing batches of 64 + 128 queued
+BACKLOG = 12  # low calls of 64 texts; 3 instances take 3 requests at once, the rest wait
+FLOOD = 600  # single-text low requests: more than 3 executing batches + 128 queued
 
 
 async def timed(coro) -> tuple[float, object]:

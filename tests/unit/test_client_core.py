@@ -147,6 +147,20 @@ def test_a_bulk_call_keeps_one_chunk_in_flight_per_instance_of_the_model():
     assert in_flight_limit(4) == 4 and in_flight_limit(None) == DEFAULT_IN_FLIGHT
 
 
+def test_a_bulk_call_sends_requests_of_the_models_preferred_batch_over_both_protocols():
+    from client.core import Access, request_rows
+
+    http = {"max_batch_size": 64, "dynamic_batching": {"preferred_batch_size": [8],
+                                                       "priority_levels": 2}}
+    grpc = model_config_pb2.ModelConfig(max_batch_size=64)
+    grpc.dynamic_batching.preferred_batch_size.append(8)
+    assert request_rows(http) == request_rows(grpc) == 8
+    assert request_rows({"max_batch_size": 16}) == 16  # no preferred batch: max_batch_size
+    info = Access().info(http)
+    assert (info.max_batch, info.request_rows) == (64, 8)
+    assert Access(max_batch_size=4).info(http).request_rows == 4  # the caller's own limit
+
+
 def test_byte_chunks_cut_by_rows_when_rows_are_small():
     assert byte_chunks([10] * 10, 4, HTTP_MAX_BODY_BYTES) == [
         slice(0, 4), slice(4, 8), slice(8, 10)]

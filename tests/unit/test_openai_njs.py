@@ -18,7 +18,7 @@ from python_backends.tokenization import TextLimits, apply_token_limit, decode_t
 from server.front_door import NGINX_DIR
 
 TABLE = {"created": 1, "models": [{"id": "minilm", "names": ["minilm", "embed", "alias/x"],
-                                   "front": "embed", "dimensions": 4, "max_batch": 2,
+                                   "front": "embed", "dimensions": 4, "request_rows": 2,
                                    "in_flight": 2}]}
 
 

@@ -83,8 +83,19 @@ def test_each_family_holds_only_its_differences_from_the_defaults() -> None:
         fam.front_batching.priority_queue_policy.items())] for fam in (TEXT_EMBEDDING,
                                                                       IMAGE_CLASSIFICATION)}
     assert sizes == {"text_embedding": [512, 128], "image_classification": [256, 64]}
-    assert replace(IMAGE_CLASSIFICATION.front_batching, priority_queue_policy={}) == \
-        replace(FRONT_BATCHING, priority_queue_policy={})
+    preferred = {fam.name: fam.front_batching.preferred_batch_size
+                 for fam in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION)}
+    assert preferred == {"text_embedding": (8,), "image_classification": (4,)}
+    for fam in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION):
+        assert replace(fam.front_batching, priority_queue_policy={}, preferred_batch_size=()) \
+            == replace(FRONT_BATCHING, priority_queue_policy={})
+
+
+def test_request_rows_are_the_largest_preferred_batch_within_max_batch_size() -> None:
+    assert DynamicBatching().request_rows(64) == 64
+    assert DynamicBatching(preferred_batch_size=(4, 8)).request_rows(64) == 8
+    assert DynamicBatching(preferred_batch_size=(128,)).request_rows(64) == 64
+    assert TEXT_EMBEDDING.front_batching.request_rows(TEXT_EMBEDDING.max_batch_size) == 8
 
 
 def test_dynamic_batching_goes_through_tritons_message_and_back_unchanged() -> None:
