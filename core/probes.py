@@ -25,6 +25,13 @@ class ProbeTarget:
     params: dict[str, str]
     inputs: dict[str, np.ndarray]
     outputs: list[str]
+    priority_levels: int = 0  # the model's dynamic_batching priority levels (0: none)
+
+    @property
+    def priorities(self) -> list[int]:
+        """The priorities a probe is sent at: each level, highest first; [0] (the model's
+        default) for a model without levels."""
+        return list(range(1, self.priority_levels + 1)) or [0]
 
     @property
     def is_front(self) -> bool:
@@ -51,4 +58,5 @@ def probe_target(config: mc.ModelConfig) -> ProbeTarget | None:
     fam = family(params["family"])
     probe = fam.front_probe if "primary_model" in params else fam.encoder_probe
     inputs, outputs = probe(params)
-    return ProbeTarget(config.name, fam, params, inputs, outputs)
+    return ProbeTarget(config.name, fam, params, inputs, outputs,
+                       config.dynamic_batching.priority_levels)

@@ -157,11 +157,13 @@ class AdminClient:
         return sorted((t for t in found if t is not None),
                       key=lambda t: (not t.is_front, t.model))
 
-    def probe(self, target: ProbeTarget, version: str = "") -> Check:
-        """One real inference (readiness alone is not trusted), checked as the family says."""
+    def probe(self, target: ProbeTarget, version: str = "", priority: int = 0) -> Check:
+        """One real inference (readiness alone is not trusted), checked as the family says;
+        at `priority` (0: the model's default level)."""
         began = time.monotonic()
         try:
-            answer = self.infer(target.model, target.inputs, target.outputs, version)
+            answer = self.infer(target.model, target.inputs, target.outputs, version,
+                                priority)
         except TritonClientError as err:
             return Check(target.model, False, elapsed_ms(began), str(err), err)
         problem = target.problem(answer[target.outputs[0]])

@@ -7,6 +7,14 @@ the watchdog sends each model one real inference and reads its pending and execu
 counters from /metrics; `decide()` turns that into a reload through the load API.
 Reloads are logged with their reason and counted in `tmr_watchdog_reloads_total` on the
 watchdog's own metrics port.
+
+A model with priority levels is probed at each level, highest first, and the highest
+decides its health (a priority-2 probe refused while priority 1 fills the queue is the
+starvation rule at work, not a fault). Neither Triton 2.51 nor the Python stub can tell a
+real request's priority, so these probes are the server side's per-priority view:
+`tmr_priority_probe_latency_seconds{model,priority}` (served probes) and
+`tmr_priority_probes_total{model,priority,outcome}` (served, refused with 503 /
+UNAVAILABLE or a queue timeout, failed), on the same port (docs/observability.md).
 """
 
 from __future__ import annotations
@@ -17,13 +25,13 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from client import TritonClientError
+from client import DeadlineExceededError, TritonClientError, UnavailableError
 from client.prometheus import samples
 from core import messages
 from core.probes import ProbeTarget
-from server.admin_client import AdminClient, IndexEntry
+from server.admin_client import AdminClient, Check, IndexEntry
 
 log = logging.getLogger("tmr.watchdog")
 
@@ -105,6 +113,26 @@ class StallDetector:
         return decision
 
 
+PROBE_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ProbeOutcome(StrEnum):
+    """How one probe ended; the value is the `outcome` label of tmr_priority_probes_total."""
+
+    SERVED = "served"
+    REFUSED = "refused"  # 503 / UNAVAILABLE or a queue timeout: the server said "not now"
+    FAILED = "failed"
+
+
+def probe_outcome(check: Check) -> ProbeOutcome:
+    """Served, refused (the caller may retry later) or failed."""
+    if check.ok:
+        return ProbeOutcome.SERVED
+    if isinstance(check.error, UnavailableError | DeadlineExceededError):
+        return ProbeOutcome.REFUSED
+    return ProbeOutcome.FAILED
+
+
 def triton_counters(metrics_url: str) -> dict[str, tuple[float, float]]:
     """Per model: (pending requests, executions) from Triton's /metrics."""
     pending: dict[str, float] = {}
@@ -133,6 +161,11 @@ class Watchdog(threading.Thread):
         self.registry = CollectorRegistry()
         self.reloads = Counter("tmr_watchdog_reloads", "Model reloads by the watchdog",
                                ["model", "reason"], registry=self.registry)
+        self.probe_latency = Histogram(
+            "tmr_priority_probe_latency_seconds", "Latency of the watchdog's served probes",
+            ["model", "priority"], buckets=PROBE_BUCKETS_S, registry=self.registry)
+        self.probes = Counter("tmr_priority_probes", "The watchdog's probes by how they ended",
+                              ["model", "priority", "outcome"], registry=self.registry)
         self.events: list[tuple[float, str, str]] = []  # (time, model, reason)
         self._stop_event = threading.Event()
         if metrics_port is not None:
@@ -172,11 +205,21 @@ class Watchdog(threading.Thread):
 
     def _watch(self, admin: AdminClient, target: ProbeTarget,
                counters: tuple[float, float]) -> None:
-        check = admin.probe(target)
+        checks = [self._probe(admin, target, priority) for priority in target.priorities]
+        check = checks[0]  # the highest priority decides whether the model serves
         sample = Sample(check.ok, "" if check.ok else check.detail, *counters)
         decision = self.detector.decide(target.model, sample)
         if decision is not None:
             self._reload(admin, target.model, decision)
+
+    def _probe(self, admin: AdminClient, target: ProbeTarget, priority: int) -> Check:
+        check = admin.probe(target, priority=priority)
+        outcome = probe_outcome(check)
+        labels = {"model": target.model, "priority": str(priority)}
+        self.probes.labels(outcome=outcome.value, **labels).inc()
+        if outcome is ProbeOutcome.SERVED:
+            self.probe_latency.labels(**labels).observe(check.ms / 1000)
+        return check
 
     def _reload(self, admin: AdminClient, model: str, decision: Reload) -> None:
         log.warning("watchdog reloads %s: %s", model, decision)

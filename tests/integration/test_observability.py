@@ -89,10 +89,13 @@ def value(sample: dict[str, Any]) -> float:
 
 
 def exposed_names(url: str) -> set[str]:
-    """Metric names an endpoint declares (`# TYPE`) or has samples for."""
+    """Metric names an endpoint declares (`# TYPE`) or has samples for; a declared
+    histogram with no samples yet declares its _bucket, _sum and _count series."""
     with urllib.request.urlopen(url, timeout=10) as r:
         text = r.read().decode()
-    return {m for m in _NAME.findall(text) if m != "#"}
+    histograms = re.findall(r"^# TYPE (\S+) histogram$", text, re.MULTILINE)
+    return ({m for m in _NAME.findall(text) if m != "#"}
+            | {f"{h}_{part}" for h in histograms for part in ("bucket", "sum", "count")})
 
 
 def referenced_metrics() -> set[str]:

@@ -77,3 +77,30 @@ def test_the_reloads_metric_is_labelled_by_the_decisions_kind(sample: Sample, la
     assert watchdog.registry.get_sample_value("tmr_watchdog_reloads_total",
                                               {"model": "m", "reason": label}) == 1.0
     assert [e[1:] for e in watchdog.events] == [("m", str(decision))]
+
+
+@pytest.mark.parametrize(("ok", "error", "outcome"), [
+    (True, None, "served"),
+    (False, "QueueFullError", "refused"),  # Exceeds maximum queue size
+    (False, "DeadlineExceededError", "refused"),  # Request timeout expired in the queue
+    (False, "UnavailableError", "refused"),  # the router out of service
+    (False, "ServerError", "failed"),
+    (False, None, "failed"),  # answered, but not sanely
+])
+def test_a_probe_is_served_refused_or_failed(ok: bool, error: str | None, outcome: str) -> None:
+    import client
+    from server.admin_client import Check
+    from server.watchdog import probe_outcome
+
+    typed = getattr(client, error)("message", "503") if error else None
+    assert probe_outcome(Check("embed", ok, 1.0, "detail", typed)).value == outcome
+
+
+def test_a_model_with_priority_levels_is_probed_at_each_highest_first() -> None:
+    from core.probes import ProbeTarget
+
+    def target(levels: int) -> ProbeTarget:
+        return ProbeTarget("m", None, {}, {}, [], levels)  # type: ignore[arg-type]
+
+    assert target(2).priorities == [1, 2]
+    assert target(0).priorities == [0]  # an encoder: its default
