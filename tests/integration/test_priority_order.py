@@ -159,3 +159,29 @@ def test_priority_2_under_priority_1_saturation_is_refused_with_503_not_left_wai
     assert refused, "priority 2 was served although priority 1 kept the queue full"
     assert_serving(triton.http_url)
 
+
+
+def test_the_watchdog_probes_a_front_at_each_priority_and_exports_both(triton) -> None:
+    from server.watchdog import Watchdog
+
+    watchdog = Watchdog(triton.http_url, triton.metrics_url, ["embed"], interval_s=0.5)
+
+    def served(priority: str, name: str = "tmr_priority_probes_total") -> float:
+        labels = {"model": "embed", "priority": priority}
+        if name == "tmr_priority_probes_total":
+            labels["outcome"] = "served"
+        return watchdog.registry.get_sample_value(name, labels) or 0.0
+
+    watchdog.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (served("1") and served("2")):
+            time.sleep(0.2)
+    finally:
+        watchdog.stop()
+        watchdog.join(timeout=30)
+    assert watchdog.events == []  # a healthy model is never reloaded
+    for priority in ("1", "2"):
+        assert served(priority) >= 1
+        assert served(priority, "tmr_priority_probe_latency_seconds_count") == served(priority)
+    assert_serving(triton.http_url)
