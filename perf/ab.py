@@ -17,12 +17,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from google.protobuf import text_format
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from core.config_edit import Change
+from core.families.configs import render
 from core.paths import P99_OBJECTIVE_MS
 from perf import harness
 from perf.peers.load import closed_loop_point, triton_endpoint
@@ -35,7 +41,20 @@ from perf.subjects import build_repository, text_model
 @dataclass(frozen=True)
 class Variant:
     name: str
-    edits: list[tuple[str, str, str]]
+    edits: list[tuple[str, Change]]
+
+
+def regex_change(regex: str, replacement: str) -> Change:
+    """A config change written as a regex over the config's text as the repository lays
+    it out (core.families.configs.render); a regex that matches nothing is an error."""
+    def change(config: ModelConfig) -> None:
+        text = render(config, "")
+        edited = re.sub(regex, replacement, text)
+        if edited == text:
+            raise ValueError(f"{regex!r} matches nothing in {config.name}'s config")
+        config.Clear()
+        text_format.Parse(edited, config)
+    return change
 
 
 def parse_variant(spec: str) -> Variant:
@@ -44,7 +63,7 @@ def parse_variant(spec: str) -> Variant:
     edits = []
     for part in filter(None, rest.split(";")):
         model, regex, replacement = part.split("~", 2)
-        edits.append((model, regex, replacement.replace("\\n", "\n")))
+        edits.append((model, regex_change(regex, replacement.replace("\\n", "\n"))))
     if not name:
         raise ValueError(f"variant {spec!r} has no name")
     return Variant(name, edits)
