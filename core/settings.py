@@ -113,7 +113,7 @@ class LadderSettings(ParameterSettings):
     "When things go wrong"): queue signal, hysteresis, failures, memory, level 1's call
     size, the cache of level 3, and an operator's override."""
 
-    queue_ratio: float = 0.9  # queued rows / max_batch_size above this: requests wait
+    queue_ratio: float = 0.9  # queued rows / a full execution's rows above this: requests wait
     degrade_down_ratio: float = 0.5  # every signal under its threshold x this: go down
     # Weight of the newest batch in the queue signal (an EWMA over batches).
     queue_ewma_alpha: float = setting(0.3, written=False)

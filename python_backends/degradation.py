@@ -17,7 +17,8 @@ see a request's priority anyway.
 
 Signals:
 - queue: an average over the last few dynamic batches (`queue_ewma_alpha`) of the rows
-  of a dynamic batch beyond its largest request, over `max_batch_size`.
+  of a dynamic batch beyond its largest request, over the rows one execution takes when
+  more are queued (the front's preferred batch, else `max_batch_size`).
   With no queue delay, every request of a batch was waiting when an instance freed up, so
   rows that came along with the first request are a queue the model can measure (a
   Python model cannot see Triton's); one large request (a bulk client's chunk) alone is
