@@ -26,12 +26,12 @@ from client.auth import key_headers, resolve_admin_key, resolve_api_key
 from client.errors import InvalidInputError, TritonClientError
 from client.limits import MAX_REQUEST_BYTES
 from client.retry import RetryPolicy, next_delay
+from core import settings
 from core.families import IMAGE_CLASSIFICATION
 from core.families.image_classification import IMAGE
 from core.families.spec import SERVED_BY
 from core.families.text_embedding import EMBEDDING, TEXT, TOKENS
 from core.served_by import ServedBy
-from core.settings import DynamicBatching
 
 Protocol = Literal["http", "grpc"]
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
@@ -226,7 +226,7 @@ class ModelInfo:
     max_batch: int
     outputs: tuple[str, ...]
     in_flight: int
-    request_rows: int = 0  # 0: max_batch
+    request_rows: int
 
 
 def inner(config: Any) -> Any:
@@ -251,14 +251,14 @@ def max_batch_size(config: Any) -> int:
 
 
 def request_rows(config: Any) -> int:
-    """Rows of one request of a bulk call: the model's preferred batch when it has one
-    (core.settings.DynamicBatching.request_rows), so that a bulk call is many short
-    executions that higher priorities can pass, else its max_batch_size."""
+    """Rows of one request of a bulk call (core.settings.request_rows: the model's
+    preferred batch when it has one, else its max_batch_size), from the config over HTTP
+    (a dict) or gRPC (protobuf): a bulk call is then many short executions that higher
+    priorities can pass."""
     body = inner(config)
     if not isinstance(body, dict):
         body = json_format.MessageToDict(body, preserving_proto_field_name=True)
-    batching = DynamicBatching.from_config(body.get("dynamic_batching") or {})
-    return batching.request_rows(max_batch_size(config))
+    return settings.request_rows(body)
 
 
 def instance_count(config: Any) -> int | None:
@@ -294,14 +294,15 @@ class Access:
     max_in_flight: int | None = None  # chunks of one call at once; None: from the config
 
     def info(self, config: Any) -> ModelInfo:
-        rows = self.max_batch_size or max_batch_size(config)
-        return ModelInfo(rows, tuple(output_names(config)),
+        return ModelInfo(self.max_batch_size or max_batch_size(config),
+                         tuple(output_names(config)),
                          self.max_in_flight or in_flight_limit(instance_count(config)),
                          self.max_batch_size or request_rows(config))
 
     def info_without_config(self, metadata: Any) -> ModelInfo:
-        return ModelInfo(self.max_batch_size or 1, tuple(output_names(metadata)),
-                         self.max_in_flight or DEFAULT_IN_FLIGHT)
+        rows = self.max_batch_size or 1
+        return ModelInfo(rows, tuple(output_names(metadata)),
+                         self.max_in_flight or DEFAULT_IN_FLIGHT, rows)
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ class Call:
         protocol's request size limit."""
         sizes = [len(row[0]) for row in self.rows]
         return [(rows, new_request_id()) for rows in byte_chunks(
-            sizes, info.request_rows or info.max_batch, MAX_REQUEST_BYTES[self.protocol],
+            sizes, info.request_rows, MAX_REQUEST_BYTES[self.protocol],
             self.protocol, self.input_name)]
 
     def progress(self, done: int) -> None:

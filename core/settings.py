@@ -218,6 +218,15 @@ class DynamicBatching:
                     for level, policy in policies.items()})
 
 
+def request_rows(config: Mapping[str, Any]) -> int:
+    """The rows one execution of a model takes when more are queued, from its config in
+    Triton's JSON form: DynamicBatching.request_rows of its batcher and max_batch_size.
+    The SDK and the OpenAI route cut bulk calls into requests of this size, and the
+    router's queue signal measures a batch against it."""
+    batching = DynamicBatching.from_config(config.get("dynamic_batching") or {})
+    return batching.request_rows(max(int(config.get("max_batch_size", 0) or 0), 1))
+
+
 # A front's queues: two priority levels; level 2 (low, the default) is shed first by
 # Triton's queues: a 2 s timeout against 10 s, and a smaller queue (each family sizes it).
 FRONT_BATCHING = DynamicBatching(

@@ -138,30 +138,49 @@ async def sdk_sender(*urls: tuple[str, str] | str, protocol: str = "grpc") -> As
             await c.close()
 
 
+async def timed_call(priority: int, call: Awaitable[object]) -> Outcome:
+    """How one call ended: its latency, or its error's class and status (a tritonclient
+    or SDK exception, classified by client.errors)."""
+    sent = time.monotonic()
+    error, status = None, "200"
+    try:
+        await call
+    except Exception as exc:  # tritonclient raises its own types; each is classified
+        typed = from_exception(exc)
+        error, status = type(typed).__name__, str(typed.status)
+    return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, status)
+
+
+SendTexts = Callable[[Sequence[str], int], Awaitable[Outcome]]  # (texts, priority)
+
+
 @asynccontextmanager
-async def standard_sender(url: str, model: str, conn_limit: int = 512) -> AsyncIterator[Send]:
-    """Send over tritonclient's HTTP asyncio client with only Triton's standard request
-    `priority` (0: the model's default), nothing project-specific."""
+async def standard_texts_sender(url: str, model: str,
+                                conn_limit: int = 512) -> AsyncIterator[SendTexts]:
+    """Send requests of one or more texts over tritonclient's HTTP asyncio client with only
+    Triton's standard request `priority` (0: the model's default), nothing
+    project-specific."""
     import tritonclient.http.aio as httpaio
 
     client = httpaio.InferenceServerClient(url, conn_limit=conn_limit)
 
-    async def send(text: str, priority: int) -> Outcome:
-        tensor = httpaio.InferInput(TEXT_EMBEDDING.front_inputs[0].name, [1, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[text.encode()]], dtype=np.object_))
-        sent = time.monotonic()
-        try:
-            await client.infer(model, [tensor], priority=priority)
-            error, status = None, "200"
-        except Exception as exc:  # tritonclient raises its own types; each is classified
-            typed = from_exception(exc)
-            error, status = type(typed).__name__, str(typed.status)
-        return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, status)
+    def send(texts: Sequence[str], priority: int) -> Awaitable[Outcome]:
+        tensor = httpaio.InferInput(TEXT_EMBEDDING.front_inputs[0].name, [len(texts), 1],
+                                    "BYTES")
+        tensor.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
+        return timed_call(priority, client.infer(model, [tensor], priority=priority))
 
     try:
         yield send
     finally:
         await client.close()
+
+
+@asynccontextmanager
+async def standard_sender(url: str, model: str, conn_limit: int = 512) -> AsyncIterator[Send]:
+    """standard_texts_sender, one text a request."""
+    async with standard_texts_sender(url, model, conn_limit) as send:
+        yield lambda text, priority: send([text], priority)
 
 
 def served_rate(outcomes: Sequence[Outcome], seconds: float) -> float:

@@ -27,13 +27,18 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from client import NO_RETRY, AsyncClient, TritonClientError
-from client.errors import from_exception
+from client import NO_RETRY, AsyncClient
 from client.prometheus import samples
 from core.config_edit import Change
-from core.families import TEXT_EMBEDDING
 from perf import harness
-from perf.load import capacity_rps, open_loop, standard_sender, unique_texts
+from perf.load import (
+    capacity_rps,
+    open_loop,
+    standard_sender,
+    standard_texts_sender,
+    timed_call,
+    unique_texts,
+)
 from perf.stats import Outcome, by_priority
 from perf.subjects import build_repository, text_model
 
@@ -44,19 +49,8 @@ Bulk = Callable[[list[str]], Awaitable[Outcome]]
 @asynccontextmanager
 async def http_bulk(url: str, model: str) -> AsyncIterator[Bulk]:
     """Bulk requests of several texts over tritonclient HTTP, standard `priority` only."""
-    import tritonclient.http.aio as httpaio
-
-    client = httpaio.InferenceServerClient(url, conn_limit=64)
-
-    async def send(texts: list[str]) -> Outcome:
-        tensor = httpaio.InferInput(TEXT_EMBEDDING.front_inputs[0].name, [len(texts), 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
-        return await timed(LOW, client.infer(model, [tensor], priority=LOW))
-
-    try:
-        yield send
-    finally:
-        await client.close()
+    async with standard_texts_sender(url, model, conn_limit=64) as send:
+        yield lambda texts: send(texts, LOW)
 
 
 @asynccontextmanager
@@ -64,19 +58,7 @@ async def sdk_bulk(url: str, model: str) -> AsyncIterator[Bulk]:
     """The async SDK's bulk call (it cuts the texts into chunks itself)."""
     async with AsyncClient(url, protocol="http", retry=NO_RETRY) as client:
         await client.max_batch_size(model)
-        yield lambda texts: timed(LOW, client.embed(texts, model=model, priority=LOW))
-
-
-async def timed(priority: int, call: Awaitable[object]) -> Outcome:
-    """How one call ended: its latency, or its error's class and status."""
-    sent = time.monotonic()
-    error, status = None, "200"
-    try:
-        await call
-    except Exception as exc:  # tritonclient raises its own types; classified here
-        typed = exc if isinstance(exc, TritonClientError) else from_exception(exc)
-        error, status = type(typed).__name__, str(typed.status)
-    return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, status)
+        yield lambda texts: timed_call(LOW, client.embed(texts, model=model, priority=LOW))
 
 
 @dataclass

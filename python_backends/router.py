@@ -35,7 +35,7 @@ from core import versions
 from core.messages import degraded_refusal
 from core.params import ConfigError, required
 from core.served_by import ServedBy
-from core.settings import DynamicBatching, LadderSettings
+from core.settings import LadderSettings, request_rows
 from python_backends.base import BaseModel, error_response
 from python_backends.batching import length_buckets
 from python_backends.bls import bls_infer
@@ -169,11 +169,8 @@ class FamilyRouter(BaseModel):
         self.levels = ladder(self.settings.small_batch_rows)
         self.policy = DegradationPolicy(self.settings, since=time.monotonic())
         self.cache = ResponseCache(self.settings.cache_entries)
-        # The queue signal's full batch: what one execution takes when more is queued (the
-        # preferred batch, else max_batch_size), so a full execution means a queue.
-        self.max_batch = DynamicBatching.from_config(self.config.get("dynamic_batching") or {}
-                                                     ).request_rows(
-            max(int(self.config.get("max_batch_size", 1)), 1))
+        # The queue signal's full batch: what one execution takes when more is queued.
+        self.full_batch = request_rows(self.config)
         # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
         self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
         self.metrics = RouterMetrics(self.name, args.get("model_instance_name", "0"), self.config)
@@ -205,7 +202,7 @@ class FamilyRouter(BaseModel):
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         level = self.current_level()
         responses, valid = self.front.prepare_requests(requests)
-        self.policy.observe_batch([len(r.rows) for r in valid.values()], self.max_batch)
+        self.policy.observe_batch([len(r.rows) for r in valid.values()], self.full_batch)
         plan = plan_batch(level, valid, self.cache, self.front.bucket_waste,
                           self.front.row_length)
         for i, reason in plan.refused.items():

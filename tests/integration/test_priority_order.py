@@ -28,7 +28,6 @@ from tests.integration.helpers import assert_serving
 HIGH, LOW = 1, 2
 TEXT_ROWS = TEXT_EMBEDDING.front_batching.preferred_batch_size[0]
 IMAGE_ROWS = IMAGE_CLASSIFICATION.front_batching.preferred_batch_size[0]
-Infer = Callable[[list[bytes], int], Awaitable[object]]
 
 
 def texts(n: int) -> list[bytes]:
@@ -54,6 +53,18 @@ def client_for(protocol: str, url: str) -> tuple[object, Callable[..., object]]:
     return grpcaio.InferenceServerClient(url), grpcaio.InferInput
 
 
+async def infer_error(client: object, infer_input: Callable[..., object], model: str,
+                      tensor: str, payload: list[bytes], priority: int) -> object:
+    """One request of `payload` rows at `priority`: None when served, else its error."""
+    data = infer_input(tensor, [len(payload), 1], "BYTES")
+    data.set_data_from_numpy(np.array(payload, dtype=np.object_).reshape(-1, 1))
+    try:
+        await client.infer(model, [data], priority=priority)
+        return None
+    except InferenceServerException as exc:
+        return exc
+
+
 async def finish_order(protocol: str, url: str, model: str, tensor: str,
                        make_rows: Callable[[int], list[bytes]], rows: int,
                        backlog: int, highs: int) -> tuple[float, list, list]:
@@ -62,13 +73,7 @@ async def finish_order(protocol: str, url: str, model: str, tensor: str,
     client, infer_input = client_for(protocol, url)
 
     async def send(payload: list[bytes], priority: int) -> tuple[float, object]:
-        data = infer_input(tensor, [len(payload), 1], "BYTES")
-        data.set_data_from_numpy(np.array(payload, dtype=np.object_).reshape(-1, 1))
-        try:
-            await client.infer(model, [data], priority=priority)
-            error = None
-        except InferenceServerException as exc:
-            error = exc
+        error = await infer_error(client, infer_input, model, tensor, payload, priority)
         return time.monotonic(), error
 
     try:
@@ -127,14 +132,8 @@ async def saturate_with_priority_1(url: str, seconds: float, clients: int,
     deadline = time.monotonic() + seconds
     high_errors: list = []
 
-    async def call(priority: int) -> object:
-        data = infer_input(tensor, [1, 1], "BYTES")
-        data.set_data_from_numpy(np.array(texts(1), dtype=np.object_).reshape(-1, 1))
-        try:
-            await client.infer("embed", [data], priority=priority)
-            return None
-        except InferenceServerException as exc:
-            return exc
+    def call(priority: int) -> Awaitable[object]:
+        return infer_error(client, infer_input, "embed", tensor, texts(1), priority)
 
     async def high() -> None:
         while time.monotonic() < deadline:

@@ -18,6 +18,7 @@ from core.settings import (
     QueuePolicy,
     TextFrontSettings,
     render,
+    request_rows,
 )
 
 
@@ -96,6 +97,11 @@ def test_request_rows_are_the_largest_preferred_batch_within_max_batch_size() ->
     assert DynamicBatching(preferred_batch_size=(4, 8)).request_rows(64) == 8
     assert DynamicBatching(preferred_batch_size=(128,)).request_rows(64) == 64
     assert TEXT_EMBEDDING.front_batching.request_rows(TEXT_EMBEDDING.max_batch_size) == 8
+    # from a config in Triton's JSON form, as the stub and the SDK read it
+    assert request_rows({"max_batch_size": 64,
+                         "dynamic_batching": {"preferred_batch_size": [8]}}) == 8
+    assert request_rows({"max_batch_size": 16}) == 16
+    assert request_rows({}) == 1  # no batching at all: one row a request
 
 
 def test_dynamic_batching_goes_through_tritons_message_and_back_unchanged() -> None:
