@@ -22,7 +22,9 @@ setup: apt venv export ## install apt packages, the venv and the model exports (
 # RUNLEVEL=1: the packages' services (nginx on :80, prometheus on :9090) are not started;
 # the project runs its own instances on free ports.
 apt: ## Debian packages the tools need (skipped when present)
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
+	done); \
 	if [ -n "$$missing" ]; then \
 		echo "apt: installing $$missing"; \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
