@@ -62,7 +62,7 @@ lock: ## refresh requirements.lock: resolve pyproject.toml afresh in a scratch v
 	@echo "lock: $$(grep -c '==' $(LOCK)) distributions in $(LOCK); run make venv to install them"
 
 export: venv ## export every model of the repository (does nothing when up to date)
-	$(TMR) export --all
+	$(TMR) export --all --keep-primary
 
 serve: setup ## start the CPU Triton server with the whole repository (SERVE_ARGS=... to add flags)
 	$(TMR) serve $(SERVE_ARGS)

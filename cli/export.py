@@ -27,6 +27,8 @@ class ExportOptions:
     force: bool
     threads: int
     verbose: bool
+    primary: str | None = None
+    keep_primary: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class AddOptions:
     threads: int
     url: str | None
     verbose: bool
+    primary: str | None = None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="write a new version even if the latest is up to date")
     parser.add_argument("--threads", type=int, default=2, help="torch/onnxruntime threads")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
+    add_primary(parser)
+    parser.add_argument("--keep-primary", action="store_true",
+                        help="measure and record the formats, but leave the front's primary "
+                             "as it is (a reviewed repository: make setup)")
 
     parser = add_command(sub, "add", "add a model of a known family: export, configure, wire",
                          add_model_command, lambda a: options(AddOptions, a))
@@ -71,6 +78,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="HOST:PORT of a running server (explicit mode) that should load "
                              "the new models (default: none)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
+    add_primary(parser)
+
+
+def add_primary(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--primary", default=None, metavar="FORMAT",
+                        help="the format the front calls normally (e.g. onnx, openvino), "
+                             "instead of the fastest measured here (export/primary_choice.py)")
+
+
+def _print_choice(choice: object) -> None:
+    from export.primary_choice import table
+
+    print(table(choice), flush=True)  # type: ignore[arg-type]
 
 
 def _print(result: object) -> None:
@@ -132,7 +152,8 @@ def export_command(args: ExportOptions) -> int:
             for model in models:
                 export_model(args.repository, model, args.formats, force=args.force,
                              threads=args.threads, on_result=stages.result,
-                             on_stage=stages.stage)
+                             on_stage=stages.stage, primary=args.primary,
+                             keep_primary=args.keep_primary, on_choice=_print_choice)
     except (UnknownModelError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -154,8 +175,9 @@ def add_model_command(args: AddOptions) -> int:
     started = time.perf_counter()
     try:
         add_to_repository(args.repository, args.model, args.family, args.source, args.front,
-                          args.threads, on_result=_print)
-    except (AddError, SourceError, KeyError) as exc:
+                          args.threads, on_result=_print, primary=args.primary,
+                          on_choice=_print_choice)
+    except (AddError, SourceError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ExportCheckError as exc:

@@ -108,6 +108,19 @@ class BackendSettings(ParameterSettings):
 
 
 @dataclass(frozen=True)
+class OpenVinoSettings(ParameterSettings):
+    """The `openvino` encoders (python_backends/tensor_model.py OpenVinoModel), under the
+    names Triton's native OpenVINO backend reads, so one config serves on both paths."""
+
+    NUM_STREAMS: str = "1"  # one infer stream per instance: Triton's instances parallelise
+    PERFORMANCE_HINT: str = setting("LATENCY", one_of("LATENCY", "THROUGHPUT"))
+    # The native backend compiles for max_batch_size and refuses any other batch unless it
+    # pads to it; the Python-based one runs each batch at its own size and ignores this.
+    ENABLE_BATCH_PADDING: str = setting("YES", one_of("YES", "NO"))
+    inference_precision: str = setting("fp32", one_of("fp32", "bf16"))  # HINT_BF16: bf16
+
+
+@dataclass(frozen=True)
 class LadderSettings(ParameterSettings):
     """Thresholds of the degradation ladder (python_backends/degradation.py; README
     "When things go wrong"): queue signal, hysteresis, failures, memory, level 1's call

@@ -143,13 +143,17 @@ def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
     recipe = recipe_for(fam, spec.source, threads, model_dir.parent)
     inputs, output = recipe.contract.input_names, config.output[0].name
     batches = recipe.gate_batches()
-    runs = {"candidate": artifact_runner(artifact_of(model_dir, candidate), threads, inputs,
-                                         [output])}
+    runtime = fam.format(spec.format).runtime
+
+    def runner(version: int) -> Runner:
+        return artifact_runner(artifact_of(model_dir, version), threads, inputs, [output],
+                               runtime=runtime, precision=spec.precision)
+
+    runs = {"candidate": runner(candidate)}
     outputs = {"candidate": outputs_of(runs["candidate"], batches, output),
                "reference": outputs_of(recipe.eager, batches, recipe.contract.output_names[0])}
     if result.current is not None:
-        runs["current"] = artifact_runner(artifact_of(model_dir, result.current), threads,
-                                          inputs, [output])
+        runs["current"] = runner(result.current)
         outputs["current"] = outputs_of(runs["current"], batches, output)
     for against in ("reference", "current"):
         if against in outputs:

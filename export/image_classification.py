@@ -33,8 +33,9 @@ import numpy as np
 import torch
 
 from core.families import IMAGE_CLASSIFICATION
+from core.hardware import FP32
 from core.versions import sha256_file
-from export import onnx_fp32, torchscript
+from export import onnx_fp32, openvino_format, torchscript
 from export.errors import ExportCheckError
 from export.image_eval import (
     disagreements,
@@ -172,11 +173,14 @@ class ImageClassificationRecipe:
     def opset(self, fmt: str) -> int | None:
         return None if fmt == "torchscript" else onnx_fp32.OPSET
 
-    def settings(self, fmt: str) -> dict[str, Any]:
+    def settings(self, fmt: str, precision: str = FP32) -> dict[str, Any]:
         settings = {"recipe": RECIPE_VERSION, "image": self.facts.front_parameters,
                     "classes": self.facts.dimension}
         if fmt == "torchscript":
             return {**settings, "torchscript": torchscript.export_settings()}
+        if fmt == openvino_format.FORMAT:
+            return settings | openvino_format.settings(
+                onnx_fp32.export_settings(self.contract), precision)
         settings["onnx"] = onnx_fp32.export_settings(self.contract)
         if fmt == "int8":
             settings["quantization"] = DEFAULT_CONFIG.settings()
@@ -219,10 +223,23 @@ class ImageClassificationRecipe:
             check_max_abs_diff(f"{name} {case}", diff, PARITY_MAX_ABS_DIFF)
         return diffs
 
-    def build(self, fmt: str, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    def build(self, fmt: str, work: Path,
+              precision: str = FP32) -> tuple[dict[str, Any], dict[str, Any]]:
         """Write the format's artifact into `work`; (checks for provenance, figures)."""
+        artifact = FAMILY.format(fmt).artifact
+        if fmt == openvino_format.FORMAT:
+            return self._openvino(work / artifact, precision)
         return {"onnx": self._onnx, "torchscript": self._torchscript, "int8": self._int8}[fmt](
-            work, FAMILY.format(fmt).artifact)
+            work, artifact)
+
+    def _openvino(self, path: Path, precision: str) -> tuple[dict, dict]:
+        """The format's checks, and the sanity photos' top-1 on OpenVINO too."""
+        checks, figures, run = openvino_format.build(
+            self, self._fp32_onnx, path, precision, self.check_parity,
+            self.contract.output_names[0])
+        if self.sanity is not None:
+            checks["sanity"] = self.check_sanity({"openvino": run})
+        return checks, figures
 
     def _fp32_onnx(self, path: Path) -> Runner:
         onnx_fp32.export_onnx(self.network, path, self.sample, self.contract)

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,6 +30,9 @@ from core.families.configs import (
     write_front,
 )
 from core.files import write_atomically
+from core.hardware import FP32, host_precision
+from export import primary_choice
+from export.primary_choice import Choice
 from export.provenance import build_provenance, source_fingerprint, tool_versions
 from export.recipe import ExportRecipe, RecipeModule
 from export.sources import resolve, stored
@@ -64,7 +67,8 @@ def recipe_for(fam: Family, source: str, threads: int,
     return module.recipe(resolve(source, repository), threads)
 
 
-def publish(recipe: ExportRecipe, model_dir: Path, fmt: str, fingerprint: str) -> ExportResult:
+def publish(recipe: ExportRecipe, model_dir: Path, fmt: str, fingerprint: str,
+            precision: str = FP32) -> ExportResult:
     """Build, check and publish one new version of a format (see the module docstring)."""
     model_dir.mkdir(parents=True, exist_ok=True)
     work = model_dir / f".tmp-{os.getpid()}"
@@ -72,14 +76,14 @@ def publish(recipe: ExportRecipe, model_dir: Path, fmt: str, fingerprint: str) -
     work.mkdir()
     started = time.perf_counter()
     try:
-        checks, figures = recipe.build(fmt, work)
+        checks, figures = recipe.build(fmt, work, precision)
         artifact = work / recipe.family.format(fmt).artifact
         version = v.next_version(model_dir)
         v.write_provenance(work, build_provenance(
             model_name=model_dir.name, version=version, weights=recipe.facts.weights,
             weights_sha256=recipe.weights_sha256, artifact=artifact,
             artifact_sha256=v.sha256_file(artifact), export_format=fmt, opset=recipe.opset(fmt),
-            tools=tool_versions(), settings=recipe.settings(fmt), checks=checks))
+            tools=tool_versions(), settings=recipe.settings(fmt, precision), checks=checks))
         size_mib = artifact.stat().st_size / 2**20
         final = model_dir / str(version)
         config_edit.pin_served_version(model_dir)  # the new version serves only once promoted
@@ -114,11 +118,17 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
                  force: bool = False, threads: int = 2,
                  on_result: Callable[[ExportResult], None] | None = None,
                  sources_root: Path | None = None,
-                 on_stage: Callable[[str], None] | None = None) -> list[ExportResult]:
+                 on_stage: Callable[[str], None] | None = None,
+                 primary: str | None = None, keep_primary: bool = False,
+                 on_choice: Callable[[Choice], None] | None = None) -> list[ExportResult]:
     """Export the model's formats (all by default), skipping those up to date unless
     `force`; then its front model's files. Raises ExportCheckError on a failed check.
     A relative source is found in `sources_root` (the repository by default).
-    `on_stage` hears each slow stage as it starts: loading the source, each format built."""
+    `on_stage` hears each slow stage as it starts: loading the source, each format built.
+
+    Then the front's primary (export/primary_choice.py): `primary` when given, else, when
+    a version was written, the fastest FP32-gated format measured here, wired into the
+    front's config unless `keep_primary` (which still measures and records)."""
     fam = model.family
     wanted = wanted_formats(model, formats)
     stage = on_stage or (lambda _: None)
@@ -129,24 +139,43 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
     results = []
     for fmt in wanted:
         model_dir = repository / model.encoder(fmt)
+        precision = encoder_spec(v.read_config(model_dir)).precision
         fingerprint = source_fingerprint(recipe.weights_sha256, fmt, recipe.opset(fmt), tools,
-                                         recipe.settings(fmt))
+                                         recipe.settings(fmt, precision))
         current = None if force else v.is_up_to_date(model_dir, fingerprint)
         if current is None:
             stage(f"{model_dir.name}: exporting {fmt}")
         result = (ExportResult(model_dir.name, current, "up to date", model_dir / str(current))
-                  if current is not None else publish(recipe, model_dir, fmt, fingerprint))
+                  if current is not None
+                  else publish(recipe, model_dir, fmt, fingerprint, precision))
         results.append(result)
         if on_result is not None:
             on_result(result)
     if model.front:
         write_front_files(recipe, repository / model.front)
+        choice = None
+        if primary:
+            choice = primary_choice.override(model, primary)
+        elif any(r.action == "written" for r in results):
+            stage(f"{model.base}: measuring the FP32-gated formats to choose the primary")
+            choice = primary_choice.measure_model(repository, find(repository, model.base),
+                                                  recipe, threads)
+        if choice is not None:
+            if keep_primary:
+                choice = replace(choice, reason=f"{choice.reason}; kept the front's primary "
+                                                "(--keep-primary)")
+            primary_choice.wire(repository, find(repository, model.base), choice,
+                                rewire=not keep_primary)
+            if on_choice is not None:
+                on_choice(choice)
     return results
 
 
 def add_model(repository: Path, name: str, family_name: str, source: str,
               front: str | None = None, threads: int = 2,
-              on_result: Callable[[ExportResult], None] | None = None) -> list[ExportResult]:
+              on_result: Callable[[ExportResult], None] | None = None,
+              primary: str | None = None,
+              on_choice: Callable[[Choice], None] | None = None) -> list[ExportResult]:
     """`tmr add`: a new model of a known family, exported, configured and wired to its front
     model; run again with the same arguments, it only checks that all is up to date.
 
@@ -160,7 +189,7 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     except UnknownModelError:
         existing = None
     if existing is not None:
-        return readd(repository, existing, fam, source, threads, on_result)
+        return readd(repository, existing, fam, source, threads, on_result, primary, on_choice)
     taken = [m for m in [front, *(fam.encoder_name(name, f.name) for f in fam.formats)]
              if (repository / m).exists() and not only_a_source(repository / m)]
     if taken:
@@ -174,12 +203,12 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     try:
         for fmt in fam.formats:
             write_encoder(staging, EncoderSpec(fam.name, name, fmt.name, facts.dimension, source,
-                                               facts.input_shape))
+                                               facts.input_shape, precision=host_precision()))
         write_front(staging, FrontSpec(fam.name, front, name, facts.dimension,
                                        facts.front_parameters))
         staged = find(staging, name)
         results = export_model(staging, staged, threads=threads, on_result=on_result,
-                               sources_root=repository)
+                               sources_root=repository, primary=primary, on_choice=on_choice)
         for folder in [*staged.encoders.values(), front]:  # the front last: it loads its
             move_into(staging / folder, repository / folder)  # encoders' configs at start
     finally:
@@ -203,10 +232,12 @@ def move_into(staged: Path, target: Path) -> None:
 
 
 def readd(repository: Path, model: FamilyModel, fam: Family, source: str, threads: int,
-          on_result: Callable[[ExportResult], None] | None) -> list[ExportResult]:
+          on_result: Callable[[ExportResult], None] | None, primary: str | None = None,
+          on_choice: Callable[[Choice], None] | None = None) -> list[ExportResult]:
     """The model exists: the same family and source make `tmr add` a check; others refuse."""
     spec = encoder_spec(v.read_config(repository / next(iter(model.encoders.values()))))
     if model.family.name != fam.name or spec.source != source:
         raise AddError(f"'{model.base}' already exists as a {model.family.name} model from "
                        f"{spec.source!r}; remove its folders first to add it from {source!r}")
-    return export_model(repository, model, threads=threads, on_result=on_result)
+    return export_model(repository, model, threads=threads, on_result=on_result,
+                        primary=primary, on_choice=on_choice)

@@ -38,18 +38,22 @@ class ExportRecipe(Protocol):
 
     family: Family
     facts: RecipeFacts
+    threads: int
     contract: Signature  # the exported graphs' tensor names, equal to the configs'
 
     @property
     def weights_sha256(self) -> str: ...
 
-    def build(self, fmt: str, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Write format `fmt`'s artifact into `work`; (checks, figures)."""
+    def build(self, fmt: str, work: Path,
+              precision: str = "fp32") -> tuple[dict[str, Any], dict[str, Any]]:
+        """Write format `fmt`'s artifact into `work`, checked at `precision` where the
+        format runs at the host's (core.families.spec.Format.host_precision); (checks,
+        figures)."""
         ...
 
     def opset(self, fmt: str) -> int | None: ...
 
-    def settings(self, fmt: str) -> dict[str, Any]: ...
+    def settings(self, fmt: str, precision: str = "fp32") -> dict[str, Any]: ...
 
     def front_files(self) -> dict[str, bytes]:
         """The files of the front model's version folder (its tokenizer, its labels)."""

@@ -34,8 +34,9 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from core.families import TEXT_EMBEDDING
+from core.hardware import FP32
 from core.versions import sha256_file
-from export import onnx_fp32, quantize, sensitivity, torchscript
+from export import onnx_fp32, openvino_format, quantize, sensitivity, torchscript
 from export.corpus import build_corpus, corpus_sha256, parity_batches
 from export.errors import ExportCheckError
 from export.parity import check_fidelity, check_max_abs_diff, fidelity, max_abs_diff
@@ -217,11 +218,14 @@ class TextEmbeddingRecipe:
         return dict(zip(self.contract.input_names,
                         encode(self.tokenizer, texts, self.facts.pad_id)))
 
-    def settings(self, fmt: str) -> dict[str, Any]:
+    def settings(self, fmt: str, precision: str = FP32) -> dict[str, Any]:
         """What, with the weights and the tools, determines a format's artifact."""
         settings = {"recipe": RECIPE_VERSION, "model": self.facts.settings()}
         if fmt == "torchscript":
             return {**settings, "torchscript": torchscript.export_settings()}
+        if fmt == openvino_format.FORMAT:
+            return settings | openvino_format.settings(
+                onnx_fp32.export_settings(self.contract), precision)
         settings["onnx"] = onnx_fp32.export_settings(self.contract)
         if fmt == "int8":
             gate = FAMILY.format("int8").gate
@@ -262,15 +266,28 @@ class TextEmbeddingRecipe:
             check_max_abs_diff(f"{name} {case}", diffs[case], PARITY_MAX_ABS_DIFF)
         return diffs
 
-    def build(self, fmt: str, work: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    def build(self, fmt: str, work: Path,
+              precision: str = FP32) -> tuple[dict[str, Any], dict[str, Any]]:
         """Write the format's artifact into `work`; (checks for provenance, figures)."""
+        artifact = FAMILY.format(fmt).artifact
+        if fmt == openvino_format.FORMAT:
+            return self._openvino(work / artifact, precision)
         return {"onnx": self._onnx, "torchscript": self._torchscript, "int8": self._int8}[fmt](
-            work, FAMILY.format(fmt).artifact)
+            work, artifact)
+
+    def _export_onnx(self, path: Path) -> None:
+        onnx_fp32.export_onnx(self.embedder, path, self.sample, self.contract)
+        onnx_fp32.verify_onnx(path, self.contract)
+
+    def _openvino(self, path: Path, precision: str) -> tuple[dict, dict]:
+        checks, figures, _ = openvino_format.build(
+            self, self._export_onnx, path, precision, self.check_parity,
+            self.contract.output_names[0])
+        return checks, figures
 
     def _onnx(self, work: Path, artifact: str) -> tuple[dict, dict]:
         path = work / artifact
-        onnx_fp32.export_onnx(self.embedder, path, self.sample, self.contract)
-        onnx_fp32.verify_onnx(path, self.contract)
+        self._export_onnx(path)
         diffs = self.check_parity(onnx_runner(path, self.threads), "onnx")
         return ({"parity_max_abs_diff": diffs, "thresholds": {"max_abs_diff": PARITY_MAX_ABS_DIFF}},
                 {"max_abs_diff": f"{max(diffs.values()):.2e}"})
@@ -289,8 +306,7 @@ class TextEmbeddingRecipe:
         gate = FAMILY.format("int8").gate
         mean, minimum = float(gate["gate_mean_cosine"]), float(gate["gate_min_cosine"])
         fp32, target = work / "fp32.onnx", work / artifact
-        onnx_fp32.export_onnx(self.embedder, fp32, self.sample, self.contract)
-        onnx_fp32.verify_onnx(fp32, self.contract)
+        self._export_onnx(fp32)
         fp32_run = onnx_runner(fp32, self.threads)
         diffs = self.check_parity(fp32_run, "int8 reference onnx")
         reference = self.embed(fp32_run, self.fidelity_texts)

@@ -126,7 +126,7 @@ def ladder(out: Path, tmp: Path) -> dict:
     """Stage 3: the served paths, the sweep and the profile, on one server."""
     model = text_model()
     enc = {f.name: model.encoder(f.name) for f in model.family.formats}
-    primary, front = enc[model.family.primary], model.front
+    primary, front = enc[model.primary], model.front
     with harness.server(build_repository(tmp / "a", []), out / "triton-main.log") as server:
         return steps([
             ("onnx_direct", lambda: pa(server, enc["onnx"], 16, "grpc", out, enc["onnx"])),
@@ -151,7 +151,7 @@ def no_batching(out: Path, tmp: Path) -> dict:
     model = text_model()
     edits = [(model.front, lambda config: config.ClearField("dynamic_batching"))]
     with harness.server(build_repository(tmp / "b", edits), out / "triton-nb.log") as server:
-        return pa(server, model.front, 16, "grpc", out, model.encoder(model.family.primary))
+        return pa(server, model.front, 16, "grpc", out, model.encoder(model.primary))
 
 
 def stage(n: int, total: int, name: str, began: float) -> None:
@@ -161,7 +161,7 @@ def stage(n: int, total: int, name: str, began: float) -> None:
 def run(out: Path) -> dict:
     """Every stage, in order; the results as plain data."""
     model = text_model()
-    primary = model.encoder(model.family.primary)
+    primary = model.encoder(model.primary)
     began, total = time.monotonic(), 5
     results: dict = {}
     stage(1, total, "in-process onnxruntime, batch 1..32", began)

@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.variants or ["as shipped"]:
         model = text_model()
         edits = [] if spec == "as shipped" else shape_edits(
-            spec, args.model, model.encoder(model.family.primary))
+            spec, args.model, model.encoder(model.primary))
         with tempfile.TemporaryDirectory(prefix="tmr-priority-") as tmp:
             repo = build_repository(Path(tmp), edits, text_only=True)
             with harness.server(repo, out / f"triton-{spec.replace(' ', '-')}.log") as srv:

@@ -71,7 +71,7 @@ def build_repository(root: Path, edits: list[tuple[str, Change]],
             if folder.name not in keep:
                 shutil.rmtree(folder)
     if (repo / "embed_bare").is_dir():
-        primary = model.encoder(model.family.primary)
+        primary = model.encoder(model.primary)
         set_parameter(repo, "embed_bare", "onnx_path", str(served_artifact(source, primary)))
     # Fixtures with Python code tokenize as the front does: its tokenizer.json, beside them.
     front_tokenizer = repo / model.front / "1" / "tokenizer.json"

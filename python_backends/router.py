@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from core import versions
+from core.families import served_precision
 from core.messages import degraded_refusal
 from core.params import ConfigError, required
 from core.served_by import ServedBy
@@ -91,8 +92,8 @@ class Encoder:
         except (OSError, ValueError) as err:
             raise ConfigError(f"encoder {name!r} has no readable config in {repository}: "
                               f"{err}") from err
-        fmt = config.parameters["format"].string_value if "format" in config.parameters else ""
-        return cls(name, config.output[0].name, "int8" if fmt == "int8" else "fp32")
+        params = {k: v.string_value for k, v in config.parameters.items()}
+        return cls(name, config.output[0].name, served_precision(params))
 
 
 class ServedVersions(threading.Thread):

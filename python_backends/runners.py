@@ -3,7 +3,8 @@
 A runner takes named input arrays and returns named output arrays. ONNX artifacts run in
 an onnxruntime CPU session (the session options of the served encoders); TorchScript
 artifacts through torch.jit with inputs passed positionally in the given order (Triton's
-libtorch backend maps them by the forward()'s argument names, which export checks).
+libtorch backend maps them by the forward()'s argument names, which export checks); the
+`openvino` format's ONNX file through OpenVINO's CPU plugin at the config's precision.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from core.hardware import FP32, OPENVINO_NAMES
 
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -70,9 +73,38 @@ def torchscript_runner(path: str | Path, threads: int, inputs: Sequence[str],
     return run
 
 
+def openvino_runner(path: str | Path, threads: int, outputs: Sequence[str] | None = None,
+                    precision: str = FP32, streams: str = "1",
+                    hint: str = "LATENCY") -> Runner:
+    """One OpenVINO CPU infer request: `threads` inference threads in `streams` streams
+    (one dynamic batch at a time, as Triton gives an instance), at `precision`."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": streams, "PERFORMANCE_HINT": hint,
+        "INFERENCE_PRECISION_HINT": OPENVINO_NAMES[precision]})
+    request = compiled.create_infer_request()
+    names = list(outputs or [o.get_any_name() for o in compiled.outputs])
+    ports = [compiled.output(name) for name in names]
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            result = request.infer(feeds)
+        except Exception as err:  # OpenVINO raises RuntimeError and its own types
+            raise RunnerError(str(err)) from err
+        return {name: np.array(result[port]) for name, port in zip(names, ports)}
+
+    return run
+
+
 def artifact_runner(path: Path, threads: int, inputs: Sequence[str],
-                    outputs: Sequence[str], spinning: bool = True) -> Runner:
-    """The runner for an artifact, by its kind (.onnx or TorchScript)."""
-    if path.suffix == ".onnx":
+                    outputs: Sequence[str], spinning: bool = True, runtime: str = "",
+                    precision: str = FP32) -> Runner:
+    """The runner for an artifact: by `runtime` (a format's backend: onnxruntime, openvino,
+    or empty for the platform), else by its kind (.onnx or TorchScript)."""
+    if runtime == "openvino":
+        return openvino_runner(path, threads, outputs, precision)
+    if runtime == "onnxruntime" or (not runtime and path.suffix == ".onnx"):
         return onnx_runner(path, threads, outputs, spinning)
     return torchscript_runner(path, threads, inputs, outputs)

@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 
 from core.params import IDLE_THREADS_PARAMETER, ConfigError, parameter, positive_int, tensor_names
-from core.settings import ENCODER_THREADS, BackendSettings
+from core.settings import ENCODER_THREADS, BackendSettings, OpenVinoSettings
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.errors import ModelError
 from python_backends.metrics import Counter
-from python_backends.runners import RunnerError, artifact_runner
+from python_backends.runners import Runner, RunnerError, artifact_runner, openvino_runner
 from python_backends.structured_log import BatchFacts
 
 
@@ -27,6 +27,7 @@ class TensorModel(BaseModel):
     """The shared request loop of the Python-based backends: one runner per instance."""
 
     threads_parameter = "intra_op_thread_count"  # the native backend's parameter name
+    runtime = ""  # python_backends.runners.artifact_runner's runtime
     idle_threads_supported = False  # a second session with more threads (ONNX only)
     idle_aware: IdleAwareRunner | None = None
 
@@ -41,12 +42,17 @@ class TensorModel(BaseModel):
         self.rows = Counter("tmr_backend_runtime_rows_total",
                             "Rows (batch items) passed to runtime calls", labels)
         path = self.artifact_path()
-        spinning = BackendSettings.from_parameters(self.config).allow_spinning
-        self.run = artifact_runner(path, self.threads, self.inputs, self.outputs, spinning)
-        self.log.info(f"loaded {path} with {self.threads} intra-op thread(s)")
+        self.run = self.runner(path)
+        self.log.info(f"loaded {path} with {self.threads} thread(s) on {self.runtime}")
         idle = parameter(self.config, IDLE_THREADS_PARAMETER, self.threads, positive_int)
         if idle > self.threads:
             self._setup_idle_session(path, idle, args.get("model_instance_name", "0"), labels)
+
+    def runner(self, path: Any) -> Runner:
+        """The runtime call of one batch (onnxruntime or TorchScript here)."""
+        spinning = BackendSettings.from_parameters(self.config).allow_spinning
+        return artifact_runner(path, self.threads, self.inputs, self.outputs, spinning,
+                               self.runtime)
 
     def _setup_idle_session(self, path: Any, threads: int, instance: str,
                             labels: dict[str, str]) -> None:
@@ -104,7 +110,26 @@ class OnnxRuntimeModel(TensorModel):
     """`backend: "onnxruntime"` on the CPU, through the onnxruntime package."""
 
     default_filename = "model.onnx"
+    runtime = "onnxruntime"
     idle_threads_supported = True
+
+
+class OpenVinoModel(TensorModel):
+    """`backend: "openvino"` on the CPU, through the openvino package: the parameters of
+    Triton's native OpenVINO backend (INFERENCE_NUM_THREADS; one stream in latency mode per
+    instance) plus `inference_precision` (fp32 or bf16, which the native one reads as
+    HINT_BF16)."""
+
+    default_filename = "model.xml"  # the native backend's default; configs name model.onnx
+    runtime = "openvino"
+    threads_parameter = "INFERENCE_NUM_THREADS"
+
+    def runner(self, path: Any) -> Runner:
+        ov = OpenVinoSettings.from_parameters(self.config)
+        self.log.info(f"OpenVINO: {ov.NUM_STREAMS} stream(s), {ov.PERFORMANCE_HINT}, "
+                      f"{ov.inference_precision}")
+        return openvino_runner(path, self.threads, self.outputs, ov.inference_precision,
+                               ov.NUM_STREAMS, ov.PERFORMANCE_HINT)
 
 
 class TorchScriptModel(TensorModel):
@@ -114,4 +139,5 @@ class TorchScriptModel(TensorModel):
     arguments (the native backend maps them by name)."""
 
     default_filename = "model.pt"
+    runtime = "pytorch"
     threads_parameter = "INTRA_OP_THREAD_COUNT"

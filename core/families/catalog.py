@@ -30,6 +30,12 @@ class FamilyModel:
     base: str
     front: str | None
     encoders: dict[str, str] = field(default_factory=dict)  # format -> model folder
+    primary_format: str = ""  # the format its front calls normally; "": the family's
+
+    @property
+    def primary(self) -> str:
+        """The format the front routes to normally (its config's `primary_model`)."""
+        return self.primary_format or self.family.primary
 
     @property
     def models(self) -> list[str]:
@@ -43,7 +49,7 @@ class FamilyModel:
 
 def catalog(repository: Path) -> list[FamilyModel]:
     """Every family model of `repository`, sorted by name."""
-    fronts: dict[str, tuple[Family, str]] = {}  # front -> (family, base)
+    fronts: dict[str, tuple[Family, str, str]] = {}  # front -> (family, base, primary)
     found: dict[tuple[str, str], FamilyModel] = {}
     for path in sorted(repository.glob("*/config.pbtxt")):
         params = parameters_of(read_config(path.parent))
@@ -55,13 +61,12 @@ def catalog(repository: Path) -> list[FamilyModel]:
             model = found.setdefault((fam.name, base), FamilyModel(fam, base, None))
             model.encoders[params["format"]] = path.parent.name
         elif "primary_model" in params:
-            fronts[path.parent.name] = (fam, params["primary_model"].removesuffix(
-                "_" + fam.primary))
+            fronts[path.parent.name] = (fam, *fam.split_encoder_name(params["primary_model"]))
     models = []
     for (fam_name, base), model in sorted(found.items()):
-        front = next((f for f, (fam, b) in fronts.items() if fam.name == fam_name and b == base),
-                     None)
-        models.append(FamilyModel(model.family, base, front, model.encoders))
+        front, primary = next(((f, p) for f, (fam, b, p) in fronts.items()
+                               if fam.name == fam_name and b == base), (None, ""))
+        models.append(FamilyModel(model.family, base, front, model.encoders, primary))
     return models
 
 

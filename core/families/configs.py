@@ -19,8 +19,9 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from core.families import Family, Tensor, family
-from core.families.spec import DIM, IMAGE_DIMS
+from core.families.spec import DIM, IMAGE_DIMS, PRECISION_PARAMETER
 from core.files import write_atomically
+from core.hardware import BF16, FP32
 from core.params import IDLE_THREADS_PARAMETER
 from core.settings import ENCODER_THREADS, DynamicBatching
 from core.versions import policy_line
@@ -43,6 +44,7 @@ class EncoderSpec:
     threads: int = ENCODER_THREADS
     gpu_instances: int = 1
     gate: Mapping[str, str] = field(default_factory=dict)  # overrides of the family's
+    precision: str = FP32  # a host-precision format's (core.hardware.inference_precision)
 
     @property
     def name(self) -> str:
@@ -64,6 +66,7 @@ class FrontSpec:
     parameters: Mapping[str, str] = field(default_factory=dict)  # the family's + the model's
     instances: int | None = None  # None: the family's
     batching: DynamicBatching | None = None  # None: the family's
+    primary: str | None = None  # the format it calls normally; None: the family's
 
 
 def sizes_of(dimension: int, input_shape: tuple[int, ...] = ()) -> dict[str, int]:
@@ -87,9 +90,14 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
     fmt = fam.format(spec.format)
     values = {"family": fam.name, "format": fmt.name, "source": spec.source}
     if profile == CPU:
-        values |= {fmt.threads_parameter: str(spec.threads), **fmt.gate, **spec.gate}
+        values |= {fmt.threads_parameter: str(spec.threads), **fmt.gate, **spec.gate,
+                   **fmt.parameters}
         if fmt.backend == "onnxruntime" and spec.instances > 1:  # a lone request: every core
             values[IDLE_THREADS_PARAMETER] = str(spec.instances * spec.threads)
+        if fmt.host_precision:
+            values[PRECISION_PARAMETER] = spec.precision
+            if spec.precision == BF16:  # what Triton's native OpenVINO backend reads
+                values["HINT_BF16"] = "YES"
     config = {
         "name": spec.name, "max_batch_size": fam.max_batch_size,
         "input": tensors(fam.encoder_inputs, spec.sizes),
@@ -109,7 +117,7 @@ def front_config(spec: FrontSpec) -> mc.ModelConfig:
     """The front model's config: the family's Python-based backend on the CPU."""
     fam = family(spec.family)
     values = {**fam.front_parameters, **spec.parameters, "family": fam.name,
-              "primary_model": fam.encoder_name(spec.base, fam.primary),
+              "primary_model": fam.encoder_name(spec.base, spec.primary or fam.primary),
               "fallback_model": fam.encoder_name(spec.base, fam.fallback)}
     return json_format.ParseDict({
         "name": spec.name, "backend": fam.backend, "max_batch_size": fam.max_batch_size,
@@ -142,14 +150,14 @@ def encoder_spec(config: mc.ModelConfig) -> EncoderSpec:
         input_shape=tuple(int(config.input[0].dims[i]) for i in named),
         version=list(policy.specific.versions)[-1] if policy.HasField("specific") else None,
         instances=sum(cpu) or 1, threads=int(p.get(fmt.threads_parameter, ENCODER_THREADS)),
-        gate=gate)
+        gate=gate, precision=p.get(PRECISION_PARAMETER, FP32))
 
 
 def front_spec(config: mc.ModelConfig) -> FrontSpec:
     """Read back what varies from a front config: the inverse of front_config."""
     p = parameters_of(config)
     fam = family(p["family"])
-    base = p["primary_model"].removesuffix("_" + fam.primary)
+    base, primary = fam.split_encoder_name(p["primary_model"])
     derived = ("family", "primary_model", "fallback_model")
     batching = DynamicBatching.from_config(json_format.MessageToDict(
         config.dynamic_batching, preserving_proto_field_name=True))
@@ -157,7 +165,9 @@ def front_spec(config: mc.ModelConfig) -> FrontSpec:
                      dimension=int(config.output[0].dims[-1]),
                      parameters={k: v for k, v in p.items() if k not in derived},
                      instances=sum(g.count for g in config.instance_group),
-                     batching=None if batching == fam.front_batching else batching)
+                     batching=None if batching == fam.front_batching else batching,
+                     primary=None if primary == fam.primary else primary)
+
 
 
 def gpu_spec(spec: EncoderSpec, gpu: mc.ModelConfig) -> EncoderSpec:

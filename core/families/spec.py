@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.served_by import OUTPUT as SERVED_BY_OUTPUT
-from core.settings import DynamicBatching, ParameterSettings
+from core.settings import DynamicBatching, OpenVinoSettings, ParameterSettings
 
 DIM = "dim"  # a tensor dimension that is the model's own (its embedding size, its classes)
 IMAGE_DIMS = ("channels", "height", "width")  # an image model's input, its own too
@@ -49,17 +49,38 @@ class Format:
     threads_parameter: str = "intra_op_thread_count"  # the CPU backend's thread setting
     gpu: bool = True  # has a GPU profile (configs/gpu.pbtxt)
     gate: Mapping[str, str] = field(default_factory=dict)  # default gate_* parameters
+    parameters: Mapping[str, str] = field(default_factory=dict)  # the backend's own settings
+    host_precision: bool = False  # runs at the host's precision (inference_precision)
+
+    @property
+    def runtime(self) -> str:
+        """What runs the artifact in-process (python_backends.runners.artifact_runner)."""
+        return self.backend or "pytorch"
+
+
+PRECISION_PARAMETER = "inference_precision"  # fp32 or bf16, of a host_precision format
+# The settings of Triton's native OpenVINO backend (r24.10 src/openvino.cc) that the
+# Python-based one reads too: one stream per instance, latency mode (Triton's instances and
+# dynamic batcher do the parallelism), and padding a short batch to max_batch_size, without
+# which the native backend refuses any batch but a full one (docs/gpu_hosts.md).
+OPENVINO_PARAMETERS = {k: v for k, v in OpenVinoSettings().to_parameters().items()
+                       if k != PRECISION_PARAMETER}
 
 
 def standard_formats(fp32_gate: Mapping[str, str],
                      int8_gate: Mapping[str, str]) -> tuple[Format, ...]:
-    """ONNX FP32 (the primary), TorchScript FP32 and ONNX INT8 (the fallback, CPU only),
-    each with its release-gate defaults: the formats every family exports today."""
+    """ONNX FP32, TorchScript FP32, ONNX INT8 (the fallback, CPU only) and the FP32 ONNX
+    file run by OpenVINO at the host's precision (CPU only), each with its release-gate
+    defaults: the formats every family exports. The primary is chosen among the formats
+    that pass the FP32 gate by measurement on the host (export/primary_choice.py)."""
     return (
         Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=fp32_gate),
         Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
                output_suffix="__0", threads_parameter="INTRA_OP_THREAD_COUNT", gate=fp32_gate),
         Format("int8", "int8", "model.onnx", backend="onnxruntime", gpu=False, gate=int8_gate),
+        Format("openvino", "fp32", "model.onnx", backend="openvino", gpu=False,
+               threads_parameter="INFERENCE_NUM_THREADS", gate=fp32_gate,
+               parameters=OPENVINO_PARAMETERS, host_precision=True),
     )
 
 
@@ -111,3 +132,11 @@ class Family:
 
     def encoder_name(self, base: str, fmt: str) -> str:
         return f"{base}_{self.format(fmt).name}"
+
+    def split_encoder_name(self, name: str) -> tuple[str, str]:
+        """(base, format) of an encoder's name "<base>_<format>"; ValueError otherwise."""
+        for fmt in sorted(self.formats, key=lambda f: -len(f.name)):
+            if name.endswith("_" + fmt.name):
+                return name.removesuffix("_" + fmt.name), fmt.name
+        raise ValueError(f"{name!r} is not an encoder of the {self.name} family "
+                         f"(<base>_<format>; formats {', '.join(f.name for f in self.formats)})")

@@ -60,7 +60,7 @@ def source_folder(repository: Path = DEFAULT_REPOSITORY) -> Path:
     """The sentence-transformers folder of the repository's text model: the `source` its
     primary encoder is exported from."""
     model = text_model(repository)
-    spec = encoder_spec(read_config(repository / model.encoder(model.family.primary)))
+    spec = encoder_spec(read_config(repository / model.encoder(model.primary)))
     return resolve(spec.source, repository)
 
 

@@ -77,7 +77,7 @@ def fastapi_argv(script: str) -> Callable[[Path, int], list[str]]:
     encoder (what its front runs) and the front's tokenizer.json."""
     def argv(peers: Path, port: int) -> list[str]:
         model = text_model()
-        onnx = served_artifact(DEFAULT_REPOSITORY, model.encoder(model.family.primary))
+        onnx = served_artifact(DEFAULT_REPOSITORY, model.encoder(model.primary))
         return [str(peers / "fastapi" / "venv" / "bin" / "python"), str(HERE / script),
                 "--onnx", str(onnx.resolve()), "--tokenizer",
                 str(DEFAULT_REPOSITORY / model.front / "1" / "tokenizer.json"), "--port", str(port)]

@@ -27,7 +27,7 @@ class FakeRecipe:
     def opset(self, fmt: str) -> int:
         return 17
 
-    def settings(self, fmt: str) -> dict[str, Any]:
+    def settings(self, fmt: str, precision: str = "fp32") -> dict[str, Any]:
         return {}
 
 
