@@ -18,6 +18,7 @@ from python_backends.base import BaseModel, error_response, input_array, ok_resp
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.errors import ModelError
+from python_backends.input_limits import InputLimitError, read_limits
 from python_backends.metrics import Counter
 from python_backends.runners import Runner, RunnerError, artifact_runner, openvino_runner
 from python_backends.structured_log import BatchFacts
@@ -125,11 +126,32 @@ class OpenVinoModel(TensorModel):
     threads_parameter = "INFERENCE_NUM_THREADS"
 
     def runner(self, path: Any) -> Runner:
+        """OpenVINO's call, behind the input checks onnxruntime makes and it does not
+        (python_backends/input_limits.py)."""
         ov = OpenVinoSettings.from_parameters(self.config)
+        limits = read_limits(path, same_shape_inputs(self.config))
         self.log.info(f"OpenVINO: {ov.NUM_STREAMS} stream(s), {ov.PERFORMANCE_HINT}, "
-                      f"{ov.inference_precision}")
-        return openvino_runner(path, self.threads, self.outputs, ov.inference_precision,
-                               ov.NUM_STREAMS, ov.PERFORMANCE_HINT)
+                      f"{ov.inference_precision}; {limits}")
+        run = openvino_runner(path, self.threads, self.outputs, ov.inference_precision,
+                              ov.NUM_STREAMS, ov.PERFORMANCE_HINT)
+
+        def checked(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            try:
+                limits.check(feeds)
+            except InputLimitError as err:
+                raise RunnerError(str(err)) from err
+            return run(feeds)
+
+        return checked
+
+
+def same_shape_inputs(config: dict[str, Any]) -> tuple[tuple[str, ...], ...]:
+    """Groups of inputs that the config declares with the same data type and dims."""
+    groups: dict[tuple, list[str]] = {}
+    for tensor in config.get("input", []):
+        key = (tensor.get("data_type"), tuple(tensor.get("dims", [])))
+        groups.setdefault(key, []).append(tensor["name"])
+    return tuple(tuple(names) for names in groups.values() if len(names) > 1)
 
 
 class TorchScriptModel(TensorModel):
