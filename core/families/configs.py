@@ -113,11 +113,14 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
     return json_format.ParseDict(config, mc.ModelConfig())
 
 
-def front_config(spec: FrontSpec) -> mc.ModelConfig:
-    """The front model's config: the family's Python-based backend on the CPU."""
+def front_config(spec: FrontSpec, profile: str = CPU) -> mc.ModelConfig:
+    """The front model's config: the family's Python-based backend on the CPU. Its GPU
+    profile differs only in routing to the family's default primary, which has one, where
+    the chosen primary has none (the openvino format runs on the CPU only)."""
     fam = family(spec.family)
+    primary = fam.primary if profile == GPU else spec.primary or fam.primary
     values = {**fam.front_parameters, **spec.parameters, "family": fam.name,
-              "primary_model": fam.encoder_name(spec.base, spec.primary or fam.primary),
+              "primary_model": fam.encoder_name(spec.base, primary),
               "fallback_model": fam.encoder_name(spec.base, fam.fallback)}
     return json_format.ParseDict({
         "name": spec.name, "backend": fam.backend, "max_batch_size": fam.max_batch_size,
@@ -224,5 +227,15 @@ def write_encoder(repository: Path, spec: EncoderSpec) -> None:
 
 
 def write_front(repository: Path, spec: FrontSpec) -> None:
-    write_atomically(repository / spec.name / "config.pbtxt",
-               render(front_config(spec), front_header(spec)))
+    """config.pbtxt and, where its primary has no GPU profile, configs/gpu.pbtxt (removed
+    again once the primary has one)."""
+    folder = repository / spec.name
+    write_atomically(folder / "config.pbtxt", render(front_config(spec), front_header(spec)))
+    fam = family(spec.family)
+    profile = folder / "configs" / "gpu.pbtxt"
+    if fam.format(spec.primary or fam.primary).gpu:
+        profile.unlink(missing_ok=True)
+    else:
+        write_atomically(profile, render(front_config(spec, GPU), front_header(spec) + (
+            f"\nIts GPU profile (--model-config-name=gpu): {spec.primary} runs on the CPU "
+            f"only, so on a GPU host\nthe front calls {fam.primary}.")))

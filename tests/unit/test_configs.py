@@ -9,6 +9,7 @@ reads has its default in one place (a field of core/settings.py, or a named cons
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from core.families.configs import (
     front_spec,
     gpu_spec,
     parameters_of,
+    write_front,
 )
 from core.paths import DEFAULT_REPOSITORY as REPO
 from core.paths import PROJECT_ROOT
@@ -78,13 +80,31 @@ def test_encoder_config_and_gpu_profile_are_what_the_family_generates(name):
 def test_front_config_is_what_the_family_generates(name):
     front = config(name)
     assert front_config(front_spec(front)) == front
+    profile = REPO / name / "configs" / "gpu.pbtxt"
+    if profile.exists():
+        assert front_config(front_spec(front), GPU) == parse(profile)
+
+
+def test_a_front_whose_primary_is_cpu_only_gets_a_gpu_profile_routed_to_the_default(
+        tmp_path):
+    spec = front_spec(config("embed"))
+    write_front(tmp_path, replace(spec, primary="openvino"))
+    cpu, gpu = parse(tmp_path / "embed" / "config.pbtxt"), parse(
+        tmp_path / "embed" / "configs" / "gpu.pbtxt")
+    assert cpu.parameters["primary_model"].string_value == "minilm_openvino"
+    assert gpu.parameters["primary_model"].string_value == "minilm_onnx"
+    assert front_spec(cpu).primary == "openvino"
+    write_front(tmp_path, replace(spec, primary=None))  # back to the default: no profile
+    assert not (tmp_path / "embed" / "configs" / "gpu.pbtxt").exists()
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_gpu_profile_differs_from_config_only_in_instance_group_and_parameters(path):
     profile, main = parse(path), parse(path.parent.parent / "config.pbtxt")
     assert profile.instance_group, f"{path} has no instance_group"
-    assert all(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in profile.instance_group)
+    front = "primary_model" in main.parameters  # a Python front stays on the CPU
+    assert all(g.kind == (mc.ModelInstanceGroup.KIND_CPU if front else
+                          mc.ModelInstanceGroup.KIND_GPU) for g in profile.instance_group)
     for message in (profile, main):
         message.ClearField("instance_group")
         message.ClearField("parameters")
