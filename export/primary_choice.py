@@ -42,6 +42,7 @@ MARGIN = 0.05  # a challenger must be this much faster than the default to repla
 SPEED_BATCHES = {"text_embedding": (1, 8, 32), "image_classification": (1, 4, 16)}
 CELL_SECONDS = 0.4  # time per format, batch and round
 ROUNDS = 3
+WARMUP_CALLS = 3
 CHOICE_FILE = "primary_choice.json"
 
 
@@ -102,9 +103,10 @@ def measure(runs: Mapping[str, Runner], feeds: Mapping[str, np.ndarray],
     """rows/s of each runner at each batch: the median call time over interleaved rounds."""
     times: dict[tuple[str, int], list[float]] = {(f, b): [] for f in runs for b in batches}
     inputs = {b: sized(feeds, b) for b in batches}
-    for run in runs.values():  # warm up: first calls allocate and compile
-        for b in batches:
-            run(inputs[b])
+    for run in runs.values():  # warm up: first calls allocate, compile and (TorchScript's
+        for b in batches:      # profiling executor) optimise
+            for _ in range(WARMUP_CALLS):
+                run(inputs[b])
     for _ in range(rounds):
         for b in batches:
             for name, run in runs.items():

@@ -15,7 +15,9 @@ Stages, each announced with its number and elapsed time:
    over gRPC and HTTP (perf_analyzer); the SDK; the bare single-model fixture and the
    tokenizer alone; `embed`'s concurrency sweep; where the CPU goes (perf/profile.py);
 4. dynamic batching off, for `embed` at c16;
-5. the OpenAI route against the KServe route through the front door (perf/openai_route.py).
+5. the OpenAI route against the KServe route through the front door (perf/openai_route.py);
+6. every format of every family in-process (perf/runtimes.py): which runtime is fastest on
+   this host, and how faithful each is to onnxruntime FP32.
 
 Only the part between the GENERATED markers of docs/benchmarks.md is rewritten; the
 reading of the figures below it is kept. Plots: docs/benchmarks_ladder.png and
@@ -42,7 +44,7 @@ from rich.console import Console
 from core.families import TEXT_EMBEDDING
 from core.paths import DEFAULT_REPOSITORY, P99_OBJECTIVE_MS, PROJECT_ROOT
 from core.settings import TextFrontSettings
-from perf import harness, openai_route, perf_analyzer
+from perf import harness, openai_route, perf_analyzer, runtimes
 from perf.knee import find_knee
 from perf.load import capacity_rps
 from perf.peers.run import run_peers
@@ -133,6 +135,8 @@ def ladder(out: Path, tmp: Path) -> dict:
             ("int8_direct", lambda: pa(server, enc["int8"], 16, "grpc", out, enc["int8"])),
             ("ts_direct", lambda: pa(server, enc["torchscript"], 16, "grpc", out,
                                      enc["torchscript"])),
+            ("openvino_direct", lambda: pa(server, enc["openvino"], 16, "grpc", out,
+                                           enc["openvino"])),
             ("embed_grpc", lambda: pa(server, front, 16, "grpc", out, primary)),
             ("embed_http", lambda: pa(server, front, 16, "http", out, primary)),
             ("bare", lambda: pa(server, "embed_bare", 16, "grpc", out, "embed_bare")),
@@ -162,7 +166,7 @@ def run(out: Path) -> dict:
     """Every stage, in order; the results as plain data."""
     model = text_model()
     primary = model.encoder(model.primary)
-    began, total = time.monotonic(), 5
+    began, total = time.monotonic(), 6
     results: dict = {}
     stage(1, total, "in-process onnxruntime, batch 1..32", began)
     results["in_process"] = in_process_rates(served_artifact(DEFAULT_REPOSITORY, primary),
@@ -179,6 +183,8 @@ def run(out: Path) -> dict:
         results["no_batching"] = no_batching(out, Path(tmp))
     stage(5, total, "the OpenAI route against the KServe route, through the front door", began)
     results["openai_route"] = openai_route.run([1, 16], seconds=8.0, rounds=3)
+    stage(6, total, "every format of every family, in-process", began)
+    results["runtimes"] = runtimes.run()
     results["seconds"] = time.monotonic() - began
     return results
 
@@ -230,6 +236,8 @@ def report(r: dict) -> str:
         line(f"Triton gRPC -> {enc['onnx']} (FP32, no tokenizer)", r["onnx_direct"]),
         line(f"Triton gRPC -> {enc['int8']}", r["int8_direct"]),
         line(f"Triton gRPC -> {enc['torchscript']}", r["ts_direct"]),
+        *([line(f"Triton gRPC -> {enc['openvino']}", r["openvino_direct"])]
+          if "openvino_direct" in r else []),
         line(f"`{model.front}` gRPC (full pipeline)", r["embed_grpc"]),
         line(f"`{model.front}` HTTP", r["embed_http"]),
         line(f"`{model.front}` gRPC, dynamic batching off", r["no_batching"]),
@@ -242,7 +250,11 @@ def report(r: dict) -> str:
         f"({knee.reason}).", "",
         "## The OpenAI route", "", r["openai_route"]["markdown"], "",
         "![ladder](benchmarks_ladder.png)", "", "![sweep](benchmarks_sweep.png)", "",
-        "## Where the CPU goes (perf/profile.py)", "", profile_report(r["profile"], 16)]
+        "## Where the CPU goes (perf/profile.py)", "", profile_report(r["profile"], 16), "",
+        "## Every format in-process (perf/runtimes.py)", "",
+        f"The front's primary here: `{enc[model.primary]}` "
+        "(export/primary_choice.py chose it, or `--keep-primary` kept it).", "",
+        runtimes.report(r["runtimes"]) if "runtimes" in r else "not measured in this run"]
     return "\n".join(rows) + "\n"
 
 
@@ -268,7 +280,10 @@ def plot_ladder(r: dict, path: Path) -> None:
 
     reference, _ = allowed_rate(r["in_process"], os.cpu_count() or 1, P99_OBJECTIVE_MS)
     bars = [("encoder FP32", r["onnx_direct"]["rps"]), ("encoder INT8", r["int8_direct"]["rps"]),
-            ("encoder TorchScript", r["ts_direct"]["rps"]), ("front gRPC", r["embed_grpc"]["rps"]),
+            ("encoder TorchScript", r["ts_direct"]["rps"]),
+            *([("encoder OpenVINO", r["openvino_direct"]["rps"])] if "openvino_direct" in r
+              else []),
+            ("front gRPC", r["embed_grpc"]["rps"]),
             ("front HTTP", r["embed_http"]["rps"]), ("no batching", r["no_batching"]["rps"]),
             ("embed_bare", r["bare"]["rps"]), ("SDK", r["sdk"])]
     fig, ax = plt.subplots(figsize=(9, 4))

@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 
 from client import EmbedClient
+from core.families import served_precision
 from core.families.catalog import find
+from core.families.configs import parameters_of
 from core.repository import copy_repository
-from core.versions import versions_on_disk
+from core.versions import read_config, versions_on_disk
 from export.sources import resolve
 from server.launcher import TritonServer
 from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server
@@ -69,7 +71,8 @@ def added(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonServ
 def test_an_added_model_is_served_with_no_code_change_and_equals_eager_pytorch(added) -> None:
     server, repo, folder = added
     model = find(repo, NAME)
-    assert model.front == NAME and sorted(model.encoders) == ["int8", "onnx", "torchscript"]
+    assert model.front == NAME
+    assert sorted(model.encoders) == ["int8", "onnx", "openvino", "torchscript"]
     reference = sentence_transformers_embeddings(folder, TEXTS)
     with EmbedClient(server.grpc_url, protocol="grpc") as client:
         result = client.embed_with_info(TEXTS, model=NAME)
@@ -82,7 +85,14 @@ def test_an_added_model_is_served_with_no_code_change_and_equals_eager_pytorch(a
     assert cosine.min() >= 0.9999
     assert np.allclose(np.linalg.norm(got, axis=1), np.linalg.norm(reference, axis=1),
                        rtol=1e-3)  # the same normalisation (or none)
-    assert result.served_by == [f"{NAME}_onnx:1:fp32:L0"] * len(TEXTS)
+    # The primary is the fastest FP32-gated format measured here (export/primary_choice.py);
+    # the choice, its table and the CPU are recorded beside the front's config.
+    choice = json.loads((repo / NAME / "primary_choice.json").read_text())
+    assert choice["primary"] == model.primary and choice["cpu"]["model"]
+    assert set(choice["rates"]) == {"onnx", "torchscript", "openvino"}
+    primary = model.encoder(model.primary)
+    precision = served_precision(parameters_of(read_config(repo / primary)))
+    assert result.served_by == [f"{primary}:1:{precision}:L0"] * len(TEXTS)
 
 
 @pytest.mark.timeout(3600)
@@ -95,7 +105,7 @@ def test_adding_it_again_changes_nothing_and_a_bad_source_leaves_nothing(added) 
     if again.returncode != 0:  # added from parts:...: the folder is another source string
         assert "already exists" in again.stderr
     else:
-        assert again.stdout.count("up to date") == 3, again.stdout
+        assert again.stdout.count("up to date") == 4, again.stdout
     assert {m: versions_on_disk(repo / m) for m in model.models} == before
     empty = repo.parent / "not_a_model"
     empty.mkdir()
