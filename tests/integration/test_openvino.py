@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from collections.abc import Iterator
 
@@ -18,11 +19,22 @@ from client import EmbedClient
 from core.families.configs import encoder_spec, parameters_of
 from core.families.spec import PRECISION_PARAMETER
 from core.paths import DEFAULT_REPOSITORY
+from core.repository import copy_repository
 from core.served_by import ServedBy
 from core.versions import read_config
 from server.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from server.admin_client import AdminClient
-from tests.integration.helpers import assert_serving, fresh, http_post, metric_value, model_counts
+from tests.conftest import start_server
+from tests.integration.helpers import (
+    add_version,
+    assert_serving,
+    fresh,
+    http_post,
+    metric_value,
+    model_counts,
+    noisy_copy,
+    tmr,
+)
 from tests.integration.test_embed_serving import encoder_output, padded_batch  # noqa: F401
 from tests.integration.test_front_door import open_front_door
 
@@ -187,3 +199,43 @@ def test_the_precision_is_recorded_in_the_config_and_the_provenance() -> None:
         assert checks["precision"] == params[PRECISION_PARAMETER]
         assert ("HINT_BF16" in params) == (params[PRECISION_PARAMETER] == "bf16")
         assert checks["cpu"]["model"] and "precision" in checks["cpu"]
+
+
+@pytest.mark.timeout(600)  # the gate twice (about 40 s each) and one light server
+def test_the_release_commands_handle_the_format(tmp_path) -> None:
+    """gate (a good and a degraded candidate), promote, rollback and versions on a copy
+    holding only minilm_openvino."""
+    model = "minilm_openvino"
+    repo = copy_repository([DEFAULT_REPOSITORY], tmp_path / "repository")
+    for folder in repo.iterdir():
+        if folder.name != model:
+            shutil.rmtree(folder)
+    artifact = (repo / model / "1" / "model.onnx").resolve()
+    add_version(repo / model, 2, artifact)
+    add_version(repo / model, 3, noisy_copy(artifact, 0.5))
+    gated = tmr("gate", model, "2", "--repository", str(repo))
+    assert gated.returncode == 0, gated.stdout + gated.stderr
+    report = json.loads((repo / model / "2" / "gate.json").read_text())
+    assert report["passed"] and report["quality"]["reference"]["min_cosine"] >= 0.999
+    server = start_server(repo, tmp_path / "tritonserver.log")
+    try:
+        args = ("--url", server.http_url, "--repository", str(repo))
+        assert tmr("promote", model, "2", "--no-gate", *args).returncode == 0
+        assert served_version_of(server.http_url, model) == "2"
+        refused = tmr("promote", model, "3", *args)  # gated first: a degraded copy
+        assert refused.returncode != 0 and "quality vs reference" in refused.stdout
+        assert served_version_of(server.http_url, model) == "2"
+        assert tmr("rollback", model, *args).returncode == 0
+        assert served_version_of(server.http_url, model) == "1"
+        versions = tmr("versions", model, *args)
+        assert versions.returncode == 0 and f"{model}: selected [1]" in versions.stdout
+    finally:
+        assert server.stop() == 0
+
+
+def served_version_of(http_url: str, model: str) -> str:
+    ids = np.array([[101, 7592, 102]], dtype=np.int64)
+    status, answer = http_post(http_url, f"/v2/models/{model}/infer",
+                               encoder_body(ids, np.ones_like(ids)))
+    assert status == 200, answer
+    return json.loads(answer)["model_version"]
