@@ -175,3 +175,20 @@ def tmr(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
     """`tmr ARGS` in the project, its output captured."""
     return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=timeout_s)
+
+
+def concurrent_encoder_calls(grpc_url: str, model: str, ids: np.ndarray, n: int) -> None:
+    """`n` concurrent gRPC requests of the same token ids (mask all ones) to a text encoder."""
+    import tritonclient.grpc.aio as grpcaio
+
+    async def run() -> None:
+        client = grpcaio.InferenceServerClient(grpc_url)
+        inputs = []
+        for name in ("input_ids", "attention_mask"):
+            tensor = grpcaio.InferInput(name, list(ids.shape), "INT64")
+            tensor.set_data_from_numpy(ids if name == "input_ids" else np.ones_like(ids))
+            inputs.append(tensor)
+        await asyncio.gather(*(client.infer(model, inputs) for _ in range(n)))
+        await client.close()
+
+    asyncio.run(run())

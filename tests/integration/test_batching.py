@@ -11,7 +11,7 @@ import numpy as np
 
 from client import NO_RETRY, AsyncEmbedClient, EmbedClient
 from tests.conftest import MINILM_SOURCE
-from tests.integration.helpers import metric_value, model_counts
+from tests.integration.helpers import concurrent_encoder_calls, metric_value, model_counts
 from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
 
 CONCURRENCY = 48
@@ -50,24 +50,11 @@ def test_concurrent_texts_of_different_lengths_share_executions(triton) -> None:
 
 
 def test_direct_encoder_requests_of_one_shape_are_batched_into_one_session_call(triton) -> None:
-    import tritonclient.grpc.aio as grpcaio
-
     ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
-
-    async def run() -> None:
-        client = grpcaio.InferenceServerClient(triton.grpc_url)
-        inputs = []
-        for name in ("input_ids", "attention_mask"):
-            tensor = grpcaio.InferInput(name, list(ids.shape), "INT64")
-            tensor.set_data_from_numpy(ids if name == "input_ids" else np.ones_like(ids))
-            inputs.append(tensor)
-        await asyncio.gather(*(client.infer("minilm_int8", inputs) for _ in range(32)))
-        await client.close()
-
     before = model_counts(triton.http_url, "minilm_int8")
     calls_before = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
                                 model="minilm_int8")
-    asyncio.run(run())
+    concurrent_encoder_calls(triton.grpc_url, "minilm_int8", ids, 32)
     after = model_counts(triton.http_url, "minilm_int8")
     assert after.inference_count - before.inference_count == 32
     assert after.execution_count - before.execution_count < 32

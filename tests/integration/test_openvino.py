@@ -4,7 +4,6 @@ to it keeps its ladder, its deep health check and the OpenAI route."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import time
@@ -13,7 +12,6 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.grpc.aio as grpcaio
 
 from client import EmbedClient
 from core.families.configs import encoder_spec, parameters_of
@@ -28,6 +26,7 @@ from tests.conftest import start_server
 from tests.integration.helpers import (
     add_version,
     assert_serving,
+    concurrent_encoder_calls,
     fresh,
     http_post,
     metric_value,
@@ -76,23 +75,12 @@ def test_the_image_encoders_match_onnxruntime(triton, base) -> None:
 
 def test_a_dynamic_batch_is_one_openvino_call(triton) -> None:
     ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
-
-    async def run() -> None:
-        client = grpcaio.InferenceServerClient(triton.grpc_url)
-        inputs = []
-        for name in ("input_ids", "attention_mask"):
-            tensor = grpcaio.InferInput(name, list(ids.shape), "INT64")
-            tensor.set_data_from_numpy(ids if name == "input_ids" else np.ones_like(ids))
-            inputs.append(tensor)
-        await asyncio.gather(*(client.infer("minilm_openvino", inputs) for _ in range(32)))
-        await client.close()
-
     before = model_counts(triton.http_url, "minilm_openvino")
     calls = metric_value(triton.metrics_url, "tmr_backend_runtime_calls_total",
                          model="minilm_openvino")
     rows = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
                         model="minilm_openvino")
-    asyncio.run(run())
+    concurrent_encoder_calls(triton.grpc_url, "minilm_openvino", ids, 32)
     deadline = time.monotonic() + 10  # Triton counts an execution just after it answers
     while True:
         after = model_counts(triton.http_url, "minilm_openvino")
