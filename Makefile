@@ -64,7 +64,7 @@ lock: ## refresh requirements.lock: resolve pyproject.toml afresh in a scratch v
 export: venv ## export every model of the repository (does nothing when up to date)
 	$(TMR) export --all --keep-primary
 
-serve: setup ## start the CPU Triton server with the whole repository (SERVE_ARGS=... to add flags)
+serve: setup ## start the CPU Triton server: fronts and their encoders (SERVE_ARGS=--load-all for every model)
 	$(TMR) serve $(SERVE_ARGS)
 
 serve-full: setup ## serve behind the nginx front door, plus Prometheus and its alert rules

@@ -80,9 +80,14 @@ def degrade_command(opts: DegradeOptions) -> int:
 
 
 def health_command(opts: HealthOptions) -> int:
-    from server.admin import deep_health
+    from server.admin import deep_health, idle_models
 
     checks = deep_health(opts.url, opts.models)
     for c in checks:
         print(f"{'OK  ' if c.ok else 'FAIL'} {c.model:<20} {c.ms:>8.1f} ms  {c.detail}")
+    probed = {c.model for c in checks}
+    idle = [] if opts.models is not None else [
+        m for m in idle_models(opts.url) if m not in probed]
+    if idle:
+        print(f"not loaded (on demand, not probed): {', '.join(idle)}")
     return 0 if all(c.ok for c in checks) else 1

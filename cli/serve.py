@@ -32,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--model-config-name", default=None,
                         help="load configs/<name>.pbtxt where a model has one (e.g. gpu)")
     parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument("--load-all", action="store_true",
+                        help="load every model at start; by default the fronts, the encoders "
+                        "they route to and the models outside the families (core/startup.py), "
+                        "the others on demand (explicit mode; poll mode loads every model)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the example call after start")
     parser.add_argument("--no-watchdog", action="store_true",

@@ -38,3 +38,8 @@ def bls_infer(model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[st
     if response.has_error():
         raise child_failure(model, response.error().message())
     return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
+
+
+def is_loaded(model: str) -> bool:
+    """Whether the server holds a ready version of `model` (False when it is not loaded)."""
+    return bool(pb_utils.is_model_ready(model_name=model, model_version=""))

@@ -1,10 +1,14 @@
-"""`health`: a deep health check from inside Triton, one real inference per model.
+"""`health`: a deep health check from inside Triton, one real inference per loaded model.
 
 `/v2/health/ready` stays 200 while a dead Python stub fails every request (Triton 2.51
 does not restart stubs), so readiness alone proves nothing. At initialize this model
 finds every family model of its repository (their configs say which family) and builds
 each one's probe as its family describes it; any request then gets REPORT, the JSON of
-{"healthy": bool, "models": {name: {"ok": bool, "ms": float, "error": str}}}.
+{"healthy": bool, "models": {name: {"ok": bool, "loaded": bool, "ms": float, "error": str}}}.
+
+Only loaded models are probed: a server loads some encoders on demand (core.startup). A
+model that is not loaded is reported `"loaded": false`, and ok, unless the fronts need it
+(a front, or an encoder a front routes to): then it is a failure.
 """
 
 from __future__ import annotations
@@ -17,14 +21,23 @@ import numpy as np
 
 from core.families.catalog import catalog
 from core.probes import probe_target
+from core.startup import repository_parameters, routed_models
 from core.versions import read_config
 from python_backends.base import BaseModel, ok_response
-from python_backends.bls import bls_infer
+from python_backends.bls import bls_infer, is_loaded
 from python_backends.errors import ModelError
+
+NEEDED = "not loaded, yet the fronts need it (a front, or an encoder a front routes to)"
+
+
+def not_loaded(name: str, required: set[str]) -> dict[str, Any]:
+    """The report entry of a model that is not loaded: a failure only if it is required."""
+    needed = name in required
+    return {"ok": not needed, "loaded": False, "ms": 0.0, "error": NEEDED if needed else ""}
 
 
 class HealthModel(BaseModel):
-    """Any request gets REPORT: the JSON result of probing every family model."""
+    """Any request gets REPORT: the JSON result of probing every loaded family model."""
 
     def setup(self, args: dict[str, str]) -> None:
         repository = self.model_dir.parent
@@ -34,9 +47,13 @@ class HealthModel(BaseModel):
                 target = probe_target(read_config(repository / name))
                 if target is not None:
                     self.probes[name] = target
-        self.log.info(f"probes {sorted(self.probes)}")
+        self.required = set(routed_models(repository_parameters(repository)))
+        self.log.info(f"probes {sorted(self.probes)} when loaded; requires "
+                      f"{sorted(self.required)} loaded")
 
     def check(self, name: str) -> dict[str, Any]:
+        if not is_loaded(name):
+            return not_loaded(name, self.required)
         target = self.probes[name]
         began = time.monotonic()
         try:
@@ -44,8 +61,8 @@ class HealthModel(BaseModel):
                 target.outputs[0]])
         except ModelError as err:
             problem = str(err)
-        return {"ok": problem is None, "ms": round((time.monotonic() - began) * 1000, 1),
-                "error": problem or ""}
+        return {"ok": problem is None, "loaded": True,
+                "ms": round((time.monotonic() - began) * 1000, 1), "error": problem or ""}
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         models = {name: self.check(name) for name in self.probes}

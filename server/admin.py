@@ -20,6 +20,7 @@ from core.messages import degraded_level
 from core.repository import set_parameter
 from core.served_by import OUTPUT as SERVED_BY
 from core.served_by import ServedBy
+from core.startup import ROUTE_PARAMETERS
 from server.admin_client import AdminClient, Check
 
 AUTO = -1
@@ -97,11 +98,25 @@ def wait_for_level(url: str, level: int, timeout_s: float = 30.0, consecutive: i
 
 
 def deep_health(url: str, models: list[str] | None = None) -> list[Check]:
-    """A real inference through every family model on the server (or those named)."""
+    """A real inference through every family model the server has loaded (or those
+    named). An encoder a loaded front routes to that is not loaded fails (core.startup's
+    rule loads it at start); other encoders load on demand and are not probed."""
     with AdminClient(url) as admin:
         if models is not None:
             return [admin.probe_model(m) for m in models]
-        return [admin.probe(t) for t in admin.probe_targets()]
+        targets = admin.probe_targets()
+        routed = {t.params[key] for t in targets if t.is_front
+                  for key in ROUTE_PARAMETERS if key in t.params}
+        missing = sorted(routed - {t.model for t in targets})
+        return [admin.probe(t) for t in targets] + [
+            Check(m, False, 0.0, "not loaded, yet a loaded front routes to it") for m in missing]
+
+
+def idle_models(url: str) -> list[str]:
+    """The models of the server's repository with no READY version (loaded on demand)."""
+    with AdminClient(url) as admin:
+        index = admin.index()
+    return sorted({e.name for e in index} - {e.name for e in index if e.state == "READY"})
 
 
 def load_models(url: str, models: list[str]) -> list[str]:

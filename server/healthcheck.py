@@ -2,7 +2,8 @@
 
 `/v2/health/ready` stays 200 on 2.51 while a dead Python stub fails every request, so the
 compose healthcheck and the Kubernetes readiness probe run this instead. The `health`
-model sends a real request to every encoder and to `embed` (BLS) and answers a JSON report.
+model sends a real request to every loaded front and encoder (BLS) and answers a JSON
+report; an encoder loaded on demand and not loaded now is listed, not failed.
 
 Standard library only: it runs under the Triton image's own python3, where neither
 tritonclient nor this project is installed (the Dockerfile copies this one file).
@@ -38,7 +39,11 @@ def verdict(body: bytes) -> tuple[bool, str]:
     failed = {name: m.get("error", "") for name, m in report.get("models", {}).items()
               if not m.get("ok")}
     if report.get("healthy") is True and not failed:
-        return True, "healthy: " + ", ".join(sorted(report.get("models", {})))
+        models = report.get("models", {})
+        idle = sorted(n for n, m in models.items() if m.get("loaded") is False)
+        served = sorted(set(models) - set(idle))
+        return True, "healthy: " + ", ".join(served) + (
+            f"; not loaded (on demand): {', '.join(idle)}" if idle else "")
     return False, "unhealthy: " + "; ".join(f"{n}: {e}" for n, e in sorted(failed.items()))
 
 

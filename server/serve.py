@@ -16,6 +16,7 @@ from client.core import DEFAULT_MODEL
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.text_embedding import TEXT
 from core.probes import probe_target
+from core.startup import startup_models
 from core.versions import read_config
 from server.admin_client import AdminClient
 from server.front_door import FrontDoor, FrontDoorError
@@ -26,7 +27,14 @@ from server.observability import (
     prometheus_values,
     write_config_dir,
 )
-from server.settings import API_KEYS_ENV, ControlMode, FrontDoorSettings, Ports, ServerOptions
+from server.settings import (
+    ALL_MODELS,
+    API_KEYS_ENV,
+    ControlMode,
+    FrontDoorSettings,
+    Ports,
+    ServerOptions,
+)
 from server.watchdog import Watchdog
 
 WATCHDOG_PORT_OFFSET = 100  # metrics 8002 -> watchdog 8102
@@ -54,16 +62,19 @@ class ServeOptions:
     front_door: bool
     front_door_http_port: int
     front_door_grpc_port: int
+    load_all: bool  # every model at start, not core.startup's rule
 
 
 def server_options(args: ServeOptions) -> ServerOptions:
+    repository = args.repository.resolve()
     return ServerOptions(
-        repository=args.repository.resolve(),
+        repository=repository,
         ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
         control_mode=args.control_mode,
         model_config_name=args.model_config_name,
         log_verbose=args.log_verbose,
         extra=tuple(args.extra),
+        load_models=ALL_MODELS if args.load_all else tuple(startup_models(repository)),
     )
 
 
@@ -77,13 +88,20 @@ def tmr_command() -> str:
 
 
 def loaded_models(server: TritonServer) -> str:
-    """The models the server loaded, from its repository index (the operator client)."""
+    """The models the server loaded, and those it left to load on demand, from its
+    repository index (the operator client)."""
     try:
         with AdminClient(server.http_url) as admin:
-            ready = admin.ready_models()
+            index = admin.index()
     except TritonClientError as err:
         return f"its repository index is unavailable: {err}"
-    return f"{len(ready)} ready: {', '.join(ready)}"
+    ready = sorted({e.name for e in index if e.state == "READY"})
+    text = f"{len(ready)} ready: {', '.join(ready)}"
+    waiting = sorted({e.name for e in index} - set(ready))
+    if waiting:
+        text += (f"\n  on demand   {', '.join(waiting)}  (`tmr promote` or the load API "
+                 "loads one; `tmr serve --load-all` loads every model at start)")
+    return text
 
 
 def banner(server: TritonServer, models: str) -> str:

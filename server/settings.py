@@ -30,6 +30,7 @@ POLL_INTERVAL_S = 2
 LOG_FORMAT = "ISO8601"
 
 ControlMode = Literal["explicit", "poll"]
+ALL_MODELS = ("*",)  # `--load-model=*`: every model of the repository
 
 # Restricted admin APIs: Triton refuses these without the header ADMIN_KEY_HEADER carrying
 # the admin key (HTTP 403, gRPC UNAVAILABLE). Inference, metadata and health stay open.
@@ -63,6 +64,9 @@ class ServerOptions:
     log_verbose: int = 0
     admin_key: str = field(default_factory=admin_key)
     extra: tuple[str, ...] = ()
+    # The models explicit mode loads at start ("*": every one; core.startup.startup_models
+    # is `tmr serve`'s rule). Poll mode loads every model whatever this says: it rescans.
+    load_models: tuple[str, ...] = ALL_MODELS
 
 
 def server_flags(opts: ServerOptions) -> list[str]:
@@ -81,17 +85,22 @@ def server_flags(opts: ServerOptions) -> list[str]:
         "--strict-readiness=true",
         "--disable-auto-complete-config",
     ]
-    flags += control_mode_flags(opts.control_mode)
+    flags += control_mode_flags(opts.control_mode, opts.load_models)
     flags += restricted_api_flags(opts.admin_key)
     if opts.model_config_name:
         flags.append(f"--model-config-name={opts.model_config_name}")
     return flags + list(opts.extra)
 
 
-def control_mode_flags(mode: ControlMode) -> list[str]:
-    """Explicit mode loads every model at start; poll mode rescans the repository."""
+def control_mode_flags(mode: ControlMode, load_models: tuple[str, ...] = ALL_MODELS
+                       ) -> list[str]:
+    """Explicit mode loads `load_models` at start (one `--load-model` each) and the rest
+    through the load API; poll mode loads every model and rescans the repository, so it
+    takes no `--load-model` (Triton refuses one outside explicit mode)."""
+    if "*" in load_models and len(load_models) > 1:  # Triton refuses the mix at start
+        raise ValueError(f"load '*' alone or name the models, not both: {load_models}")
     if mode == "explicit":
-        return ["--model-control-mode=explicit", "--load-model=*"]
+        return ["--model-control-mode=explicit", *(f"--load-model={m}" for m in load_models)]
     if mode == "poll":
         return ["--model-control-mode=poll", f"--repository-poll-secs={POLL_INTERVAL_S}"]
     raise ValueError(f"unknown model control mode {mode!r}; expected 'explicit' or 'poll'")

@@ -66,6 +66,9 @@ def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: 
                 break
         assert any(line.startswith("embed answered: dim=384 norm=1.0000") for line in lines), lines
         assert any(f"gRPC        localhost:{ports.grpc}" in line for line in lines)
+        # the start rule (core.startup): no front routes to TorchScript, so it waits
+        assert any(line.startswith("  on demand   ") and "minilm_torchscript" in line
+                   for line in lines), lines
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
     finally:

@@ -20,6 +20,7 @@ from cli.release import GateOptions, ReleaseOptions, VersionsOptions
 from cli.serve import ServeOptions
 from cli.watchdog import WatchdogOptions
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.startup import startup_models
 from perf.plan_cli import CapacityOptions, PlanOptions
 from perf.sweep import CheckOptions, CompareOptions, SweepOptions
 
@@ -65,6 +66,16 @@ def test_serve_parses_its_ports_control_mode_and_extra_flags() -> None:
     assert isinstance(opts, ServeOptions)
     assert (opts.http_port, opts.control_mode, opts.front_door) == (9000, "poll", True)
     assert opts.extra == ("--log-info=false",) and opts.repository == DEFAULT_REPOSITORY
+
+
+def test_serve_loads_the_start_rules_models_unless_told_to_load_all() -> None:
+    from server.serve import server_options
+
+    rule = server_options(parsed("serve"))
+    assert not parsed("serve").load_all
+    assert rule.load_models == tuple(startup_models(DEFAULT_REPOSITORY))
+    assert "minilm_torchscript" not in rule.load_models
+    assert server_options(parsed("serve", "--load-all")).load_models == ("*",)
 
 
 def test_export_and_add_take_the_model_positionally() -> None:

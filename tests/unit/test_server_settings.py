@@ -9,6 +9,7 @@ import pytest
 
 from core.paths import DEFAULT_REPOSITORY
 from server.settings import (
+    ALL_MODELS,
     POLL_INTERVAL_S,
     RESPONSE_CACHE_BYTES,
     Ports,
@@ -24,8 +25,11 @@ def flag_names(flags: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["explicit", "poll"])
 def test_server_flags_contain_each_flag_exactly_once(mode):
-    names = flag_names(server_flags(ServerOptions(control_mode=mode, model_config_name="gpu")))
-    assert [n for n, count in Counter(names).items() if count > 1] == []
+    """--load-model alone may repeat: once per model loaded at start."""
+    opts = ServerOptions(control_mode=mode, model_config_name="gpu", load_models=("a", "b"))
+    names = flag_names(server_flags(opts))
+    assert [n for n, count in Counter(names).items() if count > 1] == (
+        ["--load-model"] if mode == "explicit" else [])
     assert all(n.startswith("--") for n in names)
 
 
@@ -46,15 +50,35 @@ def test_default_options_serve_the_project_repository_on_the_standard_ports():
     assert {"--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"} <= set(flags)
 
 
-def test_explicit_mode_loads_every_model_at_start():
+def test_explicit_mode_loads_every_model_at_start_by_default():
+    """The default of compose (GPU hosts) and of the test suite's session server."""
     flags = server_flags(ServerOptions(control_mode="explicit"))
+    assert ServerOptions().load_models == ALL_MODELS == ("*",)
     assert "--model-control-mode=explicit" in flags
-    assert "--load-model=*" in flags
+    assert [f for f in flags if f.startswith("--load-model")] == ["--load-model=*"]
     assert "--repository-poll-secs" not in flag_names(flags)
 
 
-def test_poll_mode_rescans_the_repository_and_loads_nothing_explicitly():
-    flags = server_flags(ServerOptions(control_mode="poll"))
+def test_explicit_mode_loads_the_named_models_once_each_in_order():
+    flags = server_flags(ServerOptions(load_models=("embed", "minilm_onnx", "health")))
+    assert [f for f in flags if f.startswith("--load-model")] == [
+        "--load-model=embed", "--load-model=minilm_onnx", "--load-model=health"]
+
+
+def test_explicit_mode_may_load_nothing_at_start():
+    assert "--load-model" not in flag_names(server_flags(ServerOptions(load_models=())))
+
+
+def test_every_model_and_named_models_together_are_refused():
+    with pytest.raises(ValueError, match=r"load '\*' alone or name the models, not both"):
+        server_flags(ServerOptions(load_models=("*", "embed")))
+
+
+@pytest.mark.parametrize("load_models", [ALL_MODELS, ("embed", "health")])
+def test_poll_mode_rescans_the_repository_and_loads_nothing_explicitly(load_models):
+    """Poll mode loads every model whatever load_models says (Triton refuses --load-model
+    outside explicit mode)."""
+    flags = server_flags(ServerOptions(control_mode="poll", load_models=load_models))
     assert "--model-control-mode=poll" in flags
     assert f"--repository-poll-secs={POLL_INTERVAL_S}" in flags
     assert "--load-model" not in flag_names(flags)

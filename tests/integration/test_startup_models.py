@@ -1,0 +1,102 @@
+"""A server started as `tmr serve` starts it (core.startup's rule): exactly the rule's
+models loaded, every front answering, health healthy with the other encoders marked not
+loaded, and `tmr promote` loading one of those on demand. One server, on a copy of the
+repository (promote edits it); the tests run in file order, promote last."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.families.catalog import catalog
+from core.repository import copy_repository
+from core.startup import repository_parameters, routed_models, startup_models
+from server.admin_client import AdminClient
+from server.launcher import TritonServer
+from server.serve import example_calls
+from server.watchdog import Watchdog
+from tests.conftest import REPOSITORY, start_server
+from tests.integration.helpers import http_post, tmr
+
+ON_DEMAND = "minilm_torchscript"  # an encoder no front routes to
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    root = tmp_path_factory.mktemp("startup")
+    repo = copy_repository([REPOSITORY], root / "repository")
+    started = start_server(repo, root / "tritonserver.log",
+                           load_models=tuple(startup_models(repo)))
+    yield started
+    assert started.stop() == 0
+
+
+def ready_models(server: TritonServer) -> list[str]:
+    with AdminClient(server.http_url) as admin:
+        return admin.ready_models()
+
+
+def health_report(server: TritonServer) -> dict:
+    body = json.dumps({"inputs": [{"name": "QUERY", "datatype": "BYTES", "shape": [1],
+                                   "data": ["go"]}]}).encode()
+    status, answer = http_post(server.http_url, "/v2/models/health/infer", body)
+    assert status == 200, answer
+    return json.loads(json.loads(answer)["outputs"][0]["data"][0])
+
+
+def on_demand(repository: Path) -> list[str]:
+    return sorted(set(repository_parameters(repository)) - set(startup_models(repository)))
+
+
+@pytest.mark.timeout(300)
+def test_exactly_the_rules_models_are_loaded_and_watched(server: TritonServer) -> None:
+    repo = server.opts.repository
+    assert ON_DEMAND in on_demand(repo) and ON_DEMAND not in startup_models(repo)
+    assert ready_models(server) == startup_models(repo)
+    with AdminClient(server.http_url) as admin:
+        index = {e.name for e in admin.index()}
+        watched = {t.model for t in Watchdog(server.http_url, server.metrics_url).watched(admin)}
+    assert set(on_demand(repo)) <= index  # listed, not loaded
+    family = {name for model in catalog(repo) for name in model.models}
+    assert watched == family & set(startup_models(repo))
+
+
+@pytest.mark.timeout(120)
+def test_every_front_answers(server: TritonServer) -> None:
+    fronts = [m.front for m in catalog(server.opts.repository) if m.front]
+    answers = example_calls(server)
+    assert [line.split(" answered: ")[0] for line in answers] == fronts, answers
+
+
+@pytest.mark.timeout(120)
+def test_deep_health_is_healthy_with_the_other_encoders_marked_not_loaded(
+        server: TritonServer) -> None:
+    repo = server.opts.repository
+    report = health_report(server)
+    assert report["healthy"] is True, report
+    loaded = {n for n, m in report["models"].items() if m["loaded"]}
+    assert loaded == set(routed_models(repository_parameters(repo)))
+    idle = {n: m for n, m in report["models"].items() if not m["loaded"]}
+    assert set(idle) == set(on_demand(repo))
+    assert all(m == {"ok": True, "loaded": False, "ms": 0.0, "error": ""} for m in idle.values())
+    out = tmr("health", "--url", server.http_url)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("OK  ") == len(loaded)
+    assert f"not loaded (on demand, not probed): {', '.join(sorted(idle))}\n" in out.stdout
+
+
+@pytest.mark.timeout(300)
+def test_promote_loads_an_encoder_on_demand_and_it_answers(server: TritonServer) -> None:
+    out = tmr("promote", ON_DEMAND, "1", "--no-gate", "--url", server.http_url,
+              "--repository", str(server.opts.repository))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{ON_DEMAND} v1 is serving" in out.stdout
+    assert ON_DEMAND in ready_models(server)
+    with AdminClient(server.http_url) as admin:
+        check = admin.probe_model(ON_DEMAND)
+    assert check.ok, check
+    entry = health_report(server)["models"][ON_DEMAND]
+    assert entry["ok"] and entry["loaded"], entry

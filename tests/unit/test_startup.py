@@ -1,0 +1,93 @@
+"""core.startup: which models a server loads at start, and what health makes of the others."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.paths import DEFAULT_REPOSITORY
+from core.startup import repository_parameters, routed_models, startup_models, startup_rule
+from python_backends.health import NEEDED, not_loaded
+from server.healthcheck import verdict
+
+FRONT = {"family": "text_embedding", "primary_model": "m_onnx", "fallback_model": "m_int8"}
+ENCODER = {"family": "text_embedding", "format": "onnx"}
+MODELS = {
+    "embed": FRONT,
+    "m_onnx": ENCODER,
+    "m_int8": {**ENCODER, "format": "int8"},
+    "m_torchscript": {**ENCODER, "format": "torchscript"},
+    "m_openvino": {**ENCODER, "format": "openvino"},
+    "health": {},
+    "stub_env": {"some_setting": "1"},
+}
+
+
+def test_the_rule_loads_fronts_their_encoders_and_models_outside_the_families() -> None:
+    assert startup_rule(MODELS) == ["embed", "health", "m_int8", "m_onnx", "stub_env"]
+
+
+def test_an_encoder_no_front_routes_to_is_left_to_load_on_demand() -> None:
+    routed_to_torchscript = {**MODELS, "embed": {**FRONT, "primary_model": "m_torchscript"}}
+    assert "m_onnx" not in startup_rule(routed_to_torchscript)
+    assert "m_torchscript" in startup_rule(routed_to_torchscript)
+    assert "m_openvino" not in startup_rule(routed_to_torchscript)
+
+
+def test_a_front_without_a_fallback_loads_its_primary_only() -> None:
+    front = {k: v for k, v in FRONT.items() if k != "fallback_model"}
+    assert startup_rule({**MODELS, "embed": front}) == ["embed", "health", "m_onnx", "stub_env"]
+
+
+def test_a_route_to_a_model_the_repository_lacks_is_not_loaded_by_name() -> None:
+    """Triton would refuse the whole start for an unknown --load-model; the front's own
+    load and the health check report the broken route instead."""
+    assert "m_gone" not in startup_rule({**MODELS, "embed": {**FRONT, "primary_model": "m_gone"}})
+
+
+def test_routed_models_are_the_fronts_and_their_encoders_only() -> None:
+    assert routed_models(MODELS) == ["embed", "m_int8", "m_onnx"]
+    assert routed_models({"health": {}}) == []
+
+
+def test_the_shipped_repository_loads_no_torchscript_encoder_at_start() -> None:
+    assert startup_models(DEFAULT_REPOSITORY) == [
+        "digits", "digits_int8", "digits_onnx",
+        "efficientnet_lite0", "efficientnet_lite0_int8", "efficientnet_lite0_onnx",
+        "embed", "health", "minilm_int8", "minilm_onnx", "stub_env"]
+
+
+def test_repository_parameters_read_every_config() -> None:
+    params = repository_parameters(DEFAULT_REPOSITORY)
+    assert params["embed"]["primary_model"] == "minilm_onnx"
+    assert params["minilm_torchscript"]["format"] == "torchscript"
+    assert "family" not in params["health"]
+
+
+@pytest.mark.parametrize(("name", "ok", "error"), [("m_torchscript", True, ""),
+                                                    ("m_onnx", False, NEEDED),
+                                                    ("embed", False, NEEDED)])
+def test_health_reports_an_unloaded_model_failed_only_when_a_front_needs_it(
+        name: str, ok: bool, error: str) -> None:
+    assert not_loaded(name, set(routed_models(MODELS))) == {
+        "ok": ok, "loaded": False, "ms": 0.0, "error": error}
+
+
+def answer(models: dict[str, dict]) -> bytes:
+    report = {"healthy": all(m["ok"] for m in models.values()), "models": models}
+    return json.dumps({"outputs": [{"name": "REPORT", "data": [json.dumps(report)]}]}).encode()
+
+
+def test_the_container_healthcheck_passes_listing_the_models_not_loaded() -> None:
+    served = {"ok": True, "loaded": True, "ms": 3.0, "error": ""}
+    body = answer({"embed": served, "m_onnx": served, "m_torchscript": not_loaded(
+        "m_torchscript", {"embed", "m_onnx"})})
+    assert verdict(body) == (True, "healthy: embed, m_onnx; not loaded (on demand): "
+                                   "m_torchscript")
+
+
+def test_the_container_healthcheck_fails_on_an_unloaded_routed_encoder() -> None:
+    served = {"ok": True, "loaded": True, "ms": 3.0, "error": ""}
+    body = answer({"embed": served, "m_onnx": not_loaded("m_onnx", {"embed", "m_onnx"})})
+    assert verdict(body) == (False, f"unhealthy: m_onnx: {NEEDED}")
