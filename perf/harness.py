@@ -21,8 +21,9 @@ from core.files import write_atomically
 from core.paths import DEFAULT_REPOSITORY, results_dir
 from core.ports import free_ports
 from core.repository import copy_repository
+from core.startup import startup_models
 from server.launcher import TritonServer
-from server.settings import Ports, ServerOptions
+from server.settings import ALL_MODELS, Ports, ServerOptions
 
 
 def run_dir(kind: str) -> Path:
@@ -32,24 +33,30 @@ def run_dir(kind: str) -> Path:
     return out
 
 
-def server(repository: Path = DEFAULT_REPOSITORY, log_path: Path | None = None) -> TritonServer:
+def server(repository: Path = DEFAULT_REPOSITORY, log_path: Path | None = None,
+           load_all: bool = True) -> TritonServer:
     """A server (not started) for `repository` on three distinct free ports; `with` it to
-    start it, wait for ready and stop it."""
+    start it, wait for ready and stop it. It loads every model, or with `load_all=False`
+    those `tmr serve` loads at start (core.startup)."""
     ports = Ports(*free_ports(3))
-    return TritonServer(ServerOptions(repository=repository, ports=ports), log_path=log_path)
+    load = ALL_MODELS if load_all else tuple(startup_models(repository))
+    return TritonServer(ServerOptions(repository=repository, ports=ports, load_models=load),
+                        log_path=log_path)
 
 
 @contextmanager
 def served_copy(log_path: Path | None = None,
                 sources: Iterable[Path] = (DEFAULT_REPOSITORY,),
-                edit: Callable[[Path], object] | None = None) -> Iterator[TritonServer]:
-    """A temporary copy of `sources`, changed by `edit(copy)`, served on free ports; the
-    copy goes when the server has stopped."""
+                edit: Callable[[Path], object] | None = None,
+                load_all: bool = True) -> Iterator[TritonServer]:
+    """A temporary copy of `sources`, changed by `edit(copy)`, served on free ports (every
+    model loaded, or with `load_all=False` as `tmr serve` loads them); the copy goes when
+    the server has stopped."""
     with tempfile.TemporaryDirectory(prefix="tmr-perf-") as tmp:
         repo = copy_repository(sources, Path(tmp) / "repository")
         if edit is not None:
             edit(repo)
-        with server(repo, log_path) as running:
+        with server(repo, log_path, load_all) as running:
             yield running
 
 
