@@ -119,7 +119,7 @@ def test_deep_health_probes_every_model_with_a_real_inference(router) -> None:
     every = [name for model in catalog(REPOSITORY) for name in model.models]
     assert report["healthy"] is True and set(report["models"]) == set(every)
     out = tmr("health", "--url", router.http_url)
-    assert out.returncode == 0 and out.stdout.count("OK  ") == len(every) == 12, out.stdout
+    assert out.returncode == 0 and out.stdout.count("OK  ") == len(every) == 15, out.stdout
 
 
 def repository_call(url: str, action: str, model: str) -> None:
