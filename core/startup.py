@@ -1,8 +1,8 @@
 """Which models a server loads at start, and which it loads only on demand.
 
 The rule, read from the configs (nothing is named in code): a server loads at start every
-model outside the families (a config without a `family` parameter: `health`,
-`stub_env`), every family model that is not an encoder (the fronts), and the encoders a
+model outside the families (a config without a `family` parameter: `health`; not
+`stub_env`, a diagnostic whose `load_at_start` is "false"), every family model that is not an encoder (the fronts), and the encoders a
 front routes to (its `primary_model` and `fallback_model`). Any other encoder (a format no
 front routes to, e.g. TorchScript) is loaded on demand: by `tmr promote`/`rollback`, a
 rollout, or the load API. `tmr serve --load-all` and the GPU compose file load every model.
@@ -43,9 +43,14 @@ def routed_models(models: Parameters) -> list[str]:
     return sorted(set(fronts) | (routes & set(models)))
 
 
+LOAD_AT_START_PARAMETER = "load_at_start"  # "false": a diagnostic loaded on demand
+
+
 def startup_rule(models: Parameters) -> list[str]:
-    """The models to load at start, sorted: those outside the families, and the routed."""
-    outside = {name for name, params in models.items() if "family" not in params}
+    """The models to load at start, sorted: those outside the families (but a diagnostic
+    whose `load_at_start` is "false", e.g. stub_env), and the routed."""
+    outside = {name for name, params in models.items() if "family" not in params
+               and params.get(LOAD_AT_START_PARAMETER, "true") != "false"}
     return sorted(outside | set(routed_models(models)))
 
 

@@ -21,11 +21,17 @@ MODELS = {
     "m_openvino": {**ENCODER, "format": "openvino"},
     "health": {},
     "stub_env": {"some_setting": "1"},
+    "diagnostic": {"load_at_start": "false"},
 }
 
 
 def test_the_rule_loads_fronts_their_encoders_and_models_outside_the_families() -> None:
     assert startup_rule(MODELS) == ["embed", "health", "m_int8", "m_onnx", "stub_env"]
+
+
+def test_a_model_outside_the_families_may_ask_to_load_on_demand() -> None:
+    assert "diagnostic" not in startup_rule(MODELS)
+    assert "diagnostic" not in routed_models(MODELS)
 
 
 def test_an_encoder_no_front_routes_to_is_left_to_load_on_demand() -> None:
@@ -55,7 +61,7 @@ def test_the_shipped_repository_loads_no_torchscript_encoder_at_start() -> None:
     assert startup_models(DEFAULT_REPOSITORY) == [
         "digits", "digits_int8", "digits_onnx",
         "efficientnet_lite0", "efficientnet_lite0_int8", "efficientnet_lite0_onnx",
-        "embed", "health", "minilm_int8", "minilm_onnx", "stub_env"]
+        "embed", "health", "minilm_int8", "minilm_onnx"]  # stub_env: on demand
 
 
 def test_repository_parameters_read_every_config() -> None:
