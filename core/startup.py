@@ -3,8 +3,9 @@
 The rule, read from the configs (nothing is named in code): a server loads at start every
 model outside the families (a config without a `family` parameter: `health`; not
 `stub_env`, a diagnostic whose `load_at_start` is "false"), every family model that is
-not an encoder (the fronts), and the encoders a front routes to (its `primary_model` and `fallback_model`). Any other encoder (a format no
-front routes to, e.g. TorchScript) is loaded on demand: by `tmr promote`/`rollback`, a
+not an encoder (the fronts), and the encoders a front routes to (its `primary_model` and
+`fallback_model`). Any other encoder (a format no front routes to, e.g. TorchScript) is
+loaded on demand: by `tmr promote`/`rollback`, a
 rollout, or the load API. `tmr serve --load-all` and the GPU compose file load every model.
 
 The routed models are also what the deep health check requires to be loaded: a front, or
