@@ -48,6 +48,18 @@ def model_counts(http_url: str, model: str) -> ModelCounts:
     )
 
 
+def settled_counts(http_url: str, model: str, inferences: int,
+                   timeout_s: float = 10.0) -> ModelCounts:
+    """`model_counts` once they show at least `inferences` inferences (Triton counts an
+    execution just after it answers, so a read right after the answers can miss it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        counts = model_counts(http_url, model)
+        if counts.inference_count >= inferences or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.1)
+
+
 def http_post(http_url: str, path: str, body: bytes | None,
               headers: dict[str, str] | None = None,
               method: str | None = None) -> tuple[int, bytes]:

@@ -11,7 +11,12 @@ import numpy as np
 
 from client import NO_RETRY, AsyncEmbedClient, EmbedClient
 from tests.conftest import MINILM_SOURCE
-from tests.integration.helpers import concurrent_encoder_calls, metric_value, model_counts
+from tests.integration.helpers import (
+    concurrent_encoder_calls,
+    metric_value,
+    model_counts,
+    settled_counts,
+)
 from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
 
 CONCURRENCY = 48
@@ -31,7 +36,8 @@ def test_concurrent_texts_of_different_lengths_share_executions(triton) -> None:
     results = asyncio.run(concurrent_embeds(triton.grpc_url, texts))
 
     assert all(r.shape == (1, 384) for r in results)
-    after = {m: model_counts(triton.http_url, m) for m in ("embed", "minilm_onnx")}
+    after = {m: settled_counts(triton.http_url, m, before[m].inference_count + CONCURRENCY)
+             for m in ("embed", "minilm_onnx")}
     embed_inferences = after["embed"].inference_count - before["embed"].inference_count
     embed_executions = after["embed"].execution_count - before["embed"].execution_count
     onnx_inferences = after["minilm_onnx"].inference_count - before["minilm_onnx"].inference_count
@@ -55,7 +61,7 @@ def test_direct_encoder_requests_of_one_shape_are_batched_into_one_session_call(
     calls_before = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
                                 model="minilm_int8")
     concurrent_encoder_calls(triton.grpc_url, "minilm_int8", ids, 32)
-    after = model_counts(triton.http_url, "minilm_int8")
+    after = settled_counts(triton.http_url, "minilm_int8", before.inference_count + 32)
     assert after.inference_count - before.inference_count == 32
     assert after.execution_count - before.execution_count < 32
     rows = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
