@@ -131,6 +131,8 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
     front's config unless `keep_primary` (which still measures and records)."""
     fam = model.family
     wanted = wanted_formats(model, formats)
+    if primary:
+        primary_choice.check_primary(fam, primary)  # before any work
     stage = on_stage or (lambda _: None)
     spec = encoder_spec(v.read_config(repository / model.encoder(wanted[0])))
     stage(f"{model.base}: loading {spec.source}")
@@ -182,6 +184,8 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     The configs record the source as given, or relative to the repository when it lies
     inside it (an image model keeps its source.py in its front's folder: <front>/source)."""
     fam = family(family_name)
+    if primary:
+        primary_choice.check_primary(fam, primary)  # refused before anything is loaded
     front = front or name
     source = stored(source, repository)
     try:

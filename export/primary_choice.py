@@ -159,14 +159,19 @@ def _renamed(run: Runner, output: str) -> Runner:
     return call
 
 
+def check_primary(fam: Family, fmt: str) -> None:
+    """ValueError unless `fmt` may be a primary: a format of the family gated at FP32."""
+    if fmt not in candidates(fam):
+        raise ValueError(f"--primary {fmt}: the primary must be a format gated at FP32 "
+                         f"fidelity, one of {', '.join(candidates(fam))}")
+
+
 def override(model: FamilyModel, fmt: str) -> Choice:
     """An operator's choice (--primary), checked against the model's formats."""
+    check_primary(model.family, fmt)
     if fmt not in model.encoders:
         raise ValueError(f"--primary {fmt}: {model.base} has no such encoder; it has "
                          f"{', '.join(sorted(model.encoders))}")
-    if fmt not in candidates(model.family):
-        raise ValueError(f"--primary {fmt}: not gated at FP32 fidelity (the primary must be "
-                         f"one of {', '.join(candidates(model.family))})")
     return Choice(fmt, "chosen by the operator (--primary)", {}, cpu=host_cpu())
 
 

@@ -78,3 +78,24 @@ def test_a_typical_batch_is_cut_or_repeated_to_size() -> None:
     feeds = {"ids": np.arange(6).reshape(3, 2)}
     assert sized(feeds, 2)["ids"].tolist() == [[0, 1], [2, 3]]
     assert sized(feeds, 7)["ids"].shape == (7, 2)
+
+
+def test_an_operators_primary_must_be_gated_at_fp32() -> None:
+    from export.primary_choice import check_primary
+
+    check_primary(TEXT_EMBEDDING, "openvino")
+    with pytest.raises(ValueError, match="--primary int8: the primary must be a format gated"):
+        check_primary(TEXT_EMBEDDING, "int8")
+    with pytest.raises(ValueError, match="--primary fp16"):
+        check_primary(IMAGE_CLASSIFICATION, "fp16")
+
+
+def test_tmr_add_refuses_a_primary_that_is_not_fp32_gated_before_loading_anything(
+        capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    from cli.main import main
+
+    code = main(["add", "m", "--family", "text_embedding", "--from", str(tmp_path / "none"),
+                 "--repository", str(tmp_path), "--primary", "int8"])
+    assert code == 2
+    assert "--primary int8: the primary must be a format gated" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
