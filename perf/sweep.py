@@ -31,9 +31,11 @@ BASELINES = PROJECT_ROOT / "perf" / "baselines"
 
 
 def input_file(model: str, repository: Path = DEFAULT_REPOSITORY) -> Path | str:
-    """perf/inputs/<model>.json; else, for a family's front, the family's input file; else
-    perf_analyzer's `random` (an encoder's fixed-shape tensors), or the text family's file
-    for models outside the repository's families (the benchmark fixtures)."""
+    """perf/inputs/<model>.json; else, for a family's front, the family's input file; for
+    an encoder, perf/inputs/<base>_encoder.json (every format of a model takes the same tensors:
+    real token ids, which OpenVINO's and onnxruntime's checks accept) else perf_analyzer's
+    `random` (an encoder's fixed-shape tensors); the text family's file for models
+    outside the repository's families (the benchmark fixtures)."""
     from core.families import TEXT_EMBEDDING
     from core.families.catalog import catalog
 
@@ -44,7 +46,8 @@ def input_file(model: str, repository: Path = DEFAULT_REPOSITORY) -> Path | str:
         if model == family_model.front:
             return INPUTS / family_model.family.perf_inputs
         if model in family_model.models:
-            return "random"
+            base = INPUTS / f"{family_model.base}_encoder.json"
+            return base if base.exists() else "random"
     return INPUTS / TEXT_EMBEDDING.perf_inputs
 
 
