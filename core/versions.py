@@ -100,6 +100,14 @@ def write_provenance(version_dir: Path, provenance: dict[str, Any]) -> Path:
     return path
 
 
+def artifact_file(model_dir: Path, version: int | None = None) -> Path:
+    """The artifact of a version (by default the one the config serves), as its
+    provenance names it."""
+    version = served_version(model_dir) if version is None else version
+    provenance = read_provenance(Path(model_dir) / str(version)) or {}
+    return Path(model_dir) / str(version) / provenance["artifact"]["file"]
+
+
 def artifact_intact(version_dir: Path, provenance: dict[str, Any]) -> bool:
     """True if the artifact named in provenance exists with the recorded sha256."""
     artifact = provenance.get("artifact")

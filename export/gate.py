@@ -127,11 +127,6 @@ def block_p99_ratio(candidate: list[list[float]], current: list[list[float]],
     return float(np.median(ratios))
 
 
-def artifact_of(model_dir: Path, version: int) -> Path:
-    provenance = v.read_provenance(model_dir / str(version)) or {}
-    return model_dir / str(version) / provenance["artifact"]["file"]
-
-
 def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
     from export.pipeline import recipe_for
 
@@ -145,15 +140,15 @@ def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
     batches = recipe.gate_batches()
     runtime = fam.format(spec.format).runtime
 
-    def runner(version: int) -> Runner:
-        return artifact_runner(artifact_of(model_dir, version), threads, inputs, [output],
+    def version_runner(version: int) -> Runner:
+        return artifact_runner(v.artifact_file(model_dir, version), threads, inputs, [output],
                                runtime=runtime, precision=spec.precision)
 
-    runs = {"candidate": runner(candidate)}
+    runs = {"candidate": version_runner(candidate)}
     outputs = {"candidate": outputs_of(runs["candidate"], batches, output),
                "reference": outputs_of(recipe.eager, batches, recipe.contract.output_names[0])}
     if result.current is not None:
-        runs["current"] = runner(result.current)
+        runs["current"] = version_runner(result.current)
         outputs["current"] = outputs_of(runs["current"], batches, output)
     for against in ("reference", "current"):
         if against in outputs:

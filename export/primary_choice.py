@@ -34,7 +34,7 @@ from core.families.configs import encoder_spec, front_spec, write_front
 from core.files import write_atomically
 from core.hardware import host_cpu
 from core.paths import P99_OBJECTIVE_MS
-from core.versions import read_config, served_version
+from core.versions import artifact_file, read_config
 from export.recipe import ExportRecipe
 from python_backends.runners import Runner, artifact_runner
 
@@ -120,43 +120,34 @@ def measure(runs: Mapping[str, Runner], feeds: Mapping[str, np.ndarray],
     return {f: {b: b / float(np.median(times[f, b])) for b in batches} for f in runs}
 
 
-def served_runners(repository: Path, model: FamilyModel, formats: Sequence[str],
-                   threads: int, output: str, inputs: Sequence[str]) -> dict[str, Runner]:
-    """In-process runners of each format's served version, as its backend runs it."""
-    runs = {}
-    for fmt in formats:
-        folder = repository / model.encoder(fmt)
-        spec = encoder_spec(read_config(folder))
-        version = served_version(folder)
-        provenance = json.loads((folder / str(version) / "provenance.json").read_text())
-        runs[fmt] = artifact_runner(folder / str(version) / provenance["artifact"]["file"],
-                                    threads, inputs, [output + model.family.format(fmt)
-                                                      .output_suffix],
-                                    runtime=model.family.format(fmt).runtime,
-                                    precision=spec.precision)
-    return runs
+def served_runner(repository: Path, model: FamilyModel, fmt: str, threads: int,
+                  precision: str | None = None) -> Runner:
+    """The format's served version in-process, as its backend runs it (at `precision`, by
+    default its config's), with its one output named as the family's (TorchScript's
+    suffix dropped)."""
+    fam, folder = model.family, repository / model.encoder(fmt)
+    output = fam.encoder_output.name
+    run = artifact_runner(artifact_file(folder), threads, [t.name for t in fam.encoder_inputs],
+                          [output + fam.format(fmt).output_suffix],
+                          runtime=fam.format(fmt).runtime,
+                          precision=precision or encoder_spec(read_config(folder)).precision)
+
+    def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {output: next(iter(run(feeds).values()))}
+
+    return call
 
 
 def measure_model(repository: Path, model: FamilyModel, recipe: ExportRecipe,
                   threads: int) -> Choice:
     """Measure the model's FP32-gated formats on this host and apply the rule."""
     fam = model.family
-    formats = [f for f in candidates(fam) if f in model.encoders]
-    output = fam.encoder_output.name
-    runs = served_runners(repository, model, formats, threads, output,
-                          recipe.contract.input_names)
-    named = {f: _renamed(run, output) for f, run in runs.items()}
+    runs = {f: served_runner(repository, model, f, threads)
+            for f in candidates(fam) if f in model.encoders}
     batches = recipe.gate_batches()
-    rates = measure(named, batches[len(batches) // 2], SPEED_BATCHES.get(fam.name, (1, 8)))
+    rates = measure(runs, batches[len(batches) // 2], SPEED_BATCHES.get(fam.name, (1, 8)))
     primary, scores, allowed, reason = choose(rates, fam.primary, P99_OBJECTIVE_MS)
     return Choice(primary, reason, rates, scores, allowed, host_cpu())
-
-
-def _renamed(run: Runner, output: str) -> Runner:
-    """A runner whose single output is named `output` (TorchScript's carries a suffix)."""
-    def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {output: next(iter(run(feeds).values()))}
-    return call
 
 
 def check_primary(fam: Family, fmt: str) -> None:

@@ -44,13 +44,14 @@ from rich.console import Console
 from core.families import TEXT_EMBEDDING
 from core.paths import DEFAULT_REPOSITORY, P99_OBJECTIVE_MS, PROJECT_ROOT
 from core.settings import TextFrontSettings
+from core.versions import artifact_file
 from perf import harness, openai_route, perf_analyzer, runtimes
 from perf.knee import find_knee
 from perf.load import capacity_rps
 from perf.peers.run import run_peers
 from perf.profile import profile
 from perf.profile import report as profile_report
-from perf.subjects import build_repository, counts, served_artifact, text_model, texts, tokenizer
+from perf.subjects import build_repository, counts, text_model, texts, tokenizer
 from perf.sweep import input_file
 from perf.sweep import plot as plot_sweep
 from perf.targets import allowed_rate, route_targets, serving_targets, table
@@ -169,7 +170,7 @@ def run(out: Path) -> dict:
     began, total = time.monotonic(), 6
     results: dict = {}
     stage(1, total, "in-process onnxruntime, batch 1..32", began)
-    results["in_process"] = in_process_rates(served_artifact(DEFAULT_REPOSITORY, primary),
+    results["in_process"] = in_process_rates(artifact_file(DEFAULT_REPOSITORY / primary),
                                              model.front)
     stage(2, total, "the peers: embed, infinity-emb, the seeds' batcher, naive FastAPI, "
           "and embed_bare (the floor)", began)

@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from core import versions as v
+from core.families.catalog import find
+from core.families.configs import encoder_spec
 from core.files import write_atomically
 from core.paths import PROJECT_ROOT
 from perf.perf_analyzer import PerfRow
@@ -59,24 +61,24 @@ def peak_rss_mb() -> float:
 
 
 def measure(model_dir: Path, seconds: float = 1.0) -> list[BatchPoint]:
-    from export.gate import artifact_of, runner
+    from export.primary_choice import served_runner
 
-    config = v.parse_config((model_dir / "config.pbtxt").read_text())
-    key = next((k for k in config.parameters if k.lower() == "intra_op_thread_count"), None)
-    threads = int(config.parameters[key].string_value) if key else 1
-    selected = v.selected_versions(config, v.versions_on_disk(model_dir))
-    forward = runner(artifact_of(model_dir, selected[-1]), threads)
+    model = find(model_dir.parent, model_dir.name)
+    fmt = model.family.split_encoder_name(model_dir.name)[1]
+    threads = encoder_spec(v.read_config(model_dir)).threads
+    forward = served_runner(model_dir.parent, model, fmt, threads)
+    ids_name, mask_name = (t.name for t in model.family.encoder_inputs)
     idle = peak_rss_mb()
     points = []
     for batch in BATCHES:
         ids = np.full((batch, TOKENS), 2000, dtype=np.int64)
-        mask = np.ones_like(ids)
-        forward(ids, mask)
+        feeds = {ids_name: ids, mask_name: np.ones_like(ids)}
+        forward(feeds)
         times = []
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline or len(times) < 3:
             began = time.perf_counter()
-            forward(ids, mask)
+            forward(feeds)
             times.append((time.perf_counter() - began) * 1000)
         points.append(BatchPoint(batch, statistics.median(times), peak_rss_mb() - idle))
     return points

@@ -14,7 +14,6 @@ host's CPU model and flags head the report.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,9 @@ import numpy as np
 from core.families.catalog import FamilyModel, catalog
 from core.hardware import BF16, FP32, host_cpu
 from core.paths import DEFAULT_REPOSITORY
-from core.versions import served_version
-from export.primary_choice import measure
+from export.primary_choice import measure, served_runner
 from perf import harness
-from python_backends.runners import Runner, artifact_runner
+from python_backends.runners import Runner
 
 THREADS = 2
 TEXT_SHAPES = ((1, 16), (8, 24), (32, 24), (16, 64))
@@ -35,35 +33,16 @@ IMAGE_BATCHES = (1, 8)
 BASELINE = "onnx"
 
 
-def served_file(repository: Path, model: FamilyModel, fmt: str) -> Path:
-    folder = repository / model.encoder(fmt)
-    version = served_version(folder)
-    provenance = json.loads((folder / str(version) / "provenance.json").read_text())
-    return folder / str(version) / provenance["artifact"]["file"]
-
-
 def runners(repository: Path, model: FamilyModel, precisions: tuple[str, ...]) -> dict[str, Runner]:
-    """Name -> runner with one output named as the family's (TorchScript's suffix dropped);
-    OpenVINO once per precision."""
-    fam, out = model.family, model.family.encoder_output.name
-    inputs = [t.name for t in fam.encoder_inputs]
+    """Format (and precision, for a host-precision format) -> its served version's runner."""
     runs: dict[str, Runner] = {}
-    for fmt in fam.formats:
+    for fmt in model.family.formats:
         if fmt.name not in model.encoders:
             continue
-        path = served_file(repository, model, fmt.name)
         for precision in (precisions if fmt.host_precision else (FP32,)):
             name = f"{fmt.name} {precision}" if fmt.host_precision else fmt.name
-            run = artifact_runner(path, THREADS, inputs, [out + fmt.output_suffix],
-                                  runtime=fmt.runtime, precision=precision)
-            runs[name] = single_output(run, out)
+            runs[name] = served_runner(repository, model, fmt.name, THREADS, precision)
     return runs
-
-
-def single_output(run: Runner, name: str) -> Runner:
-    def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {name: next(iter(run(feeds).values()))}
-    return call
 
 
 def text_feeds(repository: Path, model: FamilyModel, rows: int, length: int) -> dict:

@@ -30,14 +30,6 @@ def text_model(repository: Path = DEFAULT_REPOSITORY, name: str | None = None) -
     return models[0]
 
 
-def served_artifact(repository: Path, encoder: str) -> Path:
-    """The artifact of the version the encoder serves."""
-    model_dir = repository / encoder
-    version = v.served_version(model_dir)
-    provenance = v.read_provenance(model_dir / str(version)) or {}
-    return model_dir / str(version) / provenance["artifact"]["file"]
-
-
 def tokenizer(repository: Path, front: str) -> TextEncoder:
     """The front model's own tokenizer (its version folder's tokenizer.json)."""
     return TextEncoder(repository / front / "1" / "tokenizer.json")
@@ -72,7 +64,7 @@ def build_repository(root: Path, edits: list[tuple[str, Change]],
                 shutil.rmtree(folder)
     if (repo / "embed_bare").is_dir():
         primary = model.encoder(model.primary)
-        set_parameter(repo, "embed_bare", "onnx_path", str(served_artifact(source, primary)))
+        set_parameter(repo, "embed_bare", "onnx_path", str(v.artifact_file(source / primary)))
     # Fixtures with Python code tokenize as the front does: its tokenizer.json, beside them.
     front_tokenizer = repo / model.front / "1" / "tokenizer.json"
     for fixture in FIXTURES.iterdir():

@@ -25,9 +25,10 @@ from typing import IO
 
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from core.ports import free_port
+from core.versions import artifact_file
 from perf import harness
 from perf.peers.load import Endpoint, infer_endpoint, openai_endpoint, triton_endpoint
-from perf.subjects import served_artifact, text_model
+from perf.subjects import text_model
 from server.launcher import stop_process
 from server.settings import TRITON_VERSION
 
@@ -77,7 +78,7 @@ def fastapi_argv(script: str) -> Callable[[Path, int], list[str]]:
     encoder (what its front runs) and the front's tokenizer.json."""
     def argv(peers: Path, port: int) -> list[str]:
         model = text_model()
-        onnx = served_artifact(DEFAULT_REPOSITORY, model.encoder(model.primary))
+        onnx = artifact_file(DEFAULT_REPOSITORY / model.encoder(model.primary))
         return [str(peers / "fastapi" / "venv" / "bin" / "python"), str(HERE / script),
                 "--onnx", str(onnx.resolve()), "--tokenizer",
                 str(DEFAULT_REPOSITORY / model.front / "1" / "tokenizer.json"), "--port", str(port)]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from core.paths import PROJECT_ROOT
 
 
@@ -29,3 +31,13 @@ def test_short_sweep_writes_parsed_rows_a_knee_and_plots(triton) -> None:
         [sys.executable, "-m", "cli.main", "perf", "compare", str(folder), str(folder)],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60)
     assert "| 1 | 1.00 | 1.00 |" in check.stdout
+
+
+@pytest.mark.parametrize("encoder", ["minilm_onnx", "minilm_openvino"])
+def test_plan_measures_an_encoder_in_process_as_its_backend_runs_it(encoder) -> None:
+    """`tmr perf plan`'s measurement (it imported a runner export.gate never had)."""
+    from perf.plan_cli import BATCHES, measure
+
+    points = measure(PROJECT_ROOT / "model_repository" / encoder, seconds=0.02)
+    assert [p.batch for p in points] == list(BATCHES)
+    assert all(p.latency_ms > 0 for p in points)
