@@ -141,8 +141,8 @@ def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
     runtime = fam.format(spec.format).runtime
 
     def version_runner(version: int) -> Runner:
-        return artifact_runner(v.artifact_file(model_dir, version), threads, inputs, [output],
-                               runtime=runtime, precision=spec.precision)
+        return artifact_runner(v.artifact_file(model_dir, version), runtime, threads, inputs,
+                               [output], precision=spec.precision)
 
     runs = {"candidate": version_runner(candidate)}
     outputs = {"candidate": outputs_of(runs["candidate"], batches, output),

@@ -127,9 +127,9 @@ def served_runner(repository: Path, model: FamilyModel, fmt: str, threads: int,
     suffix dropped)."""
     fam, folder = model.family, repository / model.encoder(fmt)
     output = fam.encoder_output.name
-    run = artifact_runner(artifact_file(folder), threads, [t.name for t in fam.encoder_inputs],
+    run = artifact_runner(artifact_file(folder), fam.format(fmt).runtime, threads,
+                          [t.name for t in fam.encoder_inputs],
                           [output + fam.format(fmt).output_suffix],
-                          runtime=fam.format(fmt).runtime,
                           precision=precision or encoder_spec(read_config(folder)).precision)
 
     def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

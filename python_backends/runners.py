@@ -101,13 +101,15 @@ def openvino_runner(path: str | Path, threads: int, outputs: Sequence[str] | Non
     return run
 
 
-def artifact_runner(path: Path, threads: int, inputs: Sequence[str],
-                    outputs: Sequence[str], spinning: bool = True, runtime: str = "",
+def artifact_runner(path: Path, runtime: str, threads: int, inputs: Sequence[str],
+                    outputs: Sequence[str], spinning: bool = True,
                     precision: str = FP32) -> Runner:
-    """The runner for an artifact: by `runtime` (a format's backend: onnxruntime, openvino,
-    or empty for the platform), else by its kind (.onnx or TorchScript)."""
+    """The runner for an artifact on `runtime` (core.families.spec.Format.runtime:
+    onnxruntime, openvino or pytorch)."""
     if runtime == "openvino":
         return openvino_runner(path, threads, outputs, precision)
-    if runtime == "onnxruntime" or (not runtime and path.suffix == ".onnx"):
+    if runtime == "onnxruntime":
         return onnx_runner(path, threads, outputs, spinning)
-    return torchscript_runner(path, threads, inputs, outputs)
+    if runtime == "pytorch":
+        return torchscript_runner(path, threads, inputs, outputs)
+    raise ValueError(f"unknown runtime {runtime!r}: onnxruntime, openvino or pytorch")

@@ -8,6 +8,7 @@ run, split), counted in `tmr_backend_runtime_calls_total`.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from python_backends.base import BaseModel, error_response, input_array, ok_resp
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.errors import ModelError
-from python_backends.input_limits import InputLimitError, read_limits
+from python_backends.input_limits import InputLimitError, InputLimits, read_limits
 from python_backends.metrics import Counter
 from python_backends.runners import Runner, RunnerError, artifact_runner, openvino_runner
 from python_backends.structured_log import BatchFacts
@@ -28,7 +29,7 @@ class TensorModel(BaseModel):
     """The shared request loop of the Python-based backends: one runner per instance."""
 
     threads_parameter = "intra_op_thread_count"  # the native backend's parameter name
-    runtime = ""  # python_backends.runners.artifact_runner's runtime
+    runtime: str  # python_backends.runners.artifact_runner's runtime (each subclass's)
     idle_threads_supported = False  # a second session with more threads (ONNX, OpenVINO)
     idle_aware: IdleAwareRunner | None = None
 
@@ -53,8 +54,8 @@ class TensorModel(BaseModel):
         """The runtime call of one batch with `threads` threads (onnxruntime or TorchScript
         here); `idle`: the idle session's, whose threads do not spin."""
         spinning = BackendSettings.from_parameters(self.config).allow_spinning and not idle
-        return artifact_runner(path, threads, self.inputs, self.outputs, spinning,
-                               self.runtime)
+        return artifact_runner(path, self.runtime, threads, self.inputs, self.outputs,
+                               spinning)
 
     def _setup_idle_session(self, path: Any, threads: int, instance: str,
                             labels: dict[str, str]) -> None:
@@ -127,12 +128,15 @@ class OpenVinoModel(TensorModel):
     threads_parameter = "INFERENCE_NUM_THREADS"
     idle_threads_supported = True  # a second compiled model: +38 MiB for MiniLM, measured
 
+    @cached_property
+    def limits(self) -> InputLimits:
+        """What the graph accepts (read once: the idle session's runner shares it)."""
+        return read_limits(self.artifact_path(), same_shape_inputs(self.config))
+
     def runner(self, path: Any, threads: int, idle: bool = False) -> Runner:
         """OpenVINO's call, behind the input checks onnxruntime makes and it does not
         (python_backends/input_limits.py)."""
         ov = OpenVinoSettings.from_parameters(self.config)
-        if not hasattr(self, "limits"):  # read once, for the idle session's runner too
-            self.limits = read_limits(path, same_shape_inputs(self.config))
         limits = self.limits
         self.log.info(f"OpenVINO: {threads} thread(s), {ov.NUM_STREAMS} stream(s), "
                       f"{ov.PERFORMANCE_HINT}, {ov.inference_precision}; {limits}")

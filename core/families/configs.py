@@ -176,7 +176,6 @@ def front_spec(config: mc.ModelConfig) -> FrontSpec:
                      primary=None if primary == fam.primary else primary)
 
 
-
 def gpu_spec(spec: EncoderSpec, gpu: mc.ModelConfig) -> EncoderSpec:
     """The spec with the GPU profile's instance count."""
     return replace(spec, gpu_instances=sum(g.count for g in gpu.instance_group) or 1)
