@@ -115,8 +115,7 @@ def deep_health(url: str, models: list[str] | None = None) -> list[Check]:
 def idle_models(url: str) -> list[str]:
     """The models of the server's repository with no READY version (loaded on demand)."""
     with AdminClient(url) as admin:
-        index = admin.index()
-    return sorted({e.name for e in index} - {e.name for e in index if e.state == "READY"})
+        return admin.idle_models()
 
 
 def load_models(url: str, models: list[str]) -> list[str]:

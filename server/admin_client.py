@@ -116,6 +116,12 @@ class AdminClient:
         """Sorted names of the models with a READY version."""
         return sorted({e.name for e in self.index() if e.state == "READY"})
 
+    def idle_models(self) -> list[str]:
+        """Sorted names of the repository's models with no READY version (not loaded: on
+        demand, core/startup.py)."""
+        index = self.index()
+        return sorted({e.name for e in index} - {e.name for e in index if e.state == "READY"})
+
     def config(self, model: str) -> mc.ModelConfig:
         """The config the server runs `model` with."""
         return config_from_json(self._call(self._client.get_model_config, model,

@@ -92,12 +92,10 @@ def loaded_models(server: TritonServer) -> str:
     repository index (the operator client)."""
     try:
         with AdminClient(server.http_url) as admin:
-            index = admin.index()
+            ready, waiting = admin.ready_models(), admin.idle_models()
     except TritonClientError as err:
         return f"its repository index is unavailable: {err}"
-    ready = sorted({e.name for e in index if e.state == "READY"})
     text = f"{len(ready)} ready: {', '.join(ready)}"
-    waiting = sorted({e.name for e in index} - set(ready))
     if waiting:
         text += (f"\n  on demand   {', '.join(waiting)}  (`tmr promote` or the load API "
                  "loads one; `tmr serve --load-all` loads every model at start)")
