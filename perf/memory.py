@@ -18,7 +18,7 @@ from pathlib import Path
 
 from core.paths import DEFAULT_REPOSITORY
 from perf import harness
-from server.launcher import TritonServer, stub_processes
+from server.launcher import stub_processes
 from server.serve import example_calls
 
 SETTLE_S = 3.0  # after the calls, for lazy allocations to land before the reading
@@ -36,10 +36,10 @@ def memory_kb(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def server_memory(server: TritonServer) -> dict[str, dict[str, float]]:
-    """Model (or "tritonserver") -> processes, RSS MiB and PSS MiB."""
-    pid = server.process.pid if server.process else 0
-    rows = {"tritonserver": [pid]} | stub_processes(pid)
+def server_memory(server_pid: int) -> dict[str, dict[str, float]]:
+    """Model (or "tritonserver") -> processes, RSS MiB and PSS MiB: the server and its
+    Python stubs, summed per model (perf.soak samples it too)."""
+    rows = {"tritonserver": [server_pid]} | stub_processes(server_pid)
     table = {}
     for name, pids in sorted(rows.items()):
         readings = [memory_kb(p) for p in pids]
@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
                              load_all=args.all) as server:
         calls = example_calls(server)
         time.sleep(SETTLE_S)
-        table = server_memory(server)
+        assert server.process is not None  # started by served_copy
+        table = server_memory(server.process.pid)
     what = "every model loaded" if args.all else "the models loaded at start"
     markdown = report(table, what) + "\n\n" + "\n".join(f"- {c}" for c in calls)
     harness.write_report(out, "memory", markdown, {"what": what, "table": table})

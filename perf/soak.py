@@ -44,9 +44,10 @@ from client.prometheus import samples
 from core.paths import DEFAULT_REPOSITORY
 from perf import harness
 from perf.load import capacity_rps, open_loop, sdk_sender, short_texts
+from perf.memory import server_memory
 from perf.stats import Outcome, percentile
 from python_backends.gc_pauses import GcPauses, apply_policy
-from server.launcher import TritonServer, stub_processes
+from server.launcher import TritonServer
 from server.watchdog import Watchdog
 
 TRITON_TIMES = ("nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
@@ -86,19 +87,9 @@ class Sample:
         return sum(self.rss_mb.values())
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def process_rss(server_pid: int) -> dict[str, float]:
-    """RSS of tritonserver and of its stubs, summed per model."""
-    rss = {"tritonserver": rss_mb(server_pid)}
-    for model, pids in stub_processes(server_pid).items():
-        rss[model] = sum(rss_mb(p) for p in pids)
-    return rss
+    """RSS (MiB) of tritonserver and of its stubs, summed per model."""
+    return {name: row["rss_mib"] for name, row in server_memory(server_pid).items()}
 
 
 def triton_times(metrics_url: str, model: str = DEFAULT_MODEL) -> dict[str, float]:
