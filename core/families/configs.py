@@ -95,8 +95,7 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
         # A lone request gets every core through a second session (docs/benchmarks.md).
         # Not the fallback's: the ladder sends it traffic only under load, when no instance
         # is idle, and its second session held a second copy of the weights for nothing.
-        if (fmt.backend in ("onnxruntime", "openvino") and spec.instances > 1
-                and fmt.name != fam.fallback):
+        if fmt.idle_session and spec.instances > 1 and fmt.name != fam.fallback:
             values[IDLE_THREADS_PARAMETER] = str(spec.instances * spec.threads)
         if fmt.host_precision:
             values[PRECISION_PARAMETER] = spec.precision

@@ -51,6 +51,7 @@ class Format:
     gate: Mapping[str, str] = field(default_factory=dict)  # default gate_* parameters
     parameters: Mapping[str, str] = field(default_factory=dict)  # the backend's own settings
     host_precision: bool = False  # runs at the host's precision (inference_precision)
+    idle_session: bool = False  # its CPU backend can add a session for a lone request
 
     @property
     def runtime(self) -> str:
@@ -74,13 +75,15 @@ def standard_formats(fp32_gate: Mapping[str, str],
     defaults: the formats every family exports. The primary is chosen among the formats
     that pass the FP32 gate by measurement on the host (export/primary_choice.py)."""
     return (
-        Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=fp32_gate),
+        Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=fp32_gate,
+               idle_session=True),
         Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
                output_suffix="__0", threads_parameter="INTRA_OP_THREAD_COUNT", gate=fp32_gate),
-        Format("int8", "int8", "model.onnx", backend="onnxruntime", gpu=False, gate=int8_gate),
+        Format("int8", "int8", "model.onnx", backend="onnxruntime", gpu=False, gate=int8_gate,
+               idle_session=True),
         Format("openvino", "fp32", "model.onnx", backend="openvino", gpu=False,
                threads_parameter="INFERENCE_NUM_THREADS", gate=fp32_gate,
-               parameters=OPENVINO_PARAMETERS, host_precision=True),
+               parameters=OPENVINO_PARAMETERS, host_precision=True, idle_session=True),
     )
 
 
