@@ -31,7 +31,7 @@ from core.families.configs import (
 )
 from core.files import write_atomically
 from core.hardware import FP32, host_precision
-from export import primary_choice
+from export import primary_choice, warmup
 from export.primary_choice import Choice
 from export.provenance import build_provenance, source_fingerprint, tool_versions
 from export.recipe import ExportRecipe, RecipeModule
@@ -126,7 +126,8 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
     A relative source is found in `sources_root` (the repository by default).
     `on_stage` hears each slow stage as it starts: loading the source, each format built.
 
-    Then the front's primary (export/primary_choice.py): `primary` when given, else, when
+    The front's files come with the model's warmup data (export/warmup.py). Then the
+    front's primary (export/primary_choice.py): `primary` when given, else, when
     a version was written, the fastest FP32-gated format measured here, wired into the
     front's config unless `keep_primary` (which still measures and records)."""
     fam = model.family
@@ -155,6 +156,7 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
             on_result(result)
     if model.front:
         write_front_files(recipe, repository / model.front)
+        warmup.write_warmup(repository, model)  # its real inputs, from the front's files
         choice = None
         if primary:
             choice = primary_choice.override(model, primary)

@@ -23,6 +23,7 @@ from python_backends.gc_pauses import GcPauses, apply_policy
 from python_backends.metrics import CounterFamily, Gauge
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BatchFacts, BatchLog
+from python_backends.warmup import WarmupRuns
 
 
 class BaseModel:
@@ -40,6 +41,7 @@ class BaseModel:
         self.batch_log = BatchLog(self.log, self.name, self.version,
                                   settings.batch_log_interval_s)
         self.batch = BatchFacts()
+        self.warmup = WarmupRuns(self.config, self.log, args.get("model_instance_name", "0"))
         self.setup(args)
         self.gc = GcMetrics(self.name, args.get("model_instance_name", "0"),
                             settings.gc_policy)
@@ -57,13 +59,15 @@ class BaseModel:
         return self.model_dir / self.version / filename
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        """`execute_requests`, then the batch's structured log line (when it is due).
+        """`execute_requests`, then the batch's structured log line (when it is due) and,
+        for a warmup sample (python_backends/warmup.py), the warmup's line.
 
         The one error path: an exception escaping `execute_requests` answers every request
         of the batch with it (INTERNAL, or the ModelError's own code); a missing or extra
         response is made good, so Triton always gets one response per request."""
         began = time.monotonic()
         self.batch = BatchFacts()
+        warming = self.warmup.active
         try:
             responses = self.execute_requests(requests)
         except Exception as err:  # the one place every failure of a batch is answered
@@ -76,6 +80,8 @@ class BaseModel:
             ModelError(f"{self.name} produced no response for this request")))
         self.batch_log.emit(requests, responses, self.batch, began, self.degradation_level())
         self.gc.flush()
+        if warming:
+            self.warmup.finished(len(requests), time.monotonic() - began)
         return responses
 
     def degradation_level(self) -> int | None:

@@ -33,8 +33,9 @@ from core.families.spec import SERVED_BY
 from core.settings import ImageFrontSettings
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.errors import InvalidInputError
+from python_backends.front_warmup import WarmedRouter
 from python_backends.images import ImageBatchBuffer, ImageSpec, sniff_format, top_k
-from python_backends.router import ONE_CALL, FamilyRouter, Prepared, strings_array
+from python_backends.router import ONE_CALL, Prepared, strings_array
 
 IMAGE_INPUT = IMAGE.name
 ENCODER_INPUT = PIXEL_VALUES.name
@@ -118,7 +119,7 @@ class ImageClassificationFront:
         })
 
 
-class ClassifyModel(FamilyRouter):
+class ClassifyModel(WarmedRouter):
     """Image decoding + the degradation ladder over the primary and fallback encoders."""
 
     front_logic = ImageClassificationFront

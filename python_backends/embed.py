@@ -17,7 +17,8 @@ from core.families.spec import SERVED_BY
 from core.families.text_embedding import EMBEDDING, TOKENS
 from core.families.text_embedding import ENCODER_INPUTS as ENCODER_TENSORS
 from python_backends.base import BaseModel, ok_response
-from python_backends.router import FamilyRouter, Prepared, strings_array
+from python_backends.front_warmup import WarmedRouter
+from python_backends.router import Prepared, strings_array
 from python_backends.text_model import TextInputs
 from python_backends.tokenization import pad_batch
 
@@ -49,7 +50,7 @@ class TextEmbeddingFront:
                             TOKENS.name: tokens})
 
 
-class EmbedModel(FamilyRouter):
+class EmbedModel(WarmedRouter):
     """Tokenizer + the degradation ladder over the primary and fallback encoders."""
 
     front_logic = TextEmbeddingFront

@@ -100,6 +100,10 @@ class TensorModel(BaseModel):
     def _counted_run(self, batch: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         if self.idle_aware is None:
             out = self.run(batch)
+        elif self.warmup.active:  # both sessions: which one a request takes depends on peers
+            out = self.run(batch)
+            self.idle_aware.idle_run(batch)
+            self.warmup.note = "the instance's session and the idle session"
         else:
             out, idle = self.idle_aware(batch)
             if idle:

@@ -18,7 +18,7 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from core.families import Family, Tensor, family
+from core.families import Family, Tensor, family, warmup
 from core.families.spec import DIM, IMAGE_DIMS, PRECISION_PARAMETER
 from core.files import write_atomically
 from core.hardware import BF16, FP32
@@ -109,6 +109,8 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
                            else {"count": spec.gpu_instances, "kind": "KIND_GPU"}],
         "dynamic_batching": {}, "parameters": params(values),
         "default_model_filename": fmt.artifact,
+        "model_warmup": warmup.samples(fam.warmup, fam.encoder_inputs, spec.sizes,
+                                       fam.warmup.encoder_batches, fam.warmup.encoder_runs),
     }
     config |= {"backend": fmt.backend} if fmt.backend else {"platform": fmt.platform}
     if spec.version is not None:
@@ -133,6 +135,8 @@ def front_config(spec: FrontSpec, profile: str = CPU) -> mc.ModelConfig:
         "dynamic_batching": (spec.batching or fam.front_batching).to_config(),
         "parameters": params(values),
         "default_model_filename": fam.front_artifact,
+        "model_warmup": warmup.samples(fam.warmup, fam.front_inputs, sizes_of(spec.dimension),
+                                       fam.warmup.front_batches),
     }, mc.ModelConfig())
 
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from core.families.spec import DIM, IMAGE_DIMS, SERVED_BY, Family, Tensor, standard_formats
+from core.families.warmup import WarmupPlan
 from core.settings import FRONT_BATCHING, ImageFrontSettings, LadderSettings, ModelSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
@@ -101,4 +102,7 @@ IMAGE_CLASSIFICATION = Family(
     encoder_probe=encoder_probe,
     check_probe=check_probe,
     describe_answer=describe_answer,
+    # A real photo: one alone (a lone request) and 4 (what an execution takes under load,
+    # preferred_batch_size) at the front and at each encoder.
+    warmup=WarmupPlan(front_batches=(1, 4), encoder_batches=(1, 4), encoder_runs=2),
 )

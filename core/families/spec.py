@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.families.warmup import WarmupPlan
 from core.served_by import OUTPUT as SERVED_BY_OUTPUT
 from core.settings import DynamicBatching, OpenVinoSettings, ParameterSettings
 
@@ -119,6 +120,7 @@ class Family:
     encoder_probe: Probe
     check_probe: ProbeCheck
     describe_answer: Describe  # what `tmr serve` prints of its example call
+    warmup: WarmupPlan  # the samples every instance runs before READY (core/families/warmup)
 
     @property
     def front_parameters(self) -> dict[str, str]:

@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from core.families.spec import DIM, SERVED_BY, Family, Tensor, standard_formats
+from core.families.warmup import WarmupPlan
 from core.settings import FRONT_BATCHING, LadderSettings, ModelSettings, TextFrontSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
@@ -85,4 +86,7 @@ TEXT_EMBEDDING = Family(
     encoder_probe=encoder_probe,
     check_probe=check_probe,
     describe_answer=describe_answer,
+    # A typical text of 32 tokens: one alone (a lone request) and 8 (what an execution
+    # takes under load, preferred_batch_size) at the front and at each encoder.
+    warmup=WarmupPlan(front_batches=(1, 8), encoder_batches=(1, 8), encoder_runs=2, tokens=32),
 )

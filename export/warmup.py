@@ -1,0 +1,179 @@
+"""The warmup data of every family model (core/families/warmup.py), made from real inputs.
+
+    python -m export.warmup [--repository DIR] [--configs]
+
+A front's sample is a real input of its clients, from the perf inputs (perf/inputs/: the
+model's own `<front>.json`, else its family's file): for text, the text whose token count
+comes closest to the family's warmup length without passing it; for images, the first
+image, as its raw bytes. Its encoders' samples are what the front makes of that input:
+the text's token ids from the front's own tokenizer, padded to the warmup length with the
+tokenizer's pad id (mask 0), or the image preprocessed by the front's own code
+(python_backends/images.py). The files go into the front's `warmup/` folder; each encoder's
+`warmup/` is a relative link to it, so the repository holds one copy per model (an
+EfficientNet-Lite0 pixel tensor is 588 KiB).
+
+`tmr add` and `tmr export` write them (export.pipeline); a file is rewritten only when its
+bytes change, so a re-run leaves an unchanged repository untouched. `--configs` first
+re-renders every family config of the repository through core/families/configs.py, as
+`tmr add` writes them (after a change of the families' code, e.g. their warmup plan).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+from google.protobuf import json_format
+
+from core import versions as v
+from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
+from core.families.catalog import FamilyModel, catalog
+from core.families.configs import (
+    encoder_spec,
+    front_spec,
+    gpu_spec,
+    write_encoder,
+    write_front,
+)
+from core.families.warmup import WARMUP_FOLDER, data_files, serialized
+from core.files import write_atomically
+from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+
+CLIENT_INPUTS = PROJECT_ROOT / "perf" / "inputs"  # what clients send, as perf_analyzer data
+
+
+def client_inputs(model: FamilyModel) -> list[str]:
+    """The contents of the front's one input in its perf inputs (base64 text for images)."""
+    own = CLIENT_INPUTS / f"{model.front}.json"
+    path = own if own.exists() else CLIENT_INPUTS / model.family.perf_inputs
+    name = model.family.front_inputs[0].name
+    return [row[name]["content"][0] for row in json.loads(path.read_text())["data"]]
+
+
+def front_artifact(repository: Path, front: str) -> Path:
+    """The front's file (its tokenizer.json or labels.txt) in the version it serves."""
+    folder = repository / front
+    return folder / str(v.served_version(folder)) / v.read_config(folder).default_model_filename
+
+
+def text_feeds(repository: Path, model: FamilyModel, texts: list[str],
+               length: int = 0) -> dict[str, np.ndarray]:
+    """The encoder's inputs for `texts` as the front tokenizes them: token ids and mask,
+    padded with the tokenizer's pad id to the longest text, or to `length`."""
+    from python_backends.tokenization import TextEncoder, pad_batch
+
+    tokenizer = TextEncoder(front_artifact(repository, model.front))
+    ids, mask = pad_batch(tokenizer.token_ids(texts), tokenizer.pad_id)
+    extra = ((0, 0), (0, max(length - ids.shape[1], 0)))
+    ids, mask = np.pad(ids, extra, constant_values=tokenizer.pad_id), np.pad(mask, extra)
+    return dict(zip((t.name for t in model.family.encoder_inputs), (ids, mask)))
+
+
+def image_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str, np.ndarray]:
+    """The encoder's input for one encoded image as the front preprocesses it."""
+    from python_backends.images import ImageBatchBuffer, ImageSpec
+
+    config = json_format.MessageToDict(v.read_config(repository / model.front),
+                                       preserving_proto_field_name=True)
+    pixels = ImageBatchBuffer(ImageSpec.from_config(config), 1).fill([image])
+    return {model.family.encoder_inputs[0].name: pixels.copy()}
+
+
+def text_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
+    """TEXT, and its token ids and mask padded to the family's warmup length."""
+    from python_backends.tokenization import TextEncoder
+
+    length = model.family.warmup.tokens
+    texts = client_inputs(model)
+    counts = map(len, TextEncoder(front_artifact(repository, model.front)).token_ids(texts))
+    _, text = max((n, t) for n, t in zip(counts, texts) if n <= length)
+    feeds = text_feeds(repository, model, [text], length)
+    return {model.family.front_inputs[0].name: serialized([text.encode()]),
+            **{name: array[0].astype("<i8").tobytes() for name, array in feeds.items()}}
+
+
+def image_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
+    """IMAGE (a client's encoded image) and its pixels as the front preprocesses them."""
+    image = base64.b64decode(client_inputs(model)[0])
+    feeds = image_feeds(repository, model, image)
+    return {model.family.front_inputs[0].name: serialized([image]),
+            **{name: array[0].astype("<f4").tobytes() for name, array in feeds.items()}}
+
+
+MAKERS = {TEXT_EMBEDDING.name: text_files, IMAGE_CLASSIFICATION.name: image_files}
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    if path.is_file() and path.read_bytes() == data:
+        return False
+    write_atomically(path, data)
+    return True
+
+
+def link_folder(link: Path, target: Path) -> bool:
+    """`link` as a relative symlink to the folder `target` (replacing what was there)."""
+    relative = Path(os.path.relpath(target, link.parent))
+    if link.is_symlink() and Path(os.readlink(link)) == relative:
+        return False
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.is_dir():
+        raise FileExistsError(f"{link} is a folder; remove it to link it to {target}")
+    link.symlink_to(relative, target_is_directory=True)
+    return True
+
+
+def write_warmup(repository: Path, model: FamilyModel) -> list[Path]:
+    """The model's warmup files in its front's folder and its encoders' links to them; the
+    paths that changed. Needs the front's exported files (its tokenizer)."""
+    if not model.front:
+        raise ValueError(f"{model.base} has no front model to take a real input from")
+    files = MAKERS[model.family.name](repository, model)
+    folder = repository / model.front / WARMUP_FOLDER
+    changed = [folder / name for name, data in sorted(files.items())
+               if write_if_changed(folder / name, data)]
+    for name in model.models:
+        wanted = data_files(v.read_config(repository / name))
+        if not wanted <= set(files):
+            raise ValueError(f"{name} warms with {sorted(wanted - set(files))}, which "
+                             f"export.warmup does not make")
+        link = repository / name / WARMUP_FOLDER
+        if name != model.front and link_folder(link, folder):
+            changed.append(link)
+    return changed
+
+
+def rewrite_configs(repository: Path, model: FamilyModel) -> None:
+    """Every config of the model re-rendered from what varies in it (core/families/configs)."""
+    for name in model.encoders.values():
+        folder = repository / name
+        spec = encoder_spec(v.read_config(folder))
+        gpu = folder / "configs" / "gpu.pbtxt"
+        write_encoder(repository, gpu_spec(spec, v.parse_config(gpu.read_text()))
+                      if gpu.exists() else spec)
+    if model.front:
+        write_front(repository, front_spec(v.read_config(repository / model.front)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m export.warmup", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
+    parser.add_argument("--configs", action="store_true",
+                        help="re-render every family config first (as `tmr add` writes them)")
+    args = parser.parse_args(argv)
+    for model in catalog(args.repository):
+        if args.configs:
+            rewrite_configs(args.repository, model)
+        changed = write_warmup(args.repository, model)
+        print(f"{model.base}: {len(changed)} warmup path(s) written"
+              + "".join(f"\n  {p.relative_to(args.repository)}" for p in changed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
