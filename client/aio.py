@@ -120,31 +120,35 @@ class AsyncClient(ClientBase):
 
     async def embed(self, texts: list[str], *, model: str | None = None,
                     priority: int | None = None, timeout_ms: float | None = None,
-                    model_version: int | None = None,
+                    model_version: int | None = None, rollout_key: str | None = None,
                     on_progress: Progress | None = None) -> np.ndarray:
         result = await self.embed_with_info(texts, model=model, priority=priority,
                                             timeout_ms=timeout_ms, model_version=model_version,
+                                            rollout_key=rollout_key,
                                             on_progress=on_progress)
         return result.embeddings
 
     async def embed_with_info(self, texts: list[str], *, model: str | None = None,
                               priority: int | None = None, timeout_ms: float | None = None,
-                              model_version: int | None = None,
+                              model_version: int | None = None, rollout_key: str | None = None,
                               on_progress: Progress | None = None) -> EmbedResult:
         """As EmbedClient.embed_with_info, the chunks concurrently (bounded); the first
         failed chunk cancels the rest and is raised."""
         call = self._start(model, text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS,
-                           CallOptions(priority, timeout_ms, model_version), on_progress)
+                           CallOptions(priority, timeout_ms, model_version, rollout_key),
+                           on_progress)
         answers, ids = await self._send(call)
         return embed_result(answers, ids)
 
     async def classify(self, images: list[bytes], *, model: str | None = None,
                        top_k: int | None = None, priority: int | None = None,
                        timeout_ms: float | None = None, model_version: int | None = None,
+                       rollout_key: str | None = None,
                        on_progress: Progress | None = None) -> ClassifyResult:
         """As EmbedClient.classify, the chunks concurrently (bounded)."""
         call = self._start_classify(images, model, top_k,
-                                    CallOptions(priority, timeout_ms, model_version), on_progress)
+                                    CallOptions(priority, timeout_ms, model_version, rollout_key),
+                                    on_progress)
         answers, ids = await self._send(call)
         return classify_result(answers, ids)
 

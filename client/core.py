@@ -148,13 +148,18 @@ def image_tensor(images: Iterable[bytes]) -> np.ndarray:
     return bytes_rows(images, IMAGES, encode)
 
 
+ROLLOUT_KEY = "rollout_key"  # the request parameter the front models split a rollout by
+
+
 @dataclass(frozen=True)
 class CallOptions:
-    """Per-call options: priority level (1 = highest), queue timeout, pinned version."""
+    """Per-call options: priority level (1 = highest), queue timeout, pinned version, and
+    the key that keeps a caller on one version during a rollout (`rollout_key`)."""
 
     priority: int | None = None
     timeout_ms: float | None = None
     model_version: int | None = None
+    rollout_key: str | None = None
 
     def __post_init__(self) -> None:
         """Refuse what Triton would misread, before anything is sent."""
@@ -180,6 +185,8 @@ class CallOptions:
             kwargs["timeout"] = int(self.timeout_ms * 1000)  # Triton wants microseconds
         if self.model_version is not None:
             kwargs["model_version"] = str(self.model_version)
+        if self.rollout_key is not None:
+            kwargs["parameters"] = {ROLLOUT_KEY: str(self.rollout_key)}
         return kwargs
 
 
@@ -335,7 +342,7 @@ class Call:
     def infer_kwargs(self, request_id: str) -> dict[str, Any]:
         kwargs = self.options.infer_kwargs(request_id)
         if self.parameters:
-            kwargs["parameters"] = dict(self.parameters)
+            kwargs["parameters"] = {**kwargs.get("parameters", {}), **self.parameters}
         return kwargs
 
 

@@ -113,31 +113,35 @@ class Client(ClientBase):
 
     def embed(self, texts: list[str], *, model: str | None = None, priority: int | None = None,
               timeout_ms: float | None = None, model_version: int | None = None,
+              rollout_key: str | None = None,
               on_progress: Progress | None = None) -> np.ndarray:
         """Embeddings of `texts`, (n, dim) float32, in input order."""
         return self.embed_with_info(texts, model=model, priority=priority, timeout_ms=timeout_ms,
-                                    model_version=model_version,
+                                    model_version=model_version, rollout_key=rollout_key,
                                     on_progress=on_progress).embeddings
 
     def embed_with_info(self, texts: list[str], *, model: str | None = None,
                         priority: int | None = None, timeout_ms: float | None = None,
-                        model_version: int | None = None,
+                        model_version: int | None = None, rollout_key: str | None = None,
                         on_progress: Progress | None = None) -> EmbedResult:
         """Like embed(), plus what served each row, its tokens, and each chunk's model
         version and request id; `on_progress(done, total)` after each chunk."""
         call = self._start(model, text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS,
-                           CallOptions(priority, timeout_ms, model_version), on_progress)
+                           CallOptions(priority, timeout_ms, model_version, rollout_key),
+                           on_progress)
         answers, ids = self._send(call)
         return embed_result(answers, ids)
 
     def classify(self, images: list[bytes], *, model: str | None = None,
                  top_k: int | None = None, priority: int | None = None,
                  timeout_ms: float | None = None, model_version: int | None = None,
+                 rollout_key: str | None = None,
                  on_progress: Progress | None = None) -> ClassifyResult:
         """The `top_k` best classes (the model's default number when None) of each encoded
         image (JPEG or PNG bytes), best first, with what served each."""
         call = self._start_classify(images, model, top_k,
-                                    CallOptions(priority, timeout_ms, model_version), on_progress)
+                                    CallOptions(priority, timeout_ms, model_version, rollout_key),
+                                    on_progress)
         answers, ids = self._send(call)
         return classify_result(answers, ids)
 

@@ -19,6 +19,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from core import rollout
 from core.files import write_atomically
 
 HISTORY = "version_history.json"
@@ -70,9 +71,13 @@ def selected_on_disk(model_dir: Path) -> list[int]:
 
 
 def served_version(model_dir: Path) -> int | None:
-    """The (newest) version the model's policy selects on disk, or None."""
-    selected = selected_on_disk(model_dir)
-    return selected[-1] if selected else None
+    """The version the model serves: the (newest) one its policy selects on disk, and
+    during a rollout the stable one, not the candidate (core/rollout.py); or None."""
+    config = read_config(model_dir)
+    selected = selected_versions(config, versions_on_disk(model_dir))
+    state = rollout.state_of(config)
+    stable = [v for v in selected if state is None or v != state.version]
+    return stable[-1] if stable else None
 
 
 def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
@@ -133,9 +138,9 @@ def is_up_to_date(model_dir: Path, fingerprint: str) -> int | None:
     return versions[-1] if artifact_intact(version_dir, provenance) else None
 
 
-def policy_line(version: int) -> str:
+def policy_line(versions: list[int]) -> str:
     """How a rendered config writes a `specific` policy (core.families.configs.render)."""
-    return f"version_policy: {{ specific: {{ versions: [ {version} ] }} }}"
+    return f"version_policy: {{ specific: {{ versions: [ {', '.join(map(str, versions))} ] }} }}"
 
 
 def config_files(model_dir: Path) -> list[Path]:

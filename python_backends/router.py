@@ -21,6 +21,7 @@ thread, never on the request path.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -31,10 +32,11 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from core import versions
-from core.families import served_precision
+from core import messages, rollout, versions
+from core.families import family, served_precision
 from core.messages import degraded_refusal
 from core.params import ConfigError, required
+from core.rollout import RolloutState
 from core.served_by import ServedBy
 from core.settings import LadderSettings, request_rows
 from python_backends.base import BaseModel, error_response
@@ -49,9 +51,11 @@ from python_backends.degradation import (
     throttled,
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
+from python_backends.rollout_traffic import RolloutTraffic
 from python_backends.router_metrics import RouterMetrics
 from python_backends.routing import Plan, RoutedRequest, plan_batch
 
+ROLLOUT_KEY = "rollout_key"  # a request parameter: rows of one key go to one version
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release
 ONE_CALL = -1.0  # a bucket waste that sends a batch's rows in one call (batching.py)
@@ -97,12 +101,14 @@ class Encoder:
 
 
 class ServedVersions(threading.Thread):
-    """The version each encoder serves, re-read from the repository every
-    VERSION_REFRESH_S in the background (a release edits the policy on disk)."""
+    """The version each encoder serves and its rollout (core/rollout.py), re-read from the
+    repository every VERSION_REFRESH_S in the background (a release edits it on disk);
+    `on_rollout(name, state, last)` hears each encoder's rollout after every read."""
 
-    def __init__(self, repository: Path, names: list[str]) -> None:
+    def __init__(self, repository: Path, names: list[str],
+                 on_rollout: Callable[[str, RolloutState | None, dict | None], None]) -> None:
         super().__init__(name="tmr-served-versions", daemon=True)
-        self.repository, self.names = repository, names
+        self.repository, self.names, self.on_rollout = repository, names, on_rollout
         self.current: dict[str, str] = {}
         self.stopped = threading.Event()
         self.refresh()
@@ -110,10 +116,13 @@ class ServedVersions(threading.Thread):
     def refresh(self) -> None:
         for name in self.names:
             try:
+                config = versions.read_config(self.repository / name)
+                state, last = rollout.state_of(config), rollout.last_of(config)
                 version = versions.served_version(self.repository / name)
             except (OSError, ValueError):
                 continue  # a config being rewritten: keep the last answer
             self.current[name] = "?" if version is None else str(version)
+            self.on_rollout(name, state, last)
 
     def run(self) -> None:
         while not self.stopped.wait(VERSION_REFRESH_S):
@@ -176,7 +185,9 @@ class FamilyRouter(BaseModel):
         self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
         self.metrics = RouterMetrics(self.name, args.get("model_instance_name", "0"), self.config)
         self.metrics.level.set(self.policy.level)
-        self.served = ServedVersions(repository, [e.name for e in self.encoders.values()])
+        self.rollout = self._rollout_traffic(repository)
+        self.served = ServedVersions(repository, [e.name for e in self.encoders.values()],
+                                     self._observe_rollout)
         self.served.start()
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
 
@@ -215,14 +226,30 @@ class FamilyRouter(BaseModel):
             responses[i] = self.front.respond(valid[i], np.stack([h[0] for h in hits]),
                                               [str(h[1].from_cache()) for h in hits])
         if plan.encoded:
-            self._encode(level, plan, valid, responses)
+            self._encode(level, plan, valid, responses, requests)
         return responses
 
+    def _rollout_traffic(self, repository: Path) -> RolloutTraffic:
+        """The primary encoder's rollout side: its family's agreement, its minimum."""
+        fam = family(required(self.config, "family"))
+        primary = self.encoders["primary"].name
+        gates = {k: v.string_value for k, v in
+                 versions.read_config(repository / primary).parameters.items()}
+        min_key = fam.agreement_gates[1]
+        minimum = float(gates[min_key]) if min_key and min_key in gates else None
+        return RolloutTraffic(self.name, primary, fam.agreement, minimum)
+
+    def _observe_rollout(self, name: str, state: RolloutState | None, last: dict | None
+                         ) -> None:
+        if name == self.encoders["primary"].name:
+            self.rollout.observe(state, last)
+
     def _encode(self, level: Level, plan: Plan, valid: dict[int, Prepared],
-                responses: list[Any]) -> None:
+                responses: list[Any], requests: list[Any]) -> None:
         rows = plan.rows(valid)
+        keys = [key for i in plan.encoded for key in self._split_keys(valid[i], requests[i])]
         try:
-            outputs, served = self._run_plan(level, plan, rows)
+            outputs, served = self._run_plan(level, plan, rows, keys)
         except ModelError as err:
             for i in plan.encoded:
                 responses[i] = error_response(err)
@@ -230,17 +257,32 @@ class FamilyRouter(BaseModel):
         start = 0
         for i in plan.encoded:
             request = valid[i]
-            part = outputs[start:start + len(request.rows)]
-            start += len(request.rows)
-            for key, row in zip(request.keys, part):
-                self.cache.put(key, row, served)
-            responses[i] = self.front.respond(request, part, [str(served)] * len(request.rows))
+            n = len(request.rows)
+            part, by = outputs[start:start + n], served[start:start + n]
+            start += n
+            for key, row, row_by in zip(request.keys, part, by):
+                self.cache.put(key, row, row_by)
+            responses[i] = self.front.respond(request, part, [str(b) for b in by])
 
-    def _run_plan(self, level: Level, plan: Plan, rows: list) -> tuple[np.ndarray, ServedBy]:
-        """Outputs from the plan's encoder; a vanished primary fails over at once."""
+    def _split_keys(self, request: Prepared, raw: Any) -> list[str]:
+        """The keys that place a request's rows in a rollout's split: the client's
+        `rollout_key` request parameter (all its rows together), else each row's own."""
+        if self.rollout.state is None:
+            return list(request.keys)
+        try:
+            key = json.loads(raw.parameters() or "{}").get(ROLLOUT_KEY)
+        except (ValueError, AttributeError):
+            key = None
+        return [str(key)] * len(request.rows) if key is not None else list(request.keys)
+
+    def _run_plan(self, level: Level, plan: Plan, rows: list, keys: list[str]
+                  ) -> tuple[np.ndarray, list[ServedBy]]:
+        """Outputs from the plan's encoder and what served each row; a vanished primary
+        fails over at once."""
         encoder = self.encoders[plan.encoder or "fallback"]
         try:
-            return self._call(encoder, rows, plan.calls), self._served_by(encoder, level)
+            outputs, answered = self._call(encoder, rows, plan.calls, keys, level)
+            return outputs, [self._served_by(encoder, level, v) for v in answered]
         except ChildModelError as err:
             self.metrics.fallbacks.inc(reason=err.kind)
             self.policy.observe_failure()
@@ -251,28 +293,74 @@ class FamilyRouter(BaseModel):
             fallback = self.encoders["fallback"]
             calls = length_buckets([self.front.row_length(r) for r in rows],
                                    self.front.bucket_waste)
-            return self._call(fallback, rows, calls), self._served_by(fallback, self.levels[2])
+            outputs, answered = self._call(fallback, rows, calls, keys, self.levels[2])
+            return outputs, [self._served_by(fallback, self.levels[2], v) for v in answered]
 
-    def _call(self, encoder: Encoder, rows: list, calls: list[list[int]]) -> np.ndarray:
+    def _call(self, encoder: Encoder, rows: list, calls: list[list[int]], keys: list[str],
+              level: Level) -> tuple[np.ndarray, list[str]]:
         """One encoder call per group of `calls` (row indices), one after the other
-        (sending them at once lost throughput: docs/benchmarks.md); results in row order."""
+        (sending them at once lost throughput: docs/benchmarks.md); results in row order,
+        and the version that answered each row. The primary's calls go through its
+        rollout, when one runs: the candidate answers its share of the rows, and calls are
+        shadowed at level 0."""
+        state = self.rollout.state if encoder == self.encoders["primary"] else None
+        traffic = self.rollout if state is not None else None
+        served = self.served.current.get(encoder.name, "?")
+        answered = [served] * len(rows)
         out: np.ndarray | None = None
-        for group in calls:
-            part = self.call_encoder(encoder, self.front.feeds([rows[i] for i in group]))
+
+        def put(group: list[int], part: np.ndarray) -> None:
+            nonlocal out
             if out is None:
                 out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
             out[group] = part
+
+        for group in calls:
+            stable = group
+            if traffic is not None:
+                mask = traffic.split(state, [keys[i] for i in group])
+                canary = [i for i, m in zip(group, mask) if m]
+                stable = [i for i, m in zip(group, mask) if not m]
+                if canary:
+                    part = traffic.answer(state, self._pinned(encoder, canary, rows),
+                                          len(canary))
+                    if part is None:  # the candidate failed (counted): the stable answers
+                        stable = group
+                    else:
+                        put(canary, part)
+                        for i in canary:
+                            answered[i] = str(state.version)
+            if not stable:
+                continue
+            call = self._pinned(encoder, stable, rows)
+            part = call(int(served) if served.isdigit() else -1) if traffic is None \
+                else traffic.stable(state, call, len(stable), may_shadow=level.number == 0)
+            put(stable, part)
         self.policy.observe_success()
         if out is None:
             raise ModelError("the router planned no encoder call for a batch with rows")
-        return out
+        return out, answered
 
-    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """One call of the encoder model over BLS."""
+    def _pinned(self, encoder: Encoder, group: list[int], rows: list
+                ) -> Callable[[int], np.ndarray]:
+        """A call of `encoder` over rows `group`, pinned to the version it is given."""
+        feeds = self.front.feeds([rows[i] for i in group])
+        return lambda version: self.call_encoder(encoder, feeds, version)
+
+    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray],
+                     version: int = -1) -> np.ndarray:
+        """One call of the encoder model over BLS, pinned to `version` (the served one, as
+        the repository says): during a release Triton may hold two versions, and an
+        unpinned call goes to the newest. A pinned version Triton does not hold yet (a
+        promotion being applied) falls back to an unpinned call."""
+        try:
+            return bls_infer(encoder.name, feeds, [encoder.output], version)[encoder.output]
+        except ChildModelError as err:
+            if version < 0 or err.kind not in (messages.NOT_FOUND, messages.NOT_READY):
+                raise
         return bls_infer(encoder.name, feeds, [encoder.output])[encoder.output]
 
-    def _served_by(self, encoder: Encoder, level: Level) -> ServedBy:
-        version = self.served.current.get(encoder.name, "?")
+    def _served_by(self, encoder: Encoder, level: Level, version: str) -> ServedBy:
         return ServedBy(encoder.name, version, encoder.precision, level.number)
 
 

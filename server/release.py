@@ -17,6 +17,7 @@ from pathlib import Path
 from client import TritonClientError
 from core import config_edit
 from core import versions as v
+from core.rollout import state_of
 from server.admin_client import AdminClient
 from server.errors import ReleaseError
 
@@ -115,6 +116,10 @@ def wait_serving(target: Target, version: int) -> float:
 
 def switch(target: Target, version: int, action: str) -> SwitchTiming:
     """Edit, apply, wait; on failure restore the old config and re-apply it."""
+    running = state_of(v.read_config(target.model_dir))
+    if running is not None:
+        raise v.VersionError(f"a rollout of {target.model} v{running.version} is running: "
+                             f"`tmr rollout abort {target.model}` first, or let it finish")
     began = time.monotonic()
     current = v.selected_on_disk(target.model_dir)
     history = target.model_dir / v.HISTORY

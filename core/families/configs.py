@@ -194,8 +194,8 @@ def render(config: mc.ModelConfig, header: str) -> str:
     body.ClearField("parameters")
     text = text_format.MessageToString(body)
     if config.HasField("version_policy"):
-        version = list(config.version_policy.specific.versions)[-1]
-        text = text.replace("\ninput {", f"\n{policy_line(version)}\ninput {{", 1)
+        versions = list(config.version_policy.specific.versions)
+        text = text.replace("\ninput {", f"\n{policy_line(versions)}\ninput {{", 1)
     text += "".join(f"parameters {{ key: {json.dumps(key)} value: {{ string_value: "
                     f"{json.dumps(value)} }} }}\n"
                     for key, value in sorted(parameters_of(config).items()))

@@ -21,6 +21,7 @@ import numpy as np
 
 from core.families.spec import DIM, IMAGE_DIMS, SERVED_BY, Family, Tensor, standard_formats
 from core.families.warmup import WarmupPlan
+from core.rollout import top1_agreement
 from core.settings import FRONT_BATCHING, ImageFrontSettings, LadderSettings, ModelSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
@@ -105,4 +106,6 @@ IMAGE_CLASSIFICATION = Family(
     # A real photo: one alone (a lone request) and 4 (what an execution takes under load,
     # preferred_batch_size) at the front and at each encoder.
     warmup=WarmupPlan(front_batches=(1, 4), encoder_batches=(1, 4), encoder_runs=2),
+    agreement=top1_agreement,
+    agreement_gates=("gate_min_agreement", None),
 )

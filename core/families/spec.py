@@ -121,6 +121,10 @@ class Family:
     check_probe: ProbeCheck
     describe_answer: Describe  # what `tmr serve` prints of its example call
     warmup: WarmupPlan  # the samples every instance runs before READY (core/families/warmup)
+    # A rollout's per-row agreement of a candidate's encoder outputs with the served
+    # version's, and the gate parameters judging it: (mean, each row's minimum or None).
+    agreement: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    agreement_gates: tuple[str, str | None]
 
     @property
     def front_parameters(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from core.families.spec import DIM, SERVED_BY, Family, Tensor, standard_formats
 from core.families.warmup import WarmupPlan
+from core.rollout import row_cosine
 from core.settings import FRONT_BATCHING, LadderSettings, ModelSettings, TextFrontSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
@@ -89,4 +90,6 @@ TEXT_EMBEDDING = Family(
     # A typical text of 32 tokens: one alone (a lone request) and 8 (what an execution
     # takes under load, preferred_batch_size) at the front and at each encoder.
     warmup=WarmupPlan(front_batches=(1, 8), encoder_batches=(1, 8), encoder_runs=2, tokens=32),
+    agreement=row_cosine,
+    agreement_gates=("gate_mean_cosine", "gate_min_cosine"),
 )

@@ -204,3 +204,32 @@ def concurrent_encoder_calls(grpc_url: str, model: str, ids: np.ndarray, n: int)
         await client.close()
 
     asyncio.run(run())
+
+
+def slow_copy(source: Path, factor: int) -> bytes:
+    """The ONNX graph run `factor` times side by side and averaged: the same outputs (to
+    rounding), about `factor` times the work (a candidate that is only slower)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    output = graph.output[0].name
+    nodes = [onnx.NodeProto.FromString(n.SerializeToString()) for n in graph.node]
+    produced = {name for node in nodes for name in node.output}
+    branches = []
+    del graph.node[:]
+    for k in range(factor):
+        prefix = f"branch{k}_"
+        for node in nodes:
+            copy = graph.node.add()
+            copy.CopyFrom(node)
+            copy.name = prefix + node.name
+            copy.input[:] = [prefix + i if i in produced else i for i in node.input]
+            copy.output[:] = [prefix + o for o in node.output]
+        branches.append(prefix + output)
+    graph.initializer.append(numpy_helper.from_array(np.array(1.0 / factor, np.float32),
+                                                     "branch_scale"))
+    graph.node.extend([helper.make_node("Sum", branches, ["branch_sum"]),
+                       helper.make_node("Mul", ["branch_sum", "branch_scale"], [output])])
+    return model.SerializeToString()

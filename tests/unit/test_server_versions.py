@@ -38,7 +38,7 @@ def test_with_specific_version_rewrites_the_one_policy_line_and_parses() -> None
     edited = config_edit.with_specific_version(LATEST, 2)
     assert "version_policy: { specific: { versions: [ 2 ] } }" in edited
     assert list(v.parse_config(edited).version_policy.specific.versions) == [2]
-    assert edited.replace(v.policy_line(2), "") == LATEST.replace(
+    assert edited.replace(v.policy_line([2]), "") == LATEST.replace(
         "version_policy: { latest: { num_versions: 1 } }", "")  # nothing else changed
     assert v.selected_versions(v.parse_config(edited), [1, 2, 3]) == [2]
 
@@ -81,7 +81,7 @@ def test_router_reports_the_version_the_policy_selects(tmp_path: Path) -> None:
 def test_pinning_before_an_export_turns_latest_into_the_version_served_now(tmp_path) -> None:
     folder = model_dir(tmp_path, [1, 2], LATEST)
     assert config_edit.pin_served_version(folder) == 2
-    assert all(v.policy_line(2) in p.read_text() for p in v.config_files(folder))
+    assert all(v.policy_line([2]) in p.read_text() for p in v.config_files(folder))
     (folder / "3").mkdir()  # the export's new folder: not selected
     assert v.selected_versions(v.parse_config((folder / "config.pbtxt").read_text()),
                                v.versions_on_disk(folder)) == [2]

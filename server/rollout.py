@@ -1,0 +1,334 @@
+"""`tmr rollout`: the controller that takes a candidate version through its steps.
+
+The routers split and measure (python_backends/rollout_traffic.py); this process judges
+(core.rollout.judge) and edits the repository: the encoder's `rollout` parameter and
+version policy (core.rollout.with_state), applied with the load API where the policy
+changes. Every decision is one structured log line (logger `server.rollout`, its figures
+as fields) and one line of `rollout_log.jsonl` in the model's folder.
+
+One controller per model, held by a lock file (`.rollout.lock` in the model folder): a
+second `tmr rollout` is refused, and `tmr rollout resume` takes over a rollout whose
+controller is gone. Servers: one or more replicas sharing the repository; the controller
+sums their counters and applies each change to every one (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from client import TritonClientError
+from client.prometheus import samples
+from core import config_edit
+from core import rollout as r
+from core import versions as v
+from core.families import family
+from core.families.catalog import UnknownModelError
+from server.admin_client import AdminClient
+from server.errors import ReleaseError
+from server.release import check_candidate, states_of
+
+log = logging.getLogger("server.rollout")
+LOCK_FILE = ".rollout.lock"
+LOG_FILE = "rollout_log.jsonl"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One server of the fleet: its HTTP host:port and its metrics URL."""
+
+    url: str
+    metrics_url: str
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# -- the repository side ----------------------------------------------------------------------
+def read_state(model_dir: Path) -> r.RolloutState | None:
+    return r.state_of(v.read_config(model_dir))
+
+
+def write_state(model_dir: Path, state: r.RolloutState | None,
+                last: dict[str, Any] | None = None) -> None:
+    """The state (and policy) into every config file of the model, the profiles too."""
+    for path in v.config_files(model_dir):
+        config_edit.edit_file(path, r.with_state(state, last))
+
+
+def record(model_dir: Path, event: str, state: r.RolloutState, reason: str,
+           figures: dict[str, Any] | None = None, level: int = logging.INFO) -> dict[str, Any]:
+    """One decision: a structured log line and a line of the model's rollout log."""
+    line = {"at": now_iso(), "event": event, "model": model_dir.name, "rollout": state.id,
+            "version": state.version, "stable": state.stable, "step": state.step,
+            "step_name": state.current.describe(), "reason": reason,
+            "figures": figures or {}}
+    log.log(level, f"rollout {model_dir.name} v{state.version}: {event} "
+                   f"({state.current.describe()}): {reason}", extra=line)
+    with (model_dir / LOG_FILE).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(line, sort_keys=True) + "\n")
+    return line
+
+
+def read_log(model_dir: Path, rollout_id: str | None = None) -> list[dict[str, Any]]:
+    """The decisions of the model's rollouts (of one, given its id)."""
+    path = model_dir / LOG_FILE
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [line for line in lines if rollout_id is None or line.get("rollout") == rollout_id]
+
+
+@contextmanager
+def controller_lock(model_dir: Path) -> Iterator[None]:
+    """Held for a controller's lifetime; a second controller of the model is refused."""
+    path = model_dir / LOCK_FILE
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise r.RolloutError(f"a rollout controller of {model_dir.name} already runs "
+                             f"({holder})") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} since {now_iso()}")
+    handle.flush()
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def controller_running(model_dir: Path) -> bool:
+    """Whether a controller holds the model's lock now."""
+    path = model_dir / LOCK_FILE
+    if not path.exists():
+        return False
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
+def routing_fronts(repository: Path, encoder: str) -> list[str]:
+    """The front models whose primary encoder is `encoder`."""
+    fronts = []
+    for config_path in sorted(repository.glob("*/config.pbtxt")):
+        try:
+            params = v.read_config(config_path.parent).parameters
+        except (OSError, ValueError):
+            continue
+        if "primary_model" in params and params["primary_model"].string_value == encoder:
+            fronts.append(config_path.parent.name)
+    return fronts
+
+
+def thresholds_of(model_dir: Path) -> r.Thresholds:
+    """The candidate's thresholds: its family's agreement keys, its gate parameters."""
+    params = {k: p.string_value for k, p in v.read_config(model_dir).parameters.items()}
+    try:
+        fam = family(params.get("family", ""))
+    except (KeyError, UnknownModelError) as err:
+        raise r.RolloutError(f"{model_dir.name} is not a family encoder: {err}") from err
+    return r.thresholds(params, *fam.agreement_gates)
+
+
+def check_start(model_dir: Path, version: int) -> int:
+    """Refuse a rollout that cannot run, before anything changes; the stable version."""
+    if not (model_dir / "config.pbtxt").exists():
+        raise r.RolloutError(f"unknown model {model_dir.name!r}: no {model_dir}/config.pbtxt")
+    running = read_state(model_dir)
+    if running is not None:
+        raise r.RolloutError(f"a rollout of {model_dir.name} v{running.version} is running "
+                             f"({running.current.describe()}): `tmr rollout abort "
+                             f"{model_dir.name}` or let it finish first")
+    if not routing_fronts(model_dir.parent, model_dir.name):
+        raise r.RolloutError(f"no front model routes to {model_dir.name} as its primary "
+                             "encoder, so no live traffic could judge it: use `tmr promote`")
+    check_candidate(model_dir, version)
+    stable = v.served_version(model_dir)
+    if stable is None:
+        raise r.RolloutError(f"{model_dir.name} serves no version to compare a candidate with")
+    if stable == version:
+        raise r.RolloutError(f"{model_dir.name} already serves v{version}")
+    thresholds_of(model_dir)
+    return stable
+
+
+# -- the server side ------------------------------------------------------------------------
+def apply(replicas: list[Replica], model_dir: Path) -> None:
+    """Hand the on-disk config to every replica (it loads or unloads versions)."""
+    config = v.read_config(model_dir)
+    for replica in replicas:
+        try:
+            with AdminClient(replica.url) as admin:
+                admin.load(model_dir.name, config)
+        except TritonClientError as err:
+            raise ReleaseError(f"{replica.url} refused to load {model_dir.name}: {err}") from err
+
+
+def wait_versions(replicas: list[Replica], model: str, want: set[int], timeout_s: float
+                  ) -> None:
+    """Until every replica holds exactly `want` READY and answers a probe of each."""
+    deadline = time.monotonic() + timeout_s
+    for replica in replicas:
+        with AdminClient(replica.url) as admin:
+            while True:
+                states = states_of(admin, model)
+                failed = [f"v{n}: {why}" for n, (s, why) in states.items()
+                          if n in want and s == "UNAVAILABLE" and why and why != "unloaded"]
+                if failed:
+                    raise ReleaseError(f"{model} failed to load on {replica.url}: "
+                                       f"{'; '.join(failed)}")
+                ready = {n for n, (s, _) in states.items() if s == "READY"}
+                if ready == want and all(admin.probe_model(model, str(n)).ok for n in want):
+                    break
+                if time.monotonic() > deadline:
+                    raise ReleaseError(f"{model} on {replica.url}: READY {sorted(ready)}, "
+                                       f"expected {sorted(want)} after {timeout_s:.0f} s")
+                time.sleep(0.25)
+
+
+def scrape(replicas: list[Replica], encoder: str, state: r.RolloutState) -> r.Window:
+    """The rollout's counters summed over the replicas."""
+    every: list = []
+    for replica in replicas:
+        every += samples(replica.metrics_url)
+    return r.window_from(every, encoder, state)
+
+
+# -- the controller -----------------------------------------------------------------------------
+@dataclass
+class Controller:
+    """Runs one model's rollout to its end: promoted, rolled back or aborted."""
+
+    model_dir: Path
+    replicas: list[Replica]
+    poll_s: float = 1.0
+    load_timeout_s: float = 120.0
+    server_timeout_s: float = 300.0  # how long the servers may be unreachable (a restart)
+
+    @property
+    def model(self) -> str:
+        return self.model_dir.name
+
+    def start(self, state: r.RolloutState) -> r.RolloutState:
+        """Write the first step, load the candidate beside the stable version, wait until
+        both answer. A candidate that fails to load never takes traffic: the state goes."""
+        state = replace(state, id=now_iso())
+        write_state(self.model_dir, state)
+        record(self.model_dir, "start", state, f"v{state.version} beside v{state.stable}",
+               {"fronts": ", ".join(routing_fronts(self.model_dir.parent, self.model))})
+        try:
+            apply(self.replicas, self.model_dir)
+            wait_versions(self.replicas, self.model, {state.stable, state.version},
+                          self.load_timeout_s)
+        except ReleaseError as err:
+            self.finish(state, r.ROLLED_BACK, f"the candidate did not load: {err}", {})
+            raise
+        return state
+
+    def finish(self, state: r.RolloutState, outcome: str, reason: str,
+               figures: dict[str, Any]) -> str:
+        """End the rollout: the candidate serves (promoted) or the stable one does."""
+        served = state.version if outcome == r.PROMOTED else state.stable
+        last = {"id": state.id, "version": state.version, "stable": state.stable,
+                "served": served, "outcome": outcome, "reason": reason, "at": now_iso()}
+        if outcome == r.PROMOTED and not v.read_history(self.model_dir):
+            v.append_history(self.model_dir, state.stable, "initial")
+        write_state(self.model_dir, None, last)
+        if outcome == r.PROMOTED:
+            v.append_history(self.model_dir, served, "rollout")
+        record(self.model_dir, outcome, state, reason, figures,
+               logging.INFO if outcome == r.PROMOTED else logging.WARNING)
+        try:
+            apply(self.replicas, self.model_dir)
+            wait_versions(self.replicas, self.model, {served}, self.load_timeout_s)
+        except ReleaseError as err:  # the repository says it: a restart or reload applies it
+            log.error(f"rollout {self.model}: {outcome} written to the repository, not yet "
+                      f"applied: {err}", extra={"model": self.model, "rollout": state.id})
+        return outcome
+
+    def run(self, state: r.RolloutState) -> str:
+        """Judge the steps until the end; the outcome."""
+        thresholds = thresholds_of(self.model_dir)
+        base, began, unreachable_since = None, time.monotonic(), None
+        step = state.step
+        while True:
+            time.sleep(self.poll_s)
+            current = read_state(self.model_dir)
+            if current is None or current.id != state.id:
+                last = r.last_of(v.read_config(self.model_dir)) or {}
+                return str(last.get("outcome", r.ABORTED))  # `tmr rollout abort` ended it
+            state = current
+            try:
+                totals = scrape(self.replicas, self.model, state)
+            except OSError as err:
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > self.server_timeout_s:
+                    raise ReleaseError(f"servers unreachable for {self.server_timeout_s:.0f} "
+                                       f"s ({err}); the rollout holds at "
+                                       f"{state.current.describe()}: `tmr rollout resume "
+                                       f"{self.model}` continues it") from err
+                continue
+            unreachable_since = None
+            if state.step != step:  # resumed elsewhere, or a new step
+                base, began, step = None, time.monotonic(), state.step
+            delta = r.minus(totals, base) if base is not None else None
+            if delta is None:  # first look at this step, or a server restarted
+                if base is not None:
+                    record(self.model_dir, "window restarted", state,
+                           "a server's counters went back to zero (a restart)")
+                base, began = totals, time.monotonic()
+                continue
+            verdict = r.judge(state, delta, thresholds, time.monotonic() - began)
+            if verdict.action == "rollback":
+                return self.finish(state, r.ROLLED_BACK, verdict.reason, verdict.figures)
+            if verdict.action != "advance":
+                continue
+            if state.last_step:
+                return self.finish(state, r.PROMOTED, verdict.reason, verdict.figures)
+            record(self.model_dir, "advance", state, verdict.reason, verdict.figures)
+            state = state.advanced()
+            if read_state(self.model_dir) is None:  # aborted meanwhile: do not revive it
+                continue
+            write_state(self.model_dir, state)
+            base, began, step = totals, time.monotonic(), state.step
+
+
+def abort(model_dir: Path, replicas: list[Replica], reason: str) -> r.RolloutState:
+    """End the running rollout at once: the stable version takes all traffic."""
+    state = read_state(model_dir)
+    if state is None:
+        raise r.RolloutError(f"no rollout of {model_dir.name} is running")
+    Controller(model_dir, replicas).finish(state, r.ABORTED, reason, {})
+    return state
+
+
+def set_paused(model_dir: Path, paused: bool) -> r.RolloutState:
+    """Hold (or release) the current step; breaches still roll back while paused."""
+    state = read_state(model_dir)
+    if state is None:
+        raise r.RolloutError(f"no rollout of {model_dir.name} is running")
+    state = replace(state, paused=paused)
+    write_state(model_dir, state)
+    record(model_dir, "paused" if paused else "resumed", state, "operator")
+    return state
+

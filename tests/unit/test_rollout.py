@@ -1,0 +1,221 @@
+"""The rollout's pure parts: steps, state in the config, the sticky split, the verdicts."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from core import config_edit
+from core import rollout as r
+from core import versions as v
+from core.paths import DEFAULT_REPOSITORY
+
+pytestmark = pytest.mark.timeout(30)
+
+STEPS = r.parse_steps(r.DEFAULT_STEPS, r.DEFAULT_CANARY_SHADOW)
+STATE = r.RolloutState(version=2, stable=1, steps=STEPS, min_requests=100, min_seconds=10,
+                       min_pairs=20, id="2026-12-02T00:00:00+00:00")
+TEXT = r.Thresholds(mean_agreement=0.9999, min_agreement=0.999, max_p99_ratio=1.5)
+
+
+def test_default_steps_shadow_then_growing_canaries() -> None:
+    assert [s.describe() for s in STEPS] == [
+        "shadow 25%", "canary 1% (shadow 5%)", "canary 10% (shadow 5%)",
+        "canary 50% (shadow 5%)"]
+
+
+@pytest.mark.parametrize("text, error", [
+    ("", "at least one step"), ("canary:10,canary:5", "must grow"),
+    ("canary:100", "(0, 100)"), ("blue:5", "shadow:PERCENT or canary"),
+    ("canary:x", "NAME:PERCENT"), ("canary:nan", "(0, 100)")])
+def test_bad_steps_are_refused(text: str, error: str) -> None:
+    with pytest.raises(r.RolloutError, match=error.replace("(", r"\(").replace(")", r"\)")):
+        r.parse_steps(text, 0.1)
+
+
+def test_steps_that_never_shadow_are_refused() -> None:
+    with pytest.raises(r.RolloutError, match="could not be judged"):
+        r.parse_steps("canary:10", 0.0)
+
+
+def test_state_round_trips_through_json() -> None:
+    assert r.RolloutState.from_json(STATE.to_json()) == STATE
+    assert STATE.advanced().current == STEPS[1]
+    assert not STATE.last_step and replace(STATE, step=3).last_step
+
+
+@pytest.fixture
+def encoder_dir(tmp_path: Path) -> Path:
+    """A copy of minilm_onnx's configs (no artifacts) with version folders 1 and 2."""
+    target = tmp_path / "minilm_onnx"
+    shutil.copytree(DEFAULT_REPOSITORY / "minilm_onnx", target,
+                    ignore=shutil.ignore_patterns("[0-9]*"))
+    for version in (1, 2):
+        (target / str(version)).mkdir()
+    return target
+
+
+def test_state_in_the_config_selects_both_versions_and_serves_the_stable(encoder_dir) -> None:
+    for path in v.config_files(encoder_dir):
+        config_edit.edit_file(path, r.with_state(STATE))
+    config = v.read_config(encoder_dir)
+    assert r.state_of(config) == STATE
+    assert v.selected_on_disk(encoder_dir) == [1, 2]
+    assert v.served_version(encoder_dir) == 1  # the candidate is not "served"
+    assert "versions: [ 1, 2 ]" in (encoder_dir / "config.pbtxt").read_text()
+    last = {"id": STATE.id, "version": 2, "served": 2, "outcome": r.PROMOTED}
+    for path in v.config_files(encoder_dir):
+        config_edit.edit_file(path, r.with_state(None, last))
+    config = v.read_config(encoder_dir)
+    assert r.state_of(config) is None and r.last_of(config)["outcome"] == r.PROMOTED
+    assert v.selected_on_disk(encoder_dir) == [2] and v.served_version(encoder_dir) == 2
+    gpu = v.parse_config((encoder_dir / "configs" / "gpu.pbtxt").read_text())
+    assert list(gpu.version_policy.specific.versions) == [2]
+
+
+def test_an_unreadable_state_is_refused_not_guessed(encoder_dir) -> None:
+    config_edit.edit_file(encoder_dir / "config.pbtxt",
+                          config_edit.set_parameter(r.STATE_PARAMETER, "{broken", add=True))
+    with pytest.raises(r.RolloutError, match="unreadable"):
+        r.state_of(v.read_config(encoder_dir))
+
+
+def test_the_split_is_sticky_and_grows_monotonically() -> None:
+    keys = [f"text {i}" for i in range(20000)]
+    at = {share: r.to_candidate(keys, share, "2") for share in (0.01, 0.1, 0.5)}
+    assert at[0.01] == r.to_candidate(keys, 0.01, "2")  # the same answer every time
+    for small, large in ((0.01, 0.1), (0.1, 0.5)):
+        assert all(b for a, b in zip(at[small], at[large]) if a)  # a canary row stays one
+    for share, chosen in at.items():
+        assert abs(sum(chosen) / len(keys) - share) < 0.01 + share * 0.1
+    assert r.to_candidate(keys[:5], 0.0, "2") == [False] * 5
+    assert at[0.5] != r.to_candidate(keys, 0.5, "3")  # another candidate, other rows
+
+
+def test_agreement_metrics() -> None:
+    a = np.array([[1.0, 0.0], [0.0, 1.0]])
+    assert np.allclose(r.row_cosine(a, a), 1.0)
+    assert np.allclose(r.row_cosine(a, a[::-1]), 0.0)
+    logits = np.array([[0.1, 0.9], [0.8, 0.2]])
+    assert r.top1_agreement(logits, logits[::-1]).tolist() == [0.0, 0.0]
+    assert r.top1_agreement(logits, logits * 2).tolist() == [1.0, 1.0]
+
+
+def test_percentile_of_cumulative_buckets() -> None:
+    buckets = {0.01: 50.0, 0.02: 98.0, 0.05: 99.0, 0.1: 100.0}
+    assert r.percentile(buckets, 0.5) == 0.01
+    assert r.percentile(buckets, 0.99) == 0.05
+    assert r.percentile({}, 0.99) is None
+
+
+def window(**values: float) -> r.Window:
+    base = dict(candidate_calls=50, candidate_rows=200, shadow_rows=100, agreement_rows=100,
+                agreement_sum=100.0, paired_calls=25)
+    w = r.Window(**{**base, **values})
+    w.stable_paired = {0.01: 24.0, 0.02: 25.0}
+    w.candidate_shadow = {0.01: 24.0, 0.02: 25.0}
+    return w
+
+
+def test_a_good_step_advances_once_long_and_large_enough() -> None:
+    assert r.judge(STATE, window(), TEXT, elapsed_s=11).action == "advance"
+    assert r.judge(STATE, window(), TEXT, elapsed_s=5).action == "wait"
+    assert r.judge(STATE, window(candidate_rows=50), TEXT, elapsed_s=11).action == "wait"
+    assert r.judge(STATE, window(paired_calls=5), TEXT, elapsed_s=11).action == "wait"
+    paused = replace(STATE, paused=True)
+    assert r.judge(paused, window(), TEXT, elapsed_s=11).reason == "paused"
+
+
+def test_breaches_roll_back_at_once() -> None:
+    errors = r.judge(STATE, window(candidate_errors=2), TEXT, elapsed_s=1)
+    assert errors.action == "rollback" and "error rate 4.0%" in errors.reason
+    below = r.judge(STATE, window(below_min_rows=1), TEXT, elapsed_s=1)
+    assert below.action == "rollback" and "under 0.999" in below.reason
+    drift = r.judge(STATE, window(agreement_sum=99.9), TEXT, elapsed_s=1)
+    assert drift.action == "rollback" and "mean agreement 0.99900" in drift.reason
+    slow = window()
+    slow.candidate_shadow = {0.01: 0.0, 0.02: 0.0, 0.05: 25.0}
+    verdict = r.judge(STATE, slow, TEXT, elapsed_s=1)
+    assert verdict.action == "rollback" and "2.50x" in verdict.reason
+    assert verdict.figures["p99_ratio"] == pytest.approx(2.5)
+    # paused holds the step, not the breach
+    assert r.judge(replace(STATE, paused=True), slow, TEXT, 1).action == "rollback"
+
+
+def test_a_canary_step_compares_the_calls_each_version_answered() -> None:
+    canary = STATE.advanced()
+    slow_shadow = window()  # paired calls slow: a shadow step's comparison, not a canary's
+    slow_shadow.candidate_shadow = {0.01: 0.0, 0.02: 0.0, 0.05: 25.0}
+    slow_shadow.stable_served = slow_shadow.candidate_served = {0.01: 30.0}
+    assert r.judge(canary, slow_shadow, TEXT, elapsed_s=11).action == "advance"
+    slow_served = window()
+    slow_served.stable_served = {0.01: 29.0, 0.02: 30.0}
+    slow_served.candidate_served = {0.01: 0.0, 0.02: 0.0, 0.05: 30.0}
+    verdict = r.judge(canary, slow_served, TEXT, elapsed_s=11)
+    assert verdict.action == "rollback" and "the calls each answered" in verdict.reason
+
+
+def test_mean_and_p99_wait_for_enough_pairs() -> None:
+    few = window(paired_calls=3, agreement_sum=99.0)
+    assert r.judge(STATE, few, TEXT, elapsed_s=1).action == "wait"
+
+
+def test_a_step_never_judged_rolls_back_at_its_timeout() -> None:
+    verdict = r.judge(STATE, r.Window(), TEXT, elapsed_s=STATE.step_timeout_s + 1)
+    assert verdict.action == "rollback" and "not judged" in verdict.reason
+
+
+def test_images_judge_no_row_minimum() -> None:
+    images = r.Thresholds(mean_agreement=0.99, min_agreement=None, max_p99_ratio=1.5)
+    assert r.judge(STATE, window(below_min_rows=5), images, elapsed_s=11).action == "advance"
+
+
+METRICS = """\
+# TYPE tmr_rollout_calls_total counter
+tmr_rollout_calls_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="shadow"} 30
+tmr_rollout_calls_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="served"} 10
+tmr_rollout_calls_total{model="embed",encoder="minilm_onnx",version="1",role="stable",path="paired"} 30
+tmr_rollout_calls_total{model="other",encoder="other_onnx",version="2",role="candidate",path="served"} 99
+# TYPE tmr_rollout_call_errors_total counter
+tmr_rollout_call_errors_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="served"} 1
+# TYPE tmr_rollout_rows_total counter
+tmr_rollout_rows_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="shadow"} 120
+tmr_rollout_rows_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="served"} 12
+# TYPE tmr_rollout_agreement_sum counter
+tmr_rollout_agreement_sum{model="embed",encoder="minilm_onnx",version="2"} 119.5
+# TYPE tmr_rollout_agreement_rows_total counter
+tmr_rollout_agreement_rows_total{model="embed",encoder="minilm_onnx",version="2"} 120
+# TYPE tmr_rollout_agreement_below_total counter
+tmr_rollout_agreement_below_total{model="embed",encoder="minilm_onnx",version="2"} 1
+# TYPE tmr_rollout_call_seconds_bucket counter
+tmr_rollout_call_seconds_bucket{model="embed",encoder="minilm_onnx",version="1",role="stable",path="paired",le="0.01"} 29
+tmr_rollout_call_seconds_bucket{model="embed",encoder="minilm_onnx",version="1",role="stable",path="paired",le="0.02"} 30
+tmr_rollout_call_seconds_bucket{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="shadow",le="0.01"} 3
+tmr_rollout_call_seconds_bucket{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="shadow",le="0.02"} 30
+"""
+
+
+def parsed(text: str) -> list:
+    return [s for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+def test_the_window_is_read_from_prometheus_samples() -> None:
+    w = r.window_from(parsed(METRICS), "minilm_onnx", STATE)
+    assert (w.candidate_calls, w.candidate_errors, w.candidate_rows) == (40, 1, 132)
+    assert (w.shadow_rows, w.paired_calls, w.below_min_rows) == (120, 30, 1)
+    assert w.agreement_sum == 119.5 and w.agreement_rows == 120
+    assert w.stable_paired == {0.01: 29, 0.02: 30} and w.candidate_shadow[0.02] == 30
+    assert w.figures()["p99_ratio"] == 1.0
+
+
+def test_minus_gives_the_step_and_notices_a_restart() -> None:
+    now = r.window_from(parsed(METRICS), "minilm_onnx", STATE)
+    base = r.window_from(parsed(METRICS.replace("} 30\n", "} 10\n")), "minilm_onnx", STATE)
+    delta = r.minus(now, base)
+    assert delta.candidate_calls == 20 and delta.stable_paired[0.02] == 20
+    assert r.minus(base, now) is None  # counters went down: a server restarted
