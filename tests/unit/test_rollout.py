@@ -175,29 +175,38 @@ def test_images_judge_no_row_minimum() -> None:
     assert r.judge(STATE, window(below_min_rows=5), images, elapsed_s=11).action == "advance"
 
 
-METRICS = """\
-# TYPE tmr_rollout_calls_total counter
-tmr_rollout_calls_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="shadow"} 30
-tmr_rollout_calls_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="served"} 10
-tmr_rollout_calls_total{model="embed",encoder="minilm_onnx",version="1",role="stable",path="paired"} 30
-tmr_rollout_calls_total{model="other",encoder="other_onnx",version="2",role="candidate",path="served"} 99
-# TYPE tmr_rollout_call_errors_total counter
-tmr_rollout_call_errors_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="served"} 1
-# TYPE tmr_rollout_rows_total counter
-tmr_rollout_rows_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="shadow"} 120
-tmr_rollout_rows_total{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="served"} 12
-# TYPE tmr_rollout_agreement_sum counter
-tmr_rollout_agreement_sum{model="embed",encoder="minilm_onnx",version="2"} 119.5
-# TYPE tmr_rollout_agreement_rows_total counter
-tmr_rollout_agreement_rows_total{model="embed",encoder="minilm_onnx",version="2"} 120
-# TYPE tmr_rollout_agreement_below_total counter
-tmr_rollout_agreement_below_total{model="embed",encoder="minilm_onnx",version="2"} 1
-# TYPE tmr_rollout_call_seconds_bucket counter
-tmr_rollout_call_seconds_bucket{model="embed",encoder="minilm_onnx",version="1",role="stable",path="paired",le="0.01"} 29
-tmr_rollout_call_seconds_bucket{model="embed",encoder="minilm_onnx",version="1",role="stable",path="paired",le="0.02"} 30
-tmr_rollout_call_seconds_bucket{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="shadow",le="0.01"} 3
-tmr_rollout_call_seconds_bucket{model="embed",encoder="minilm_onnx",version="2",role="candidate",path="shadow",le="0.02"} 30
-"""
+def sample(name: str, value: float, version: str, role: str = "", path: str = "",
+           le: str = "", encoder: str = "minilm_onnx") -> str:
+    """One line of Prometheus text, as a front model exports it."""
+    labels = {"model": "embed", "encoder": encoder, "version": version, "role": role,
+              "path": path, "le": le}
+    text = ",".join(f'{k}="{v}"' for k, v in labels.items() if v)
+    return f"{name}{{{text}}} {value}"
+
+
+METRICS = "\n".join([
+    "# TYPE tmr_rollout_calls_total counter",
+    sample("tmr_rollout_calls_total", 30, "2", "candidate", "shadow"),
+    sample("tmr_rollout_calls_total", 10, "2", "candidate", "served"),
+    sample("tmr_rollout_calls_total", 30, "1", "stable", "paired"),
+    sample("tmr_rollout_calls_total", 99, "2", "candidate", "served", encoder="other_onnx"),
+    "# TYPE tmr_rollout_call_errors_total counter",
+    sample("tmr_rollout_call_errors_total", 1, "2", "candidate", "served"),
+    "# TYPE tmr_rollout_rows_total counter",
+    sample("tmr_rollout_rows_total", 120, "2", "candidate", "shadow"),
+    sample("tmr_rollout_rows_total", 12, "2", "candidate", "served"),
+    "# TYPE tmr_rollout_agreement_sum counter",
+    sample("tmr_rollout_agreement_sum", 119.5, "2"),
+    "# TYPE tmr_rollout_agreement_rows_total counter",
+    sample("tmr_rollout_agreement_rows_total", 120, "2"),
+    "# TYPE tmr_rollout_agreement_below_total counter",
+    sample("tmr_rollout_agreement_below_total", 1, "2"),
+    "# TYPE tmr_rollout_call_seconds_bucket counter",
+    sample("tmr_rollout_call_seconds_bucket", 29, "1", "stable", "paired", "0.01"),
+    sample("tmr_rollout_call_seconds_bucket", 30, "1", "stable", "paired", "0.02"),
+    sample("tmr_rollout_call_seconds_bucket", 3, "2", "candidate", "shadow", "0.01"),
+    sample("tmr_rollout_call_seconds_bucket", 30, "2", "candidate", "shadow", "0.02"),
+]) + "\n"
 
 
 def parsed(text: str) -> list:
