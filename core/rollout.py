@@ -236,9 +236,14 @@ class Window:
         return self.stable_paired, self.candidate_shadow
 
     def figures(self, canary: bool = False) -> dict[str, float | None]:
-        """The step's figures, as logged with every decision."""
+        """The step's figures, as logged with every decision. Both sides' tails are read
+        at the same quantile: p99, or lower while the smaller side has under 100 calls
+        (1 - 1/n: the max of a small sample against the p99 of a large one would judge
+        a canary of 1% by its single slowest call)."""
         stable, candidate = self.latency(canary)
-        stable_p99, candidate_p99 = percentile(stable, 0.99), percentile(candidate, 0.99)
+        calls = min(max(stable.values(), default=0.0), max(candidate.values(), default=0.0))
+        q = min(0.99, 1 - 1 / calls) if calls > 1 else 0.99
+        stable_p99, candidate_p99 = percentile(stable, q), percentile(candidate, q)
         return {
             "candidate_calls": self.candidate_calls,
             "candidate_rows": self.candidate_rows,
@@ -249,8 +254,8 @@ class Window:
             if self.agreement_rows else None,
             "below_min_rows": self.below_min_rows,
             "paired_calls": self.paired_calls,
-            "latency_calls": min(max(stable.values(), default=0.0),
-                                 max(candidate.values(), default=0.0)),
+            "latency_calls": calls,
+            "latency_quantile": q,
             "stable_p99_ms": None if stable_p99 is None else stable_p99 * 1000,
             "candidate_p99_ms": None if candidate_p99 is None else candidate_p99 * 1000,
             "p99_ratio": candidate_p99 / stable_p99 if stable_p99 and candidate_p99 else None,
@@ -267,11 +272,14 @@ class Verdict:
 
 
 def judge(state: RolloutState, window: Window, thresholds: Thresholds,
-          elapsed_s: float) -> Verdict:
+          elapsed_s: float, rechecking: bool = False) -> Verdict:
     """The verdict on the current step. A breach rolls back at once: any candidate error
     rate over the limit, any shadowed row under the minimum agreement; the mean agreement
     once `min_pairs` shadowed calls give it meaning, the p99 ratio once each side has
-    `min_pairs` timed calls (Window.latency says which). A step passes
+    `min_pairs` timed calls (Window.latency says which). A latency breach is confirmed
+    before it rolls back: the first one asks for a "recheck" (the controller measures the
+    step again from zero, `rechecking`), so one stall of a shared host is not a verdict
+    while a slow candidate breaches twice. A step passes
     when it has lasted `min_seconds`, seen `min_requests` candidate rows and (when it
     shadows) `min_pairs` paired calls; paused, it holds; past `step_timeout_s` unjudged,
     it rolls back: an unjudged candidate never takes more traffic."""
@@ -292,7 +300,8 @@ def judge(state: RolloutState, window: Window, thresholds: Thresholds,
     if f["latency_calls"] >= state.min_pairs and f["p99_ratio"] is not None \
             and f["p99_ratio"] > thresholds.max_p99_ratio:
         on = "the calls each answered" if canary else "the same inputs"
-        return Verdict("rollback", f"p99 {f['candidate_p99_ms']:.1f} ms is "
+        return Verdict("rollback" if rechecking else "recheck",
+                       f"p99 {f['candidate_p99_ms']:.1f} ms is "
                        f"{f['p99_ratio']:.2f}x the served version's {f['stable_p99_ms']:.1f} "
                        f"ms on {on} (limit {thresholds.max_p99_ratio:g}x)", f)
     judged = (elapsed_s >= state.min_seconds and window.candidate_rows >= state.min_requests

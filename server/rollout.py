@@ -270,7 +270,7 @@ class Controller:
         """Judge the steps until the end; the outcome."""
         thresholds = thresholds_of(self.model_dir)
         base, began, unreachable_since = None, time.monotonic(), None
-        step = state.step
+        step, rechecking = state.step, False
         while True:
             time.sleep(self.poll_s)
             current = read_state(self.model_dir)
@@ -290,7 +290,7 @@ class Controller:
                 continue
             unreachable_since = None
             if state.step != step:  # resumed elsewhere, or a new step
-                base, began, step = None, time.monotonic(), state.step
+                base, began, step, rechecking = None, time.monotonic(), state.step, False
             delta = r.minus(totals, base) if base is not None else None
             if delta is None:  # first look at this step, or a server restarted
                 if base is not None:
@@ -298,7 +298,11 @@ class Controller:
                            "a server's counters went back to zero (a restart)")
                 base, began = totals, time.monotonic()
                 continue
-            verdict = r.judge(state, delta, thresholds, time.monotonic() - began)
+            verdict = r.judge(state, delta, thresholds, time.monotonic() - began, rechecking)
+            if verdict.action == "recheck":  # measure the step again before a verdict
+                record(self.model_dir, "recheck", state, verdict.reason, verdict.figures)
+                base, began, rechecking = totals, time.monotonic(), True
+                continue
             if verdict.action == "rollback":
                 return self.finish(state, r.ROLLED_BACK, verdict.reason, verdict.figures)
             if verdict.action != "advance":
@@ -310,7 +314,7 @@ class Controller:
             if read_state(self.model_dir) is None:  # aborted meanwhile: do not revive it
                 continue
             write_state(self.model_dir, state)
-            base, began, step = totals, time.monotonic(), state.step
+            base, began, step, rechecking = totals, time.monotonic(), state.step, False
 
 
 def abort(model_dir: Path, replicas: list[Replica], reason: str) -> r.RolloutState:
