@@ -32,6 +32,7 @@ from core.rollout import (
 from python_backends.errors import ChildModelError
 from python_backends.metrics import Counter, CounterFamily, Gauge
 
+INF = float("inf")  # the +Inf bucket every Prometheus histogram has (histogram_quantile)
 Call = Callable[[int], np.ndarray]  # an encoder call pinned to a version
 Agreement = Callable[[np.ndarray, np.ndarray], np.ndarray]  # per-row score of two outputs
 
@@ -42,8 +43,8 @@ class LatencyBuckets:
 
     def __init__(self, name: str, labels: dict[str, str]) -> None:
         self.buckets = [(upper, Counter(f"{name}_bucket", "Encoder calls at most `le` seconds",
-                                        {**labels, "le": repr(upper)}))
-                        for upper in LATENCY_BUCKETS_S]
+                                        {**labels, "le": "+Inf" if upper == INF else repr(upper)}))
+                        for upper in (*LATENCY_BUCKETS_S, INF)]
         self.count = Counter(f"{name}_count", "Encoder calls timed", labels)
         self.sum = Counter(f"{name}_sum", "Seconds of encoder calls timed", labels)
 

@@ -40,6 +40,7 @@ from server.release import check_candidate, states_of
 log = logging.getLogger("server.rollout")
 LOCK_FILE = ".rollout.lock"
 LOG_FILE = "rollout_log.jsonl"
+TRACE_FILE = "rollout_trace.csv"  # rows each version took, per look of the controller
 
 
 @dataclass(frozen=True)
@@ -206,11 +207,22 @@ def wait_versions(replicas: list[Replica], model: str, want: set[int], timeout_s
                 time.sleep(0.25)
 
 
-def scrape(replicas: list[Replica], encoder: str, state: r.RolloutState) -> r.Window:
-    """The rollout's counters summed over the replicas."""
+def scrape(replicas: list[Replica], encoder: str, state: r.RolloutState,
+           trace: Path | None = None) -> r.Window:
+    """The rollout's counters summed over the replicas; with `trace`, a line per version
+    and path of the rows so far is appended to that CSV (perf/rollout_plot.py draws it)."""
     every: list = []
     for replica in replicas:
         every += samples(replica.metrics_url)
+    if trace is not None:
+        rows: dict[tuple[str, str], float] = {}
+        for s in every:
+            if s.name == "tmr_rollout_rows_total" and s.labels.get("encoder") == encoder:
+                key = (s.labels.get("version", ""), s.labels.get("path", ""))
+                rows[key] = rows.get(key, 0.0) + s.value
+        with trace.open("a", encoding="utf-8") as f:
+            f.writelines(f"{state.id},{time.time():.3f},{state.step},{version},{path},{n:g}\n"
+                         for (version, path), n in sorted(rows.items()))
     return r.window_from(every, encoder, state)
 
 
@@ -279,7 +291,8 @@ class Controller:
                 return str(last.get("outcome", r.ABORTED))  # `tmr rollout abort` ended it
             state = current
             try:
-                totals = scrape(self.replicas, self.model, state)
+                totals = scrape(self.replicas, self.model, state,
+                                self.model_dir / TRACE_FILE)
             except OSError as err:
                 unreachable_since = unreachable_since or time.monotonic()
                 if time.monotonic() - unreachable_since > self.server_timeout_s:

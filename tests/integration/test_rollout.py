@@ -34,6 +34,7 @@ from server.launcher import TritonServer
 from server.settings import ServerOptions
 from tests.conftest import REPOSITORY, start_server
 from tests.integration.helpers import add_version, noisy_copy, slow_copy, tmr
+from tests.integration.test_observability import ROLLOUT_ONLY_METRICS
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -279,6 +280,10 @@ def test_a_good_candidate_goes_through_every_step_and_is_promoted(rollout: Rollo
     assert any(by == candidate for t, _, by in load.seen if t < after)
     assert {by for t, _, by in load.seen if t > after and by.startswith(ENCODER)} == {candidate}
     assert all(d["figures"]["error_rate"] == 0 for d in log[1:])
+    # every per-version series the rules and dashboards read exists once a rollout ran
+    exposed = {s.name for s in samples(rollout.server.metrics_url)}
+    exposed |= {f"{n}_total" for n in exposed}
+    assert exposed >= ROLLOUT_ONLY_METRICS, ROLLOUT_ONLY_METRICS - exposed
     # sticky: a key (a text, or a client's rollout_key) never went back from the candidate
     # to the stable version while the canary grew; at a step change the front's instances
     # read the new share within VERSION_REFRESH_S of each other (1 s), the only window in
