@@ -153,6 +153,19 @@ def reset_router(http_url: str) -> None:
     wait_for_level(http_url, AUTO, timeout_s=60, consecutive=3)
 
 
+def repository_of(root: Path, *models: str) -> Path:
+    """A copy of the test repository under `root` holding only `models` (artifacts linked
+    by core.repository.copy_repository), for a test's own small server."""
+    from core.repository import copy_repository
+    from tests.conftest import REPOSITORY
+
+    repo = copy_repository([REPOSITORY], root / "repository")
+    for model in repo.iterdir():
+        if model.name not in models:
+            shutil.rmtree(model)
+    return repo
+
+
 def add_version(model_dir: Path, version: int, artifact: Path | bytes) -> Path:
     """A new version folder with its own provenance (a copy or a given artifact)."""
     target = model_dir / str(version)

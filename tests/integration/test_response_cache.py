@@ -11,17 +11,16 @@ turned on in model_repository/embed/config.pbtxt.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from client import EmbedClient
-from core.repository import copy_repository, edit_config
+from core.repository import edit_config
 from server.launcher import TritonServer
-from tests.conftest import REPOSITORY, start_server
-from tests.integration.helpers import fresh, http_post, metric_value
+from tests.conftest import start_server
+from tests.integration.helpers import fresh, http_post, metric_value, repository_of
 
 KEEP = {"embed", "minilm_onnx", "minilm_int8"}
 
@@ -29,10 +28,7 @@ KEEP = {"embed", "minilm_onnx", "minilm_int8"}
 @pytest.fixture(scope="module")
 def cached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     root = tmp_path_factory.mktemp("response_cache")
-    repo = copy_repository([REPOSITORY], root / "repository")
-    for model in repo.iterdir():
-        if model.name not in KEEP:
-            shutil.rmtree(model)
+    repo = repository_of(root, *KEEP)
     edit_config(repo, "embed", lambda config: setattr(config.response_cache, "enable", True))
     server = start_server(repo, root / "tritonserver.log")
     yield server

@@ -9,6 +9,7 @@ rolls another out from there.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import shutil
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,20 +28,20 @@ from client.prometheus import samples
 from core import rollout as r
 from core import versions as v
 from core.paths import PROJECT_ROOT
-from core.repository import copy_repository
 from python_backends.router import VERSION_REFRESH_S
 from server import rollout as ctl
 from server.launcher import TritonServer
 from server.settings import ServerOptions
-from tests.conftest import REPOSITORY, start_server
-from tests.integration.helpers import add_version, noisy_copy, slow_copy, tmr
+from tests.conftest import start_server
+from tests.image_samples import mnist_test_pngs
+from tests.integration.helpers import add_version, noisy_copy, repository_of, slow_copy, tmr
 from tests.integration.test_observability import ROLLOUT_ONLY_METRICS
 
 pytestmark = pytest.mark.timeout(240)
 
 ENCODER = "minilm_onnx"
 MODELS = ("embed", ENCODER, "minilm_int8")
-GOOD, DRIFT, SLOW, AGAIN = 2, 3, 4, 5  # the candidate versions
+GOOD, DRIFT, SLOW, AGAIN, TAKEOVER = 2, 3, 4, 5, 6  # the candidate versions
 # Short steps, so a rollout takes seconds here (the defaults take minutes).
 FAST = ["--steps", "shadow:50,canary:10,canary:50", "--canary-shadow", "10",
         "--min-requests", "40", "--min-seconds", "2", "--min-pairs", "40", "--poll-s", "0.5",
@@ -57,10 +58,11 @@ class Rollout:
     server: TritonServer
     repo: Path
     controllers: list[subprocess.Popen] = field(default_factory=list)
+    encoder: str = ENCODER
 
     @property
     def model_dir(self) -> Path:
-        return self.repo / ENCODER
+        return self.repo / self.encoder
 
     def args(self) -> list[str]:
         return ["--url", self.server.http_url, "--metrics-url", self.server.metrics_url,
@@ -69,34 +71,34 @@ class Rollout:
     def start(self, version: int, *extra: str) -> subprocess.Popen:
         """`tmr rollout ENCODER VERSION` in the background (the controller)."""
         process = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "rollout", ENCODER, str(version), *self.args(),
+            [sys.executable, "-m", "cli.main", "rollout", self.encoder, str(version),
+             *self.args(),
              *extra], cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         self.controllers.append(process)
         return process
 
     def run(self, version: int, *extra: str) -> subprocess.CompletedProcess:
-        return tmr("rollout", ENCODER, str(version), *self.args(), *extra, timeout_s=200)
+        return tmr("rollout", self.encoder, str(version), *self.args(), *extra, timeout_s=200)
 
     def ready_versions(self) -> set[int]:
         from server.admin_client import AdminClient
 
         with AdminClient(self.server.http_url) as admin:
-            return {n for n, (s, _) in ctl.states_of(admin, ENCODER).items() if s == "READY"}
+            return {n for n, (s, _) in ctl.states_of(admin, self.encoder).items()
+                    if s == "READY"}
 
 
 @pytest.fixture(scope="module")
 def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
     root = tmp_path_factory.mktemp("rollout")
-    repo = copy_repository([REPOSITORY], root / "repository")
-    for model in repo.iterdir():
-        if model.name not in MODELS:
-            shutil.rmtree(model)
+    repo = repository_of(root, *MODELS)
     source = (repo / ENCODER / "1" / "model.onnx").resolve()
     add_version(repo / ENCODER, GOOD, source)
     add_version(repo / ENCODER, DRIFT, noisy_copy(source, 0.05))
     add_version(repo / ENCODER, SLOW, slow_copy(source, 4))
     add_version(repo / ENCODER, AGAIN, source)
+    add_version(repo / ENCODER, TAKEOVER, source)
     state = Rollout(start_server(repo, root / "tritonserver.log"), repo)
     yield state
     for process in state.controllers:  # a controller a failed test left running
@@ -106,13 +108,23 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
     assert state.server.stop() == 0
 
 
+def send_texts(client: Client, rng: random.Random) -> list[tuple[str, str]]:
+    """One embed request of 1-4 texts, a fifth of them under a client's rollout_key:
+    (the key that placed each row, what served it)."""
+    texts = rng.sample(TEXTS, rng.randint(1, 4))
+    key = f"user-{rng.randint(0, 9)}" if rng.random() < 0.2 else None
+    result = client.embed_with_info(texts, rollout_key=key)
+    return [(key or text, by) for text, by in zip(texts, result.served_by)]
+
+
 @dataclass
 class Load:
-    """Clients sending embed requests back to back over HTTP and gRPC, some with a
-    `rollout_key`: what served each text, and every failure."""
+    """Clients sending requests back to back over HTTP and gRPC (`send`: one request):
+    what served each row, and every failure."""
 
     url_http: str
     url_grpc: str
+    send: Callable[[Client, random.Random], list[tuple[str, str]]] = send_texts
     stop: threading.Event = field(default_factory=threading.Event)
     # (t, key, "model:version") of each row answered
     seen: list[tuple[float, str, str]] = field(default_factory=list)
@@ -124,17 +136,14 @@ class Load:
         url = self.url_http if protocol == "http" else self.url_grpc
         with Client(url, protocol=protocol) as client:
             while not self.stop.is_set():
-                texts = rng.sample(TEXTS, rng.randint(1, 4))
-                key = f"user-{rng.randint(0, 9)}" if rng.random() < 0.2 else None
                 try:
-                    result = client.embed_with_info(texts, rollout_key=key)
+                    rows = self.send(client, rng)
                 except Exception as err:  # every failure is a finding: keep its text
                     self.failures.append(f"{protocol}: {err}")
                     continue
                 self.requests += 1
                 now = time.monotonic()
-                for text, by in zip(texts, result.served_by):
-                    self.seen.append((now, key or text, ":".join(by.split(":")[:2])))
+                self.seen += [(now, key, ":".join(by.split(":")[:2])) for key, by in rows]
 
     def __enter__(self) -> Load:
         self.threads = [threading.Thread(target=self.worker, args=(p, i), daemon=True)
@@ -155,8 +164,8 @@ def ended(process: subprocess.Popen, timeout_s: float) -> tuple[int, str]:
     return process.returncode, output
 
 
-def load_on(server: TritonServer) -> Load:
-    return Load(server.http_url, server.grpc_url)
+def load_on(server: TritonServer, send=send_texts) -> Load:
+    return Load(server.http_url, server.grpc_url, send)
 
 
 def decisions(rollout: Rollout) -> list[dict]:
@@ -319,3 +328,72 @@ def test_a_restart_mid_rollout_resumes_it(rollout: Rollout) -> None:
     events = [d["event"] for d in decisions(rollout)]
     assert "window restarted" in events and events[-1] == r.PROMOTED
     assert rollout.ready_versions() == {AGAIN}
+
+
+def test_pause_holds_the_step_and_resume_takes_over_a_dead_controller(rollout: Rollout) -> None:
+    with load_on(rollout.server) as load:
+        controller = rollout.start(TAKEOVER, *FAST)
+        wait_for(lambda: rollout.ready_versions() == {AGAIN, TAKEOVER}, what="both READY")
+        out = tmr("rollout", "pause", ENCODER, *rollout.args())
+        assert out.returncode == 0, out.stdout + out.stderr
+        time.sleep(6)  # three times the step's minimum: a paused step does not advance
+        state = r.state_of(v.read_config(rollout.model_dir))
+        assert state.paused and state.step == 0
+        controller.kill()  # the controller dies: the rollout holds where it is
+        ended(controller, 30)
+        status = tmr("rollout", "status", ENCODER, *rollout.args())
+        assert "PAUSED" in status.stdout and "NO CONTROLLER" in status.stdout, status.stdout
+        assert rollout.ready_versions() == {AGAIN, TAKEOVER}
+        out = tmr("rollout", "resume", ENCODER, *rollout.args(), "--poll-s", "0.5")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "as its controller" in out.stdout and "promoted" in out.stdout, out.stdout
+    assert load.failures == []
+    events = [d["event"] for d in decisions(rollout)]
+    held = events[events.index("paused"):events.index("resumed")]
+    assert "advance" not in held, events  # nothing advanced while paused
+    assert events[-1] == r.PROMOTED and rollout.ready_versions() == {TAKEOVER}
+
+
+IMAGE_FRONT, IMAGE_ENCODER = "digits", "digits_onnx"
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
+    """The image family: digits and its two encoders, v2 a copy, v3 noisy weights."""
+    root = tmp_path_factory.mktemp("rollout_digits")
+    repo = repository_of(root, IMAGE_FRONT, IMAGE_ENCODER, "digits_int8")
+    source = (repo / IMAGE_ENCODER / "1" / "model.onnx").resolve()
+    add_version(repo / IMAGE_ENCODER, 2, source)
+    add_version(repo / IMAGE_ENCODER, 3, noisy_copy(source, 1.0))
+    state = Rollout(start_server(repo, root / "tritonserver.log"), repo, encoder=IMAGE_ENCODER)
+    yield state
+    for process in state.controllers:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    assert state.server.stop() == 0
+
+
+def send_digits(client: Client, rng: random.Random) -> list[tuple[str, str]]:
+    """One classify request of 1-4 MNIST digits (keyed by their index)."""
+    images = digit_images()
+    picks = rng.sample(range(len(images)), rng.randint(1, 4))
+    result = client.classify([images[i] for i in picks], model=IMAGE_FRONT)
+    return [(str(i), by) for i, by in zip(picks, result.served_by)]
+
+
+@functools.cache
+def digit_images() -> list[bytes]:
+    return mnist_test_pngs(64)[0]
+
+
+def test_image_rollouts_judge_top1_agreement(digits: Rollout) -> None:
+    with load_on(digits.server, send_digits) as load:
+        bad = digits.run(3, *FAST)
+        good = digits.run(2, *FAST)
+    assert bad.returncode == 3, bad.stdout + bad.stderr
+    assert "mean agreement" in bad.stdout, bad.stdout
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert load.failures == []
+    assert digits.ready_versions() == {2}
+    assert any(by == f"{IMAGE_ENCODER}:2" for _, _, by in load.seen)

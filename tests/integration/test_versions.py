@@ -18,10 +18,9 @@ import tritonclient.http as httpclient
 
 from core import config_edit
 from core import versions as v
-from core.repository import copy_repository
 from server.launcher import TritonServer
-from tests.conftest import REPOSITORY, start_server
-from tests.integration.helpers import add_version, noisy_copy, tmr
+from tests.conftest import start_server
+from tests.integration.helpers import add_version, noisy_copy, repository_of, tmr
 
 MODEL = "minilm_onnx"
 IDS = np.array([[101, 2023, 2003, 1037, 3231, 102]], dtype=np.int64)
@@ -29,11 +28,7 @@ IDS = np.array([[101, 2023, 2003, 1037, 3231, 102]], dtype=np.int64)
 
 def encoder_repository(root: Path) -> Path:
     """A copy of the repository holding only minilm_onnx (version 1 serves)."""
-    repo = copy_repository([REPOSITORY], root / "repository")
-    for model in repo.iterdir():
-        if model.name != MODEL:
-            shutil.rmtree(model)
-    return repo
+    return repository_of(root, MODEL)
 
 
 def release_repository(root: Path) -> Path:
