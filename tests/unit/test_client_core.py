@@ -8,6 +8,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 from client.core import (
     ENVELOPE_BYTES,
+    Call,
     CallOptions,
     byte_chunks,
     chunks,
@@ -185,3 +186,13 @@ def test_byte_chunks_keep_every_row_once_in_order():
     slices = byte_chunks(sizes, 3, 4_000_000 + ENVELOPE_BYTES)
     assert [i for s in slices for i in range(len(sizes))[s]] == list(range(len(sizes)))
     assert all(sum(sizes[s]) + 4 * len(sizes[s]) <= 4_000_000 for s in slices)
+
+
+def test_a_rollout_key_travels_as_a_request_parameter_beside_the_call_s_own():
+    """`rollout_key` keeps a caller's rows on one version during a rollout; a classify
+    call's top_k parameter travels with it."""
+    options = CallOptions(rollout_key="user-42")
+    assert options.infer_kwargs("r")["parameters"] == {"rollout_key": "user-42"}
+    call = Call("m", np.array([[b"x"]], dtype=np.object_), "IMAGE", ("LABELS",), options,
+                None, parameters={"top_k": 3})
+    assert call.infer_kwargs("r")["parameters"] == {"rollout_key": "user-42", "top_k": 3}
