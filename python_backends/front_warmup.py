@@ -1,32 +1,59 @@
-"""A front model's warmup: its samples warm its own stage, never its encoders (no BLS).
+"""A front model's warmup: the whole path once the server has started, its own stage before.
 
-A front's warmup sample (a real text or image, core/families/warmup.py) is decoded,
-validated and tokenized or preprocessed into the front's buffers exactly as a request is,
-and answered without outputs, which is all Triton's warmup asks. It does not go on to the
-encoder over BLS, because at a server's start it cannot: Triton 2.51 loads the models of
-a start in parallel (explicit mode, `--load-model`; only an ensemble's steps are ordered
-after their models) and takes no BLS call, not even a readiness question, until every
-one of them is loaded ("Server not ready"); and that error path of the Python backend's
+A front's warmup sample (a real text or image, core/families/warmup.py) goes the whole
+path a request takes, decoding, the router, the BLS call to its primary encoder and the
+answer, when it can: on a reload, a promotion or any load once the server has started,
+with the encoder READY. At a server's start it cannot: Triton 2.51 loads the models of a
+start in parallel (explicit mode, `--load-model`; only an ensemble's steps are ordered
+after their models) and takes no BLS call, not even a readiness question, until every one
+of them is loaded ("Server not ready"); that error path of the Python backend's
 model-readiness message crashed the whole server here (boost::interprocess::lock_exception
-with a three-instance front). The encoders warm themselves with their own samples (the
-same real input, as the front makes it), so a front is READY warm and independent of
-them: an encoder that is not loaded never fails its front's load.
+with a three-instance front). So the front first asks the operating system whether Triton
+has started (python_backends/warmup.py `server_started`: it listens only then), and
+otherwise runs everything but the call: decoding, tokenizing or preprocessing into its
+buffers, the encoder's input tensors, and the answer built from zero outputs. The encoders
+warm themselves with their own samples (the same real input, as the front makes it), so
+an encoder that is not loaded never fails its front's load. The log line of each sample
+says which path it took.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from python_backends.base import ok_response
+import numpy as np
+
+from core import versions
+from python_backends.bls import is_loaded
 from python_backends.router import FamilyRouter
+from python_backends.warmup import server_started
+
+WARMUP_SERVED_BY = "warmup"  # what an answer built without the encoder says served it
 
 
 class WarmedRouter(FamilyRouter):
-    """A family's front (FamilyRouter) whose warmup samples stop before the encoder."""
+    """A family's front (FamilyRouter) whose warmup samples go through its primary encoder
+    when the server has started and the encoder is READY, up to it otherwise."""
+
+    def setup(self, args: dict[str, str]) -> None:
+        super().setup(args)
+        config = versions.read_config(self.model_dir.parent / self.encoders["primary"].name)
+        self.encoder_width = int(config.output[0].dims[-1])  # the zero outputs' width
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
         if not self.warmup.active:
             return super().execute_requests(requests)
-        responses, _ = self.front.prepare_requests(requests)
-        self.warmup.note = "the front's own stage; its encoders warm with their own samples"
-        return [r if r is not None else ok_response({}) for r in responses]
+        primary = self.encoders["primary"].name
+        started = server_started()
+        if started and is_loaded(primary):
+            self.warmup.note = f"through {primary}"
+            return super().execute_requests(requests)
+        why = f"{primary} is not loaded" if started else "the server is starting"
+        self.warmup.note = f"up to the encoder call: {why}"
+        responses, valid = self.front.prepare_requests(requests)
+        for i, request in valid.items():
+            self.front.feeds(request.rows)
+            zeros = np.zeros((len(request.rows), self.encoder_width), dtype=np.float32)
+            responses[i] = self.front.respond(request, zeros,
+                                              [WARMUP_SERVED_BY] * len(request.rows))
+        return responses

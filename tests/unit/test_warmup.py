@@ -27,7 +27,7 @@ from core.paths import DEFAULT_REPOSITORY as REPO
 from core.versions import read_config
 from export import warmup as export_warmup
 from python_backends.pb import Log
-from python_backends.warmup import WarmupRuns
+from python_backends.warmup import WarmupRuns, listening_inodes, server_started, socket_inodes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -164,3 +164,27 @@ def test_write_warmup_links_and_leaves_unchanged_files_alone(tmp_path: Path):
     assert {p.name for p in changed} == {"TEXT", "input_ids", "attention_mask", WARMUP_FOLDER}
     assert all((repo / n / WARMUP_FOLDER / "TEXT").exists() for n in model.models)
     assert export_warmup.write_warmup(repo, model) == []
+
+
+TCP = """  sl local_address rem_address st tx_queue rx_queue tr tm->when retrnsmt uid timeout inode
+   0: 00000000:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1
+   1: 0100007F:1F40 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 222 1
+"""
+
+
+def test_only_listening_sockets_count_and_only_the_processs_own():
+    assert listening_inodes([TCP, TCP.splitlines()[0]]) == {"111"}
+    assert socket_inodes(["socket:[111]", "pipe:[5]", "/dev/null", ""]) == {"111"}
+
+
+def test_a_server_has_started_once_it_listens(tmp_path: Path):
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "net" / "tcp").write_text(TCP)
+    fds = proc / "42" / "fd"
+    fds.mkdir(parents=True)
+    (fds / "3").symlink_to("socket:[222]")  # connected, not listening: still starting
+    assert not server_started(42, proc)
+    (fds / "4").symlink_to("socket:[111]")
+    assert server_started(42, proc)
+    assert not server_started(43, proc)  # no such process
