@@ -35,7 +35,7 @@ from server.settings import ServerOptions
 from tests.conftest import start_server
 from tests.image_samples import mnist_test_pngs
 from tests.integration.helpers import add_version, noisy_copy, repository_of, slow_copy, tmr
-from tests.integration.test_observability import ROLLOUT_ONLY_METRICS
+from tests.integration.test_observability import ROLLOUT_ONLY_METRICS, exposed_names
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -290,8 +290,7 @@ def test_a_good_candidate_goes_through_every_step_and_is_promoted(rollout: Rollo
     assert {by for t, _, by in load.seen if t > after and by.startswith(ENCODER)} == {candidate}
     assert all(d["figures"]["error_rate"] == 0 for d in log[1:])
     # every per-version series the rules and dashboards read exists once a rollout ran
-    exposed = {s.name for s in samples(rollout.server.metrics_url)}
-    exposed |= {f"{n}_total" for n in exposed}
+    exposed = exposed_names(rollout.server.metrics_url)
     assert exposed >= ROLLOUT_ONLY_METRICS, ROLLOUT_ONLY_METRICS - exposed
     # sticky: a key (a text, or a client's rollout_key) never went back from the candidate
     # to the stable version while the canary grew; at a step change the front's instances
