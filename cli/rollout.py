@@ -37,6 +37,7 @@ class RolloutOptions:
     min_pairs: int
     max_error_rate: float
     step_timeout_s: float
+    max_p99_ratio: float | None
     poll_s: float
     no_gate: bool
     urls: list[str]
@@ -64,7 +65,8 @@ def make(args: argparse.Namespace) -> RolloutOptions:
         raise SystemExit("give one --metrics-url per --url (one pair per replica)")
     return RolloutOptions(action, model, version, args.steps, args.canary_shadow / 100,
                           args.min_requests, args.min_seconds, args.min_pairs,
-                          args.max_error_rate / 100, args.step_timeout_s, args.poll_s,
+                          args.max_error_rate / 100, args.step_timeout_s, args.max_p99_ratio,
+                          args.poll_s,
                           args.no_gate, urls, metrics, args.repository)
 
 
@@ -92,6 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "(default %(default)g)")
     parser.add_argument("--step-timeout-s", type=float, default=DEFAULTS["step_timeout_s"],
                         help="a step not judged by then rolls back (default %(default)g)")
+    parser.add_argument("--max-p99-ratio", type=float, default=None,
+                        help="the candidate's p99 over the served version's that rolls back "
+                             "(default: the model's gate_max_p99_ratio)")
     parser.add_argument("--poll-s", type=float, default=1.0,
                         help="how often the controller looks (default %(default)g)")
     parser.add_argument("--no-gate", action="store_true",
@@ -137,7 +142,7 @@ def start(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
         version=opts.version, stable=0, steps=r.parse_steps(opts.steps, opts.canary_shadow),
         min_requests=opts.min_requests, min_seconds=opts.min_seconds,
         min_pairs=opts.min_pairs, max_error_rate=opts.max_error_rate,
-        step_timeout_s=opts.step_timeout_s)
+        step_timeout_s=opts.step_timeout_s, max_p99_ratio=opts.max_p99_ratio)
     if not (model_dir / "config.pbtxt").exists():
         raise r.RolloutError(f"unknown model {opts.model!r}: no {model_dir}/config.pbtxt")
     ctl.check_start(model_dir, opts.version)  # the refusal that names the running rollout

@@ -101,6 +101,7 @@ class RolloutState:
     min_pairs: int = 100  # shadowed calls before agreement and p99 may pass or fail a step
     max_error_rate: float = 0.01  # failed candidate calls / calls
     step_timeout_s: float = 900.0  # a step not judged by then rolls back
+    max_p99_ratio: float | None = None  # an operator's limit instead of gate_max_p99_ratio
     id: str = ""  # when it started (UTC, ISO 8601): names it in logs and metrics
 
     @property
@@ -275,8 +276,9 @@ def judge(state: RolloutState, window: Window, thresholds: Thresholds,
           elapsed_s: float, rechecking: bool = False) -> Verdict:
     """The verdict on the current step. A breach rolls back at once: any candidate error
     rate over the limit, any shadowed row under the minimum agreement; the mean agreement
-    once `min_pairs` shadowed calls give it meaning, the p99 ratio once each side has
-    `min_pairs` timed calls (Window.latency says which). A latency breach is confirmed
+    once `min_pairs` shadowed calls give it meaning, the p99 ratio once the step has
+    lasted `min_seconds` and each side has `min_pairs` timed calls (Window.latency says
+    which). A latency breach is confirmed
     before it rolls back: the first one asks for a "recheck" (the controller measures the
     step again from zero, `rechecking`), so one stall of a shared host is not a verdict
     while a slow candidate breaches twice. A step passes
@@ -297,13 +299,14 @@ def judge(state: RolloutState, window: Window, thresholds: Thresholds,
             and f["mean_agreement"] < thresholds.mean_agreement:
         return Verdict("rollback", f"mean agreement {f['mean_agreement']:.5f} under "
                        f"{thresholds.mean_agreement:g}", f)
-    if f["latency_calls"] >= state.min_pairs and f["p99_ratio"] is not None \
-            and f["p99_ratio"] > thresholds.max_p99_ratio:
+    limit = state.max_p99_ratio or thresholds.max_p99_ratio
+    if elapsed_s >= state.min_seconds and f["latency_calls"] >= state.min_pairs \
+            and f["p99_ratio"] is not None and f["p99_ratio"] > limit:
         on = "the calls each answered" if canary else "the same inputs"
         return Verdict("rollback" if rechecking else "recheck",
                        f"p99 {f['candidate_p99_ms']:.1f} ms is "
                        f"{f['p99_ratio']:.2f}x the served version's {f['stable_p99_ms']:.1f} "
-                       f"ms on {on} (limit {thresholds.max_p99_ratio:g}x)", f)
+                       f"ms on {on} (limit {limit:g}x)", f)
     judged = (elapsed_s >= state.min_seconds and window.candidate_rows >= state.min_requests
               and (enough_pairs or state.current.shadow == 0))
     if judged and not state.paused:

@@ -38,7 +38,8 @@ from server.errors import ReleaseError
 from server.release import check_candidate, states_of
 
 log = logging.getLogger("server.rollout")
-LOCK_FILE = ".rollout.lock"
+LOCK_FILE = ".rollout.lock"  # held by the model's controller while it runs
+EDIT_LOCK_FILE = ".rollout.edit.lock"  # held for each read-modify-write of the state
 LOG_FILE = "rollout_log.jsonl"
 TRACE_FILE = "rollout_trace.csv"  # rows each version took, per look of the controller
 
@@ -112,6 +113,19 @@ def controller_lock(model_dir: Path) -> Iterator[None]:
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+@contextmanager
+def state_edit(model_dir: Path) -> Iterator[None]:
+    """One read-modify-write of the rollout state at a time (the controller's step, an
+    operator's pause or abort): without it a pause written between the controller's read
+    and its write of the next step was lost."""
+    with (model_dir / EDIT_LOCK_FILE).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def controller_running(model_dir: Path) -> bool:
@@ -259,16 +273,22 @@ class Controller:
 
     def finish(self, state: r.RolloutState, outcome: str, reason: str,
                figures: dict[str, Any]) -> str:
-        """End the rollout: the candidate serves (promoted) or the stable one does."""
+        """End the rollout: the candidate serves (promoted) or the stable one does. When
+        someone else ended it meanwhile (an abort), theirs is the outcome."""
         served = state.version if outcome == r.PROMOTED else state.stable
         last = {"id": state.id, "version": state.version, "stable": state.stable,
                 "served": served, "outcome": outcome, "reason": reason, "at": now_iso()}
-        if outcome == r.PROMOTED and not v.read_history(self.model_dir):
-            v.append_history(self.model_dir, state.stable, "initial")
-        write_state(self.model_dir, None, last)
-        if outcome == r.PROMOTED:
-            v.append_history(self.model_dir, served, "rollout")
-        record(self.model_dir, outcome, state, reason, figures,
+        with state_edit(self.model_dir):
+            current = read_state(self.model_dir)
+            if current is None or current.id != state.id:
+                ended = r.last_of(v.read_config(self.model_dir)) or {}
+                return str(ended.get("outcome", r.ABORTED))
+            if outcome == r.PROMOTED and not v.read_history(self.model_dir):
+                v.append_history(self.model_dir, state.stable, "initial")
+            write_state(self.model_dir, None, last)
+            if outcome == r.PROMOTED:
+                v.append_history(self.model_dir, served, "rollout")
+        record(self.model_dir, outcome, current, reason, figures,
                logging.INFO if outcome == r.PROMOTED else logging.WARNING)
         try:
             apply(self.replicas, self.model_dir)
@@ -322,11 +342,13 @@ class Controller:
                 continue
             if state.last_step:
                 return self.finish(state, r.PROMOTED, verdict.reason, verdict.figures)
-            record(self.model_dir, "advance", state, verdict.reason, verdict.figures)
-            state = state.advanced()
-            if read_state(self.model_dir) is None:  # aborted meanwhile: do not revive it
-                continue
-            write_state(self.model_dir, state)
+            with state_edit(self.model_dir):
+                current = read_state(self.model_dir)
+                if current != state:  # paused, resumed or ended meanwhile: look again
+                    continue
+                record(self.model_dir, "advance", state, verdict.reason, verdict.figures)
+                state = state.advanced()
+                write_state(self.model_dir, state)
             base, began, step, rechecking = totals, time.monotonic(), state.step, False
 
 
@@ -341,11 +363,12 @@ def abort(model_dir: Path, replicas: list[Replica], reason: str) -> r.RolloutSta
 
 def set_paused(model_dir: Path, paused: bool) -> r.RolloutState:
     """Hold (or release) the current step; breaches still roll back while paused."""
-    state = read_state(model_dir)
-    if state is None:
-        raise r.RolloutError(f"no rollout of {model_dir.name} is running")
-    state = replace(state, paused=paused)
-    write_state(model_dir, state)
+    with state_edit(model_dir):
+        state = read_state(model_dir)
+        if state is None:
+            raise r.RolloutError(f"no rollout of {model_dir.name} is running")
+        state = replace(state, paused=paused)
+        write_state(model_dir, state)
     record(model_dir, "paused" if paused else "resumed", state, "operator")
     return state
 

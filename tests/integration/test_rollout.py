@@ -46,6 +46,11 @@ GOOD, DRIFT, SLOW, AGAIN, TAKEOVER = 2, 3, 4, 5, 6  # the candidate versions
 FAST = ["--steps", "shadow:50,canary:10,canary:50", "--canary-shadow", "10",
         "--min-requests", "40", "--min-seconds", "2", "--min-pairs", "40", "--poll-s", "0.5",
         "--no-gate"]
+# The tests that judge anything but latency allow 3x the served p99: on a 2-core host
+# shared with the rest of the suite a good copy's p99 can pass 1.5x twice in a row, and
+# those tests are about agreement, stickiness and the state. The slow candidate is judged
+# on the model's own gate_max_p99_ratio (1.5x).
+LENIENT = [*FAST, "--max-p99-ratio", "3"]
 WORDS = ("river", "market", "engine", "garden", "signal", "winter", "copper", "harbor",
          "violet", "thunder", "ledger", "canyon")
 TEXTS = [f"the {a} near the {b} was {c}" for a in WORDS for b in WORDS[:6] for c in WORDS[6:]]
@@ -211,7 +216,7 @@ def wait_for(predicate, timeout_s: float = 60.0, what: str = "") -> None:
 
 def test_abort_returns_all_traffic_to_the_stable_version(rollout: Rollout) -> None:
     with load_on(rollout.server) as load:
-        controller = rollout.start(GOOD, *FAST, "--min-seconds", "600")
+        controller = rollout.start(GOOD, *LENIENT, "--min-seconds", "600")
         wait_for(lambda: rollout.ready_versions() == {1, GOOD}, what="both versions READY")
         # while it runs: a second rollout and a promotion are refused, status shows it
         refused(rollout, "rollout", ENCODER, str(AGAIN), match="rollout of minilm_onnx v2 is "
@@ -237,12 +242,12 @@ def test_abort_returns_all_traffic_to_the_stable_version(rollout: Rollout) -> No
     assert decisions(rollout)[-1]["event"] == r.ABORTED
 
 
-def rolled_back(rollout: Rollout, version: int, reason: str) -> dict:
+def rolled_back(rollout: Rollout, version: int, reason: str, *options: str) -> dict:
     """Roll `version` out under load; it must be rolled back for `reason` with 0 failed
     requests; the detection figures (time, requests) are returned."""
     with load_on(rollout.server) as load:
         began, requests = time.monotonic(), load.requests
-        out = rollout.run(version, *FAST)
+        out = rollout.run(version, *(options or FAST))
         detect_s, detect_requests = time.monotonic() - began, load.requests - requests
         time.sleep(1.5)
     assert out.returncode == 3, out.stdout + out.stderr
@@ -257,7 +262,7 @@ def rolled_back(rollout: Rollout, version: int, reason: str) -> dict:
 
 
 def test_a_drifting_candidate_is_rolled_back_on_agreement(rollout: Rollout) -> None:
-    rolled_back(rollout, DRIFT, "agree under 0.999|mean agreement")
+    rolled_back(rollout, DRIFT, "agree under 0.999|mean agreement", *LENIENT)
     wait_for(lambda: any(s.value >= 1 for s in samples(rollout.server.metrics_url)
                          if s.name.startswith("tmr_rollout_rollbacks")
                          and s.labels.get("version") == str(DRIFT)),
@@ -271,7 +276,7 @@ def test_a_slower_candidate_is_rolled_back_on_latency(rollout: Rollout) -> None:
 
 def test_a_good_candidate_goes_through_every_step_and_is_promoted(rollout: Rollout) -> None:
     with load_on(rollout.server) as load:
-        out = rollout.run(GOOD, *FAST)
+        out = rollout.run(GOOD, *LENIENT)
         time.sleep(1.5)
         after = time.monotonic()
         time.sleep(1)
@@ -308,7 +313,7 @@ def test_a_good_candidate_goes_through_every_step_and_is_promoted(rollout: Rollo
 
 def test_a_restart_mid_rollout_resumes_it(rollout: Rollout) -> None:
     with load_on(rollout.server) as load:
-        controller = rollout.start(AGAIN, *FAST, "--min-seconds", "6")
+        controller = rollout.start(AGAIN, *LENIENT, "--min-seconds", "6")
         wait_for(lambda: any(d["event"] == "advance" for d in decisions(rollout)
                              if d["version"] == AGAIN), timeout_s=90, what="the first step")
         time.sleep(2)
@@ -331,7 +336,7 @@ def test_a_restart_mid_rollout_resumes_it(rollout: Rollout) -> None:
 
 def test_pause_holds_the_step_and_resume_takes_over_a_dead_controller(rollout: Rollout) -> None:
     with load_on(rollout.server) as load:
-        controller = rollout.start(TAKEOVER, *FAST)
+        controller = rollout.start(TAKEOVER, *LENIENT)
         wait_for(lambda: rollout.ready_versions() == {AGAIN, TAKEOVER}, what="both READY")
         out = tmr("rollout", "pause", ENCODER, *rollout.args())
         assert out.returncode == 0, out.stdout + out.stderr
@@ -363,7 +368,7 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
     repo = repository_of(root, IMAGE_FRONT, IMAGE_ENCODER, "digits_int8")
     source = (repo / IMAGE_ENCODER / "1" / "model.onnx").resolve()
     add_version(repo / IMAGE_ENCODER, 2, source)
-    add_version(repo / IMAGE_ENCODER, 3, noisy_copy(source, 1.0))
+    add_version(repo / IMAGE_ENCODER, 3, noisy_copy(source, 3.0))  # top-1 agrees on 1 in 4
     state = Rollout(start_server(repo, root / "tritonserver.log"), repo, encoder=IMAGE_ENCODER)
     yield state
     for process in state.controllers:
@@ -388,8 +393,8 @@ def digit_images() -> list[bytes]:
 
 def test_image_rollouts_judge_top1_agreement(digits: Rollout) -> None:
     with load_on(digits.server, send_digits) as load:
-        bad = digits.run(3, *FAST)
-        good = digits.run(2, *FAST)
+        bad = digits.run(3, *LENIENT)
+        good = digits.run(2, *LENIENT)
     assert bad.returncode == 3, bad.stdout + bad.stderr
     assert "mean agreement" in bad.stdout, bad.stdout
     assert good.returncode == 0, good.stdout + good.stderr

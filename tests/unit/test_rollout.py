@@ -140,13 +140,16 @@ def test_breaches_roll_back_at_once() -> None:
     assert drift.action == "rollback" and "mean agreement 0.99900" in drift.reason
     slow = window()
     slow.candidate_shadow = {0.01: 0.0, 0.02: 0.0, 0.05: 25.0}
-    first = r.judge(STATE, slow, TEXT, elapsed_s=1)
+    assert r.judge(STATE, slow, TEXT, elapsed_s=1).action == "wait"  # before min_seconds
+    first = r.judge(STATE, slow, TEXT, elapsed_s=11)
     assert first.action == "recheck" and "5.00x" in first.reason  # one stall is no verdict
-    verdict = r.judge(STATE, slow, TEXT, elapsed_s=1, rechecking=True)
+    verdict = r.judge(STATE, slow, TEXT, elapsed_s=11, rechecking=True)
     assert verdict.action == "rollback" and "5.00x" in verdict.reason
+    lenient = replace(STATE, max_p99_ratio=6.0)  # an operator's limit over the gate's
+    assert r.judge(lenient, slow, TEXT, elapsed_s=11).action == "advance"
     assert verdict.figures["p99_ratio"] == pytest.approx(5.0)  # at q = 1 - 1/25
     # paused holds the step, not the breach
-    assert r.judge(replace(STATE, paused=True), slow, TEXT, 1, True).action == "rollback"
+    assert r.judge(replace(STATE, paused=True), slow, TEXT, 11, True).action == "rollback"
 
 
 def test_a_canary_step_compares_the_calls_each_version_answered() -> None:
