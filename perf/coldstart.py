@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
 import statistics
 import tempfile
 import time
@@ -233,7 +234,8 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def report(runs: list[Run], first: int, steady: int, rounds: int) -> str:
+def report(runs: list[Run], first: int, steady: int, rounds: int,
+           load: tuple[float, float]) -> str:
     cpu = host_cpu()
     ready = "; ".join(f"{run.variant} {' / '.join(f'{s:.0f}' for s in run.ready_s)} s"
                       for run in runs)
@@ -243,7 +245,8 @@ def report(runs: list[Run], first: int, steady: int, rounds: int) -> str:
         f"{', '.join(cpu['flags']) or 'none'}. {rounds} rounds; in each, the first {first} "
         f"requests of each model after each event, then {steady} more for the steady p50 "
         f"(one at a time). Columns: the medians over the rounds, the worst first request "
-        f"over them, and the worst of all first {first}. Server start to ready: {ready}.",
+        f"over them, and the worst of all first {first}. Server start to ready: {ready}. "
+        f"Load average (1 min) at the start and the end: {load[0]:.1f}, {load[1]:.1f}.",
         "", table([r for run in runs for r in run.rows])])
 
 
@@ -256,13 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
     args = parser.parse_args(argv)
     out = harness.run_dir("coldstart")
+    began = os.getloadavg()[0]  # the host is shared: how busy it was is part of the result
     runs = [measure(v, args.repository, out, args.first, args.steady, args.rounds)
             for v in VARIANTS]
-    data = {"cpu": host_cpu(), "ready_s": {r.variant: r.ready_s for r in runs},
+    load = (began, os.getloadavg()[0])
+    data = {"cpu": host_cpu(), "load_average": load,
+            "ready_s": {r.variant: r.ready_s for r in runs},
             "rows": [asdict(r) | {"ratio": r.ratio, "worst_ratio": r.worst_ratio}
                      for run in runs for r in run.rows]}
-    harness.write_report(out, "coldstart", report(runs, args.first, args.steady, args.rounds),
-                         data)
+    harness.write_report(out, "coldstart",
+                         report(runs, args.first, args.steady, args.rounds, load), data)
     return 0
 
 

@@ -100,10 +100,12 @@ class TensorModel(BaseModel):
     def _counted_run(self, batch: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         if self.idle_aware is None:
             out = self.run(batch)
-        elif self.warmup.active:  # both sessions: which one a request takes depends on peers
+        elif self.warmup.active and rows == 1:  # both: which one serves depends on peers
             out = self.run(batch)
             self.idle_aware.idle_run(batch)
             self.warmup.note = "the instance's session and the idle session"
+        elif self.warmup.active:  # a batch comes under load, when the idle session is not
+            out = self.run(batch)  # used: warming it too held memory it never needs
         else:
             out, idle = self.idle_aware(batch)
             if idle:
