@@ -12,8 +12,6 @@ import numpy as np
 
 from client.core import (
     DEFAULT_MODEL,
-    EMBED_OUTPUTS,
-    TEXT_INPUT,
     Access,
     Call,
     CallOptions,
@@ -24,10 +22,10 @@ from client.core import (
     ModelInfo,
     Progress,
     Protocol,
+    Truncate,
     classify_result,
     embed_result,
     infer_result,
-    text_tensor,
 )
 from client.errors import (
     AccessDeniedError,
@@ -121,22 +119,26 @@ class AsyncClient(ClientBase):
     async def embed(self, texts: list[str], *, model: str | None = None,
                     priority: int | None = None, timeout_ms: float | None = None,
                     model_version: int | None = None, rollout_key: str | None = None,
+                    truncate: Truncate = None, chunk_overlap: int | None = None,
                     on_progress: Progress | None = None) -> np.ndarray:
+        """As Client.embed (`truncate`: True, False, "chunk" or None)."""
         result = await self.embed_with_info(texts, model=model, priority=priority,
                                             timeout_ms=timeout_ms, model_version=model_version,
-                                            rollout_key=rollout_key,
+                                            rollout_key=rollout_key, truncate=truncate,
+                                            chunk_overlap=chunk_overlap,
                                             on_progress=on_progress)
         return result.embeddings
 
     async def embed_with_info(self, texts: list[str], *, model: str | None = None,
                               priority: int | None = None, timeout_ms: float | None = None,
                               model_version: int | None = None, rollout_key: str | None = None,
+                              truncate: Truncate = None, chunk_overlap: int | None = None,
                               on_progress: Progress | None = None) -> EmbedResult:
         """As EmbedClient.embed_with_info, the chunks concurrently (bounded); the first
         failed chunk cancels the rest and is raised."""
-        call = self._start(model, text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS,
-                           CallOptions(priority, timeout_ms, model_version, rollout_key),
-                           on_progress)
+        call = self._start_embed(texts, model, truncate, chunk_overlap,
+                                 CallOptions(priority, timeout_ms, model_version, rollout_key),
+                                 on_progress)
         answers, ids = await self._send(call)
         return embed_result(answers, ids)
 

@@ -30,7 +30,7 @@ from core import settings
 from core.families import IMAGE_CLASSIFICATION
 from core.families.image_classification import IMAGE
 from core.families.spec import SERVED_BY
-from core.families.text_embedding import EMBEDDING, TEXT, TOKENS
+from core.families.text_embedding import EMBEDDING, TEXT, TOKENS, TRUNCATED_TOKENS, WINDOWS
 from core.served_by import ServedBy
 
 Protocol = Literal["http", "grpc"]
@@ -41,6 +41,8 @@ TEXT_INPUT = TEXT.name
 EMBEDDING_OUTPUT = EMBEDDING.name
 SERVED_BY_OUTPUT = SERVED_BY.name
 TOKENS_OUTPUT = TOKENS.name
+TRUNCATED_OUTPUT = TRUNCATED_TOKENS.name
+WINDOWS_OUTPUT = WINDOWS.name
 IMAGE_INPUT = IMAGE.name
 CLASSIFY_OUTPUTS = tuple(t.name for t in IMAGE_CLASSIFICATION.front_outputs)
 DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown
@@ -98,7 +100,8 @@ class RowKind:
 
 
 TEXTS = RowKind("texts", "strings", "text", "str or bytes")
-IMAGES = RowKind("images", "encoded images (bytes)", "image", "bytes (an encoded JPEG or PNG)")
+IMAGES = RowKind("images", "encoded images (bytes, or data URLs)", "image",
+                 "bytes (an encoded JPEG, PNG or WEBP) or a data: URL str")
 
 
 def bytes_rows(items: Iterable[Any], kind: RowKind,
@@ -139,10 +142,14 @@ def text_tensor(texts: Iterable[str | bytes]) -> np.ndarray:
     return bytes_rows(texts, TEXTS, encode)
 
 
-def image_tensor(images: Iterable[bytes]) -> np.ndarray:
-    """A [n, 1] BYTES array of encoded images (JPEG, PNG), as the image family wants:
-    bytes-like items only (read a file with Path.read_bytes()), refused otherwise."""
+def image_tensor(images: Iterable[bytes | str]) -> np.ndarray:
+    """A [n, 1] BYTES array of encoded images (JPEG, PNG, WebP), as the image family wants:
+    bytes-like items (read a file with Path.read_bytes()), or a `str` that is a data URL
+    (`data:image/webp;base64,...`, sent as its UTF-8 bytes; the server checks it). Any
+    other item, another str included, is refused."""
     def encode(item: Any) -> bytes | None:
+        if isinstance(item, str):
+            return item.encode("utf-8") if item[:5].lower() == "data:" else None
         return bytes(item) if isinstance(item, (bytes, bytearray, memoryview)) else None
 
     return bytes_rows(images, IMAGES, encode)
@@ -393,6 +400,8 @@ class EmbedResult(ServedRows):
     embeddings: np.ndarray
     served_by: list[str] = field(default_factory=list)  # one per row, when the model says
     tokens: list[int] = field(default_factory=list)  # each text's tokens, when it says
+    truncated_tokens: list[int] = field(default_factory=list)  # tokens truncation dropped
+    windows: list[int] = field(default_factory=list)  # windows of each (chunked) text
     model_name: str = ""
     model_versions: list[str] = field(default_factory=list)
     request_ids: list[str] = field(default_factory=list)
@@ -401,13 +410,20 @@ class EmbedResult(ServedRows):
 def embed_result(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
     """One EmbedResult from the InferResults of the chunks, in order."""
     identities = [response_identity(a) for a in answers]
-    tokens = [a.as_numpy(TOKENS_OUTPUT) for a in answers]
     return EmbedResult(
         embeddings=np.concatenate([a.as_numpy(EMBEDDING_OUTPUT) for a in answers]),
         served_by=[row for a in answers for row in strings(a, SERVED_BY_OUTPUT)],
-        tokens=[int(t) for array in tokens if array is not None for t in array.reshape(-1)],
+        tokens=integers(answers, TOKENS_OUTPUT),
+        truncated_tokens=integers(answers, TRUNCATED_OUTPUT),
+        windows=integers(answers, WINDOWS_OUTPUT),
         model_name=identities[0][0], model_versions=[v for _, v in identities],
         request_ids=request_ids)
+
+
+def integers(answers: Sequence[Any], name: str) -> list[int]:
+    """An integer output of every chunk, one per row ([] when the model has no such one)."""
+    arrays = [a.as_numpy(name) for a in answers]
+    return [int(v) for array in arrays if array is not None for v in array.reshape(-1)]
 
 
 @dataclass
@@ -473,6 +489,12 @@ class ClientBase:
         return Call(model or self.model, rows, input_name, tuple(wanted), options,
                     options.deadline(), on_progress, dict(parameters or {}), self.protocol)
 
+    def _start_embed(self, texts: Iterable[str | bytes], model: str | None,
+                     truncate: Truncate, chunk_overlap: int | None, options: CallOptions,
+                     on_progress: Progress | None) -> Call:
+        return self._start(model, text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS, options,
+                           on_progress, text_parameters(truncate, chunk_overlap))
+
     def _start_classify(self, images: Iterable[bytes], model: str | None, top_k: int | None,
                         options: CallOptions, on_progress: Progress | None) -> Call:
         if top_k is not None and not is_int_at_least(top_k, 1):
@@ -490,7 +512,29 @@ class ClientBase:
         return next_delay(self.retry, attempt, err, remaining, self._rng)
 
 
-EMBED_OUTPUTS = (EMBEDDING_OUTPUT, SERVED_BY_OUTPUT, TOKENS_OUTPUT)
+EMBED_OUTPUTS = (EMBEDDING_OUTPUT, SERVED_BY_OUTPUT, TOKENS_OUTPUT, TRUNCATED_OUTPUT,
+                 WINDOWS_OUTPUT)
+# What a text over the model's length gets (the front's `truncate` request parameter):
+# True cuts it, False refuses it (400), "chunk" embeds it in windows pooled into one
+# vector; None leaves it to the model's overlength_policy.
+Truncate = bool | Literal["reject", "truncate", "chunk"] | None
+TRUNCATE_CHOICES = ("reject", "truncate", "chunk")
+
+
+def text_parameters(truncate: Truncate, chunk_overlap: int | None) -> dict[str, Any]:
+    """The request parameters of an embed call, refusing what the front would refuse."""
+    parameters: dict[str, Any] = {}
+    if truncate is not None:
+        if not isinstance(truncate, bool) and truncate not in TRUNCATE_CHOICES:
+            raise InvalidInputError("truncate must be True, False, None or one of "
+                                    f"{', '.join(TRUNCATE_CHOICES)}; got {truncate!r}")
+        parameters["truncate"] = truncate
+    if chunk_overlap is not None:
+        if not is_int_at_least(chunk_overlap, 0):
+            raise InvalidInputError(f"chunk_overlap must be an integer >= 0, got "
+                                    f"{chunk_overlap!r}")
+        parameters["chunk_overlap"] = int(chunk_overlap)
+    return parameters
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,6 @@ import numpy as np
 
 from client.core import (
     DEFAULT_MODEL,
-    EMBED_OUTPUTS,
-    TEXT_INPUT,
     Access,
     Call,
     CallOptions,
@@ -22,10 +20,10 @@ from client.core import (
     ModelInfo,
     Progress,
     Protocol,
+    Truncate,
     classify_result,
     embed_result,
     infer_result,
-    text_tensor,
 )
 from client.errors import (
     AccessDeniedError,
@@ -113,22 +111,29 @@ class Client(ClientBase):
 
     def embed(self, texts: list[str], *, model: str | None = None, priority: int | None = None,
               timeout_ms: float | None = None, model_version: int | None = None,
-              rollout_key: str | None = None,
+              rollout_key: str | None = None, truncate: Truncate = None,
+              chunk_overlap: int | None = None,
               on_progress: Progress | None = None) -> np.ndarray:
-        """Embeddings of `texts`, (n, dim) float32, in input order."""
+        """Embeddings of `texts`, (n, dim) float32, in input order. A text over the
+        model's length is cut with `truncate=True`, refused with `False`, embedded in
+        windows pooled into one vector with `"chunk"` (overlapping by `chunk_overlap`
+        tokens, else the model's), and left to the model's policy with None."""
         return self.embed_with_info(texts, model=model, priority=priority, timeout_ms=timeout_ms,
                                     model_version=model_version, rollout_key=rollout_key,
+                                    truncate=truncate, chunk_overlap=chunk_overlap,
                                     on_progress=on_progress).embeddings
 
     def embed_with_info(self, texts: list[str], *, model: str | None = None,
                         priority: int | None = None, timeout_ms: float | None = None,
                         model_version: int | None = None, rollout_key: str | None = None,
+                        truncate: Truncate = None, chunk_overlap: int | None = None,
                         on_progress: Progress | None = None) -> EmbedResult:
-        """Like embed(), plus what served each row, its tokens, and each chunk's model
-        version and request id; `on_progress(done, total)` after each chunk."""
-        call = self._start(model, text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS,
-                           CallOptions(priority, timeout_ms, model_version, rollout_key),
-                           on_progress)
+        """Like embed(), plus what served each row, its tokens, the tokens truncation
+        dropped, its windows, and each chunk's model version and request id;
+        `on_progress(done, total)` after each chunk."""
+        call = self._start_embed(texts, model, truncate, chunk_overlap,
+                                 CallOptions(priority, timeout_ms, model_version, rollout_key),
+                                 on_progress)
         answers, ids = self._send(call)
         return embed_result(answers, ids)
 

@@ -43,6 +43,13 @@ def positive_int(raw: str) -> int:
     return value
 
 
+def non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("must be an integer >= 0")
+    return value
+
+
 def one_of(*choices: str) -> Callable[[str], str]:
     def cast(raw: str) -> str:
         if raw not in choices:

@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
-from core.params import flag, one_of, parameter, positive_int
+from core.params import flag, non_negative_int, one_of, parameter, positive_int
 
 S = TypeVar("S", bound="ParameterSettings")
 TOP_LEVEL = 4  # the ladder's last level (503 for all); python_backends/degradation.py
 GC_POLICIES = ("default", "freeze")  # python_backends/gc_pauses.py says what each does
-OVERLENGTH_POLICIES = ("reject", "truncate")
+OVERLENGTH_POLICIES = ("reject", "truncate", "chunk")  # python_backends/tokenization.py
 # Intra-op threads of an encoder instance unless its config sets its format's threads
 # parameter (core/families/spec.py Format.threads_parameter).
 ENCODER_THREADS = 1
@@ -124,7 +124,8 @@ class OpenVinoSettings(ParameterSettings):
 class LadderSettings(ParameterSettings):
     """Thresholds of the degradation ladder (python_backends/degradation.py; README
     "When things go wrong"): queue signal, hysteresis, failures, memory, level 1's call
-    size, the cache of level 3, and an operator's override."""
+    size, the cache of level 3, an operator's override; and what the router does with
+    duplicate rows at every level."""
 
     queue_ratio: float = 0.9  # queued rows / a full execution's rows above this: requests wait
     degrade_down_ratio: float = 0.5  # every signal under its threshold x this: go down
@@ -137,6 +138,9 @@ class LadderSettings(ParameterSettings):
     small_batch_rows: int = setting(8, positive_int)  # rows per encoder call at level 1
     cache_entries: int = 4096  # answers the router keeps for level 3 (0: none)
     forced_level: int = setting(-1, level_or_off)  # an operator's override: 0-4 pins it
+    # Identical rows of one dynamic batch (same token ids or image, same rollout side) are
+    # encoded once and the answer copied (docs/serving.md measured it).
+    dedupe_rows: bool = True
 
     @property
     def forced(self) -> int | None:
@@ -149,12 +153,22 @@ class TextFrontSettings(ParameterSettings):
     """A text front's input limits (python_backends/tokenization.py) and call grouping."""
 
     max_tokens: int = setting(256, positive_int)  # `tmr add` writes the model's own
-    max_text_bytes: int = setting(16384, positive_int)  # a longer text is INVALID_ARG
-    # Over max_tokens: "reject" (INVALID_ARG naming the text) or "truncate" (keep [SEP]).
+    normalize: bool = True  # its encoder L2-normalises (`tmr add` writes the model's own)
+    # A longer text is INVALID_ARG before it is tokenized (about 30k tokens of English:
+    # more than a chunked text may hold, so the windows' limit is the one that speaks).
+    max_text_bytes: int = setting(131072, positive_int)
+    # Over max_tokens: "reject" (INVALID_ARG naming the text), "truncate" (keep the special
+    # tokens) or "chunk" (windows pooled into one vector); a request may say its own.
     overlength_policy: str = setting("reject", one_of(*OVERLENGTH_POLICIES))
+    chunk_overlap_tokens: int = setting(32, non_negative_int)  # tokens two windows share
+    max_windows_per_text: int = setting(64, positive_int)  # a chunked text's windows
+    max_windows_per_request: int = setting(256, positive_int)  # all texts of a request
     # Rows of a batch go to the encoder in groups whose padding is at most this share of
     # their real tokens (perf/profile.py measured it); -1 pads a batch as one call.
     length_bucket_waste: float = 0.25
+    # An encoder call holds at most this many padded tokens (rows x longest row; one row
+    # always fits); 0: no bound but the rows. docs/serving.md has the measurement.
+    max_batch_tokens: int = setting(0, non_negative_int)
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,15 @@ def split_outputs(outputs: Feeds, sizes: Sequence[int]) -> list[dict[str, np.nda
 
 
 def length_buckets(lengths: Sequence[int], max_waste: float,
-                   max_rows: int | None = None) -> list[list[int]]:
+                   max_rows: int | None = None, max_tokens: int = 0) -> list[list[int]]:
     """Row indices grouped so that padding each group to its longest row wastes at most
-    `max_waste` of the group's real tokens, and no group exceeds `max_rows` rows.
+    `max_waste` of the group's real tokens, no group exceeds `max_rows` rows, and (when
+    `max_tokens` > 0) no group's padded size, longest x rows, exceeds `max_tokens`.
 
     Rows are taken shortest first; a row joins the current group while
-    longest x rows <= (1 + max_waste) x real tokens. `max_waste` < 0 disables bucketing
-    (one group, split only by `max_rows`). Every index appears exactly once.
+    longest x rows <= (1 + max_waste) x real tokens and the other bounds hold; a row
+    alone always makes a group. `max_waste` < 0 disables bucketing (rows in their order,
+    split only by the row and token bounds). Every index appears exactly once.
     """
     if max_waste < 0:
         order = list(range(len(lengths)))
@@ -57,16 +59,19 @@ def length_buckets(lengths: Sequence[int], max_waste: float,
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     step = max_rows or max(len(order), 1)
     groups: list[list[int]] = []
-    tokens = 0
+    tokens = longest = 0
     for i in order:
         group = groups[-1] if groups else None
+        widest = max(longest, lengths[i])
         fits = (group is not None and len(group) < step
                 and (max_waste < 0 or
-                     lengths[i] * (len(group) + 1) <= (1 + max_waste) * (tokens + lengths[i])))
+                     lengths[i] * (len(group) + 1) <= (1 + max_waste) * (tokens + lengths[i]))
+                and (max_tokens <= 0 or widest * (len(group) + 1) <= max_tokens))
         if fits:
             group.append(i)
             tokens += lengths[i]
+            longest = widest
         else:
             groups.append([i])
-            tokens = lengths[i]
+            tokens = longest = lengths[i]
     return groups

@@ -1,9 +1,13 @@
-"""The text-embedding front model: TEXT in; EMBEDDING, SERVED_BY and TOKENS out.
+"""The text-embedding front model: TEXT in; EMBEDDING, SERVED_BY, TOKENS, TRUNCATED_TOKENS
+and WINDOWS out.
 
-Validates and tokenizes every request of a dynamic batch (python_backends/text_model.py),
-then routes it through the degradation ladder (python_backends/router.py): the encoder
-gets token ids and attention masks, in calls of similar length (`length_bucket_waste`),
-and its embeddings come back as they are (the pooling and normalisation are in its graph).
+Validates, tokenizes and fits every request of a dynamic batch to the model's length
+(python_backends/text_model.py: reject, truncate or chunk, the request's choice or the
+model's), then routes it through the degradation ladder (python_backends/router.py): the
+encoder gets token ids and attention masks, in calls of similar length
+(`length_bucket_waste`) bounded by `max_batch_tokens`, each distinct row once. Its
+embeddings come back as they are (the pooling and normalisation are in its graph); a
+chunked text's window vectors are pooled into one here (tokenization.pool_windows).
 """
 
 from __future__ import annotations
@@ -14,40 +18,73 @@ from typing import Any
 import numpy as np
 
 from core.families.spec import SERVED_BY
-from core.families.text_embedding import EMBEDDING, TOKENS
+from core.families.text_embedding import EMBEDDING, TOKENS, TRUNCATED_TOKENS, WINDOWS
 from core.families.text_embedding import ENCODER_INPUTS as ENCODER_TENSORS
 from python_backends.base import BaseModel, ok_response
 from python_backends.front_warmup import WarmedRouter
 from python_backends.router import Prepared, strings_array
-from python_backends.text_model import TextInputs
-from python_backends.tokenization import pad_batch
+from python_backends.text_model import TextInputs, TextRequest
+from python_backends.tokenization import pad_batch, pool_windows, row_digest
 
 ENCODER_INPUTS = tuple(t.name for t in ENCODER_TENSORS)  # token ids, attention mask
 
 
+def int_column(values: Sequence[int]) -> np.ndarray:
+    """A [n, 1] INT32 output."""
+    return np.array(values, dtype=np.int32).reshape(-1, 1)
+
+
 class TextEmbeddingFront:
-    """The text-embedding family's front logic (router.FrontLogic): texts to token rows,
-    rows to padded id and mask tensors, embeddings to the answer."""
+    """The text-embedding family's front logic (router.FrontLogic): texts to token rows
+    (a chunked text's windows), rows to padded id and mask tensors, embeddings (pooled
+    per text) to the answer."""
 
     def __init__(self, model: BaseModel) -> None:
         self.inputs = TextInputs(model)
         self.bucket_waste = self.inputs.settings.length_bucket_waste
+        self.max_batch_tokens = self.inputs.settings.max_batch_tokens
+        self.normalize = self.inputs.settings.normalize  # chunked texts are pooled as it does
 
     def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
+        """Each row keyed by its token ids (the cache, duplicates), and split in a rollout
+        by its text, so a chunked text's windows all go to one version."""
         responses, valid = self.inputs.tokenize_requests(requests)
-        return responses, {i: Prepared(r.texts, r.rows) for i, r in valid.items()}
+        prepared = {}
+        for i, r in valid.items():
+            rows = r.rows
+            splits = [text for text, f in zip(r.texts, r.fitted) for _ in f.rows]
+            prepared[i] = Prepared([row_digest(row) for row in rows], rows,
+                                   {"request": r}, split_keys=splits)
+        return responses, prepared
 
     def row_length(self, row: Any) -> int:
         return len(row)
 
     def feeds(self, rows: Sequence[Any]) -> dict[str, np.ndarray]:
-        return dict(zip(ENCODER_INPUTS, pad_batch(rows, self.inputs.tokenizer.pad_id)))
+        ids, mask = pad_batch(rows, self.inputs.tokenizer.pad_id)
+        self.inputs.metrics.call(int(mask.sum()), mask.size)
+        return dict(zip(ENCODER_INPUTS, (ids, mask)))
 
     def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
-        """EMBEDDING, SERVED_BY and TOKENS (each text's tokens, as the model counted them)."""
-        tokens = np.array([[len(row)] for row in request.rows], dtype=np.int32)
-        return ok_response({EMBEDDING.name: outputs, SERVED_BY.name: strings_array(served_by),
-                            TOKENS.name: tokens})
+        """EMBEDDING (a chunked text's windows pooled), SERVED_BY (its first window's),
+        TOKENS (the tokens the encoder ran over for each text), TRUNCATED_TOKENS and
+        WINDOWS."""
+        text: TextRequest = request.extra["request"]
+        vectors, by, start = [], [], 0
+        for fitted in text.fitted:
+            n = len(fitted.rows)
+            part = outputs[start:start + n]
+            vectors.append(part[0] if n == 1 else
+                           pool_windows(part, [len(r) for r in fitted.rows], self.normalize))
+            by.append(served_by[start])
+            start += n
+        return ok_response({
+            EMBEDDING.name: np.stack(vectors).astype(np.float32, copy=False),
+            SERVED_BY.name: strings_array(by),
+            TOKENS.name: int_column([f.encoded_tokens for f in text.fitted]),
+            TRUNCATED_TOKENS.name: int_column([f.truncated for f in text.fitted]),
+            WINDOWS.name: int_column([len(f.rows) for f in text.fitted]),
+        })
 
 
 class EmbedModel(WarmedRouter):

@@ -7,6 +7,7 @@ same labels add up across instances in Triton's registry.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from python_backends.pb import pb_utils
@@ -63,3 +64,26 @@ class CounterFamily:
             counter = Counter(self.name, self.description, {**self.base, **labels})
             self._counters[key] = counter
         counter.inc(amount)
+
+
+INF = float("inf")  # the +Inf bucket every Prometheus histogram has (histogram_quantile)
+
+
+class Histogram:
+    """Cumulative `le` counters, `_count` and `_sum`: Prometheus's histogram layout, from
+    counters (the Python backend of 24.10 exports counters and gauges only)."""
+
+    def __init__(self, name: str, description: str, labels: dict[str, str],
+                 buckets: Sequence[float]) -> None:
+        self.buckets = [(upper, Counter(f"{name}_bucket", description,
+                                        {**labels, "le": "+Inf" if upper == INF else repr(upper)}))
+                        for upper in (*buckets, INF)]
+        self.count = Counter(f"{name}_count", description, labels)
+        self.sum = Counter(f"{name}_sum", description, labels)
+
+    def observe(self, value: float) -> None:
+        for upper, counter in self.buckets:
+            if value <= upper:
+                counter.inc()
+        self.count.inc()
+        self.sum.inc(value)

@@ -30,30 +30,15 @@ from core.rollout import (
     to_candidate,
 )
 from python_backends.errors import ChildModelError
-from python_backends.metrics import Counter, CounterFamily, Gauge
+from python_backends.metrics import Counter, CounterFamily, Gauge, Histogram
 
-INF = float("inf")  # the +Inf bucket every Prometheus histogram has (histogram_quantile)
 Call = Callable[[int], np.ndarray]  # an encoder call pinned to a version
 Agreement = Callable[[np.ndarray, np.ndarray], np.ndarray]  # per-row score of two outputs
 
 
-class LatencyBuckets:
-    """Cumulative `le` counters of call latency (Prometheus histogram layout, from
-    counters: the Python backend of 24.10 exports counters and gauges)."""
-
-    def __init__(self, name: str, labels: dict[str, str]) -> None:
-        self.buckets = [(upper, Counter(f"{name}_bucket", "Encoder calls at most `le` seconds",
-                                        {**labels, "le": "+Inf" if upper == INF else repr(upper)}))
-                        for upper in (*LATENCY_BUCKETS_S, INF)]
-        self.count = Counter(f"{name}_count", "Encoder calls timed", labels)
-        self.sum = Counter(f"{name}_sum", "Seconds of encoder calls timed", labels)
-
-    def observe(self, seconds: float) -> None:
-        for upper, counter in self.buckets:
-            if seconds <= upper:
-                counter.inc()
-        self.count.inc()
-        self.sum.inc(seconds)
+def latency_buckets(name: str, labels: dict[str, str]) -> Histogram:
+    """Encoder call latency in the rollout's buckets (core.rollout.LATENCY_BUCKETS_S)."""
+    return Histogram(name, "Seconds of encoder calls", labels, LATENCY_BUCKETS_S)
 
 
 @dataclass
@@ -63,7 +48,7 @@ class Side:
     calls: Counter
     errors: Counter
     rows: Counter
-    latency: LatencyBuckets
+    latency: Histogram
 
 
 class RolloutMetrics:
@@ -96,7 +81,7 @@ class RolloutMetrics:
                         Counter(f"{self.PREFIX}_call_errors_total", "Failed encoder calls",
                                 labels),
                         Counter(f"{self.PREFIX}_rows_total", "Rows sent to the encoder", labels),
-                        LatencyBuckets(f"{self.PREFIX}_call_seconds", labels))
+                        latency_buckets(f"{self.PREFIX}_call_seconds", labels))
             self.sides[key] = side
         return side
 

@@ -40,7 +40,6 @@ from core.rollout import RolloutState
 from core.served_by import ServedBy
 from core.settings import LadderSettings, request_rows
 from python_backends.base import BaseModel, error_response
-from python_backends.batching import length_buckets
 from python_backends.bls import bls_infer
 from python_backends.degradation import (
     DegradationPolicy,
@@ -87,6 +86,7 @@ class Encoder:
     name: str
     output: str
     precision: str
+    max_rows: int | None = None  # its max_batch_size: the rows one call may hold
 
     @classmethod
     def from_repository(cls, repository: Path, name: str) -> Encoder:
@@ -97,7 +97,8 @@ class Encoder:
             raise ConfigError(f"encoder {name!r} has no readable config in {repository}: "
                               f"{err}") from err
         params = {k: v.string_value for k, v in config.parameters.items()}
-        return cls(name, config.output[0].name, served_precision(params))
+        return cls(name, config.output[0].name, served_precision(params),
+                   config.max_batch_size or None)
 
 
 class ServedVersions(threading.Thread):
@@ -146,6 +147,8 @@ class FrontLogic(Protocol):
     # Rows of one batch go to the encoder in groups of similar length, so padding wastes
     # at most this share of their size; ONE_CALL (-1): the batch as one call.
     bucket_waste: float
+    # At most this many padded tokens (rows x longest) in one encoder call; 0: no bound.
+    max_batch_tokens: int
 
     def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
         """Responses with each invalid request's error filled in, and the valid requests."""
@@ -215,8 +218,14 @@ class FamilyRouter(BaseModel):
         level = self.current_level()
         responses, valid = self.front.prepare_requests(requests)
         self.policy.observe_batch([len(r.rows) for r in valid.values()], self.full_batch)
+        if self.rollout.state is not None:
+            for i, request in valid.items():
+                self._apply_rollout_key(request, requests[i])
         plan = plan_batch(level, valid, self.cache, self.front.bucket_waste,
-                          self.front.row_length)
+                          self.front.row_length, max_rows=self.encoders[level.encoder].max_rows
+                          if level.encoder else None,
+                          max_tokens=self.front.max_batch_tokens,
+                          dedupe=self.settings.dedupe_rows)
         for i, reason in plan.refused.items():
             self.metrics.rejections.inc(reason=reason)
             responses[i] = error_response(UnavailableError(
@@ -247,13 +256,18 @@ class FamilyRouter(BaseModel):
     def _encode(self, level: Level, plan: Plan, valid: dict[int, Prepared],
                 responses: list[Any], requests: list[Any]) -> None:
         rows = plan.rows(valid)
-        keys = [key for i in plan.encoded for key in self._split_keys(valid[i], requests[i])]
+        keys = [key for i in plan.encoded for key in valid[i].split_keys or valid[i].keys]
         try:
             outputs, served = self._run_plan(level, plan, rows, keys)
         except ModelError as err:
             for i in plan.encoded:
                 responses[i] = error_response(err)
             return
+        for duplicate, original in plan.copies.items():
+            outputs[duplicate] = outputs[original]
+            served[duplicate] = served[original]
+        if plan.copies:
+            self.metrics.duplicates.inc(len(plan.copies))
         start = 0
         for i in plan.encoded:
             request = valid[i]
@@ -264,16 +278,15 @@ class FamilyRouter(BaseModel):
                 self.cache.put(key, row, row_by)
             responses[i] = self.front.respond(request, part, [str(b) for b in by])
 
-    def _split_keys(self, request: Prepared, raw: Any) -> list[str]:
-        """The keys that place a request's rows in a rollout's split: the client's
-        `rollout_key` request parameter (all its rows together), else each row's own."""
-        if self.rollout.state is None:
-            return list(request.keys)
+    def _apply_rollout_key(self, request: Prepared, raw: Any) -> None:
+        """The client's `rollout_key` request parameter places all of a request's rows in
+        a rollout's split together; without it each row's own split key (or key) does."""
         try:
             key = json.loads(raw.parameters() or "{}").get(ROLLOUT_KEY)
         except (ValueError, AttributeError):
             key = None
-        return [str(key)] * len(request.rows) if key is not None else list(request.keys)
+        if key is not None:
+            request.split_keys = [str(key)] * len(request.rows)
 
     def _run_plan(self, level: Level, plan: Plan, rows: list, keys: list[str]
                   ) -> tuple[np.ndarray, list[ServedBy]]:
@@ -291,9 +304,7 @@ class FamilyRouter(BaseModel):
             self._record(self.policy.fail_over(f"primary {encoder.name} failed: "
                                                f"{err.child_message}", time.monotonic()))
             fallback = self.encoders["fallback"]
-            calls = length_buckets([self.front.row_length(r) for r in rows],
-                                   self.front.bucket_waste)
-            outputs, answered = self._call(fallback, rows, calls, keys, self.levels[2])
+            outputs, answered = self._call(fallback, rows, plan.calls, keys, self.levels[2])
             return outputs, [self._served_by(fallback, self.levels[2], v) for v in answered]
 
     def _call(self, encoder: Encoder, rows: list, calls: list[list[int]], keys: list[str],

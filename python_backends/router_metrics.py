@@ -25,6 +25,9 @@ class RouterMetrics:
                                        base)
         self.cache_hits = Counter("tmr_router_cache_hits_total",
                                   "Texts answered from the router's cache", base)
+        self.duplicates = Counter("tmr_duplicate_rows_total",
+                                  "Rows not encoded: an identical row of the same dynamic "
+                                  "batch was (dedupe_rows)", base)
         self.rejections = CounterFamily("tmr_rejections_total",
                                         "Requests refused by the router, by reason", base)
         self.rejections.inc(0, reason=OUT_OF_SERVICE)  # so rates and ratios exist at once

@@ -1,12 +1,14 @@
 """What the router does with one dynamic batch at a given level (pure; no Triton imports).
 
-`plan_batch(level, requests, cache, bucket_waste, length)` decides, for every valid
+`plan_batch(level, requests, cache, bucket_waste, length, ...)` decides, for every valid
 request of the batch, one of three fates: refused (level 4, an operator's "out of
 service"), answered from the router's cache (level 3 and up, when every row of the
-request is cached under its key: a text, an image's digest), or encoded. The encoded rows
-are grouped into encoder calls: length buckets that pad at most `bucket_waste` of the real
-size (tokens), each call at most the level's `max_rows` rows. The Triton-facing class
-only executes the plan.
+request is cached under its key: a row's token ids, an image's digest), or encoded. An
+encoded row identical to an earlier one of the batch (the same key and the same rollout
+split key) is not encoded again: it copies that row's output (`copies`). The other rows
+are grouped into encoder calls: length buckets that pad at most `bucket_waste` of the
+real size (tokens), each call at most the level's and the encoder's rows and at most
+`max_tokens` padded tokens. The Triton-facing class only executes the plan.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ class RoutedRequest:
 
     keys: Sequence[str]
     rows: Sequence[Any]
+    # Per row, what places it in a rollout's split (a chunked text's windows share their
+    # text's); None: the row's key.
+    split_keys: Sequence[str] | None = field(default=None, kw_only=True)
+
+    def identities(self) -> list[tuple[str, str]]:
+        """Per row: two rows with equal identities get equal answers."""
+        return list(zip(self.keys, self.split_keys or self.keys))
 
 
 @dataclass
@@ -40,6 +49,7 @@ class Plan:
     encoder: str | None = None  # "primary" or "fallback" when anything is encoded
     encoded: list[int] = field(default_factory=list)  # requests encoded, in order
     calls: list[list[int]] = field(default_factory=list)  # row indices (flattened) per call
+    copies: dict[int, int] = field(default_factory=dict)  # a duplicate row -> its original
 
     def rows(self, requests: Mapping[int, RoutedRequest]) -> list[Any]:
         """The flattened rows of the encoded requests (what `calls` index into)."""
@@ -47,8 +57,11 @@ class Plan:
 
 
 def plan_batch(level: Level, requests: Mapping[int, RoutedRequest], cache: ResponseCache,
-               bucket_waste: float, length: Callable[[Any], int] = len) -> Plan:
-    """The plan for one batch at `level` (see the module docstring)."""
+               bucket_waste: float, length: Callable[[Any], int] = len, *,
+               max_rows: int | None = None, max_tokens: int = 0,
+               dedupe: bool = False) -> Plan:
+    """The plan for one batch at `level` (see the module docstring); `max_rows` is the
+    encoder's bound on a call's rows (the level may set a smaller one)."""
     plan = Plan()
     if level.encoder is None:
         plan.refused = dict.fromkeys(requests, OUT_OF_SERVICE)
@@ -61,6 +74,25 @@ def plan_batch(level: Level, requests: Mapping[int, RoutedRequest], cache: Respo
             plan.encoded.append(i)
     if plan.encoded:
         plan.encoder = level.encoder
-        lengths = [length(row) for row in plan.rows(requests)]
-        plan.calls = length_buckets(lengths, bucket_waste, level.max_rows)
+        rows = plan.rows(requests)
+        unique = list(range(len(rows)))
+        if dedupe:
+            identities = [ident for i in plan.encoded for ident in requests[i].identities()]
+            plan.copies, unique = duplicates(identities)
+        caps = [n for n in (level.max_rows, max_rows) if n]
+        groups = length_buckets([length(rows[j]) for j in unique], bucket_waste,
+                                min(caps) if caps else None, max_tokens)
+        plan.calls = [[unique[g] for g in group] for group in groups]
     return plan
+
+
+def duplicates(identities: Sequence[Any]) -> tuple[dict[int, int], list[int]]:
+    """({duplicate index: the first index with its identity}, the first indices)."""
+    first: dict[Any, int] = {}
+    copies: dict[int, int] = {}
+    for j, identity in enumerate(identities):
+        if identity in first:
+            copies[j] = first[identity]
+        else:
+            first[identity] = j
+    return copies, list(first.values())

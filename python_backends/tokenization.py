@@ -1,12 +1,26 @@
-"""Text validation, tokenization limits and per-batch padding (pure; no Triton imports).
+"""Text validation, tokenization limits, long-text windows and per-batch padding (pure).
 
-The policy for a text longer than `max_tokens` is `reject` (INVALID_ARG naming the text
-and its length) or `truncate` (keep the first tokens and the final [SEP]). Batches are
-padded to their own longest text, not to a fixed 128, so short texts stay cheap.
+A text longer than `max_tokens` (special tokens included) meets its overlength policy, the
+model's (`overlength_policy`) unless the request names its own (`truncate`, see
+`request_options`):
+
+    reject    INVALID_ARG naming the text and its length
+    truncate  keep the leading special tokens, the first tokens of the text, and the
+              trailing special tokens; the answer says how many were dropped
+    chunk     split the text's tokens into windows of the model's length that overlap by
+              `chunk_overlap_tokens`, each framed by the special tokens; the router
+              encodes every window as a row of the same dynamic batch machinery, and the
+              front pools them into one vector (`pool_windows`: the token-weighted mean
+              of the window vectors, then the model's normalisation)
+
+Batches are padded to their own longest row, not to a fixed 128, so short texts stay
+cheap. No Triton imports: the front model (python_backends/text_model.py) calls these.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +29,15 @@ from typing import Any, Literal
 import numpy as np
 
 from core.messages import row_ref
-from core.settings import TextFrontSettings
+from core.settings import OVERLENGTH_POLICIES, TextFrontSettings
 from python_backends.errors import InvalidInputError
 
-OverlengthPolicy = Literal["reject", "truncate"]
+OverlengthPolicy = Literal["reject", "truncate", "chunk"]
+TRUNCATE = "truncate"  # the request parameter naming a request's overlength policy
+CHUNK_OVERLAP = "chunk_overlap"  # ... and its windows' overlap, in tokens
+# What `truncate` may say: a bool (TEI's form: true truncates, false refuses) or a policy.
+TRUNCATE_VALUES = {True: "truncate", False: "reject", "true": "truncate", "false": "reject",
+                   **{p: p for p in OVERLENGTH_POLICIES}}
 
 
 @dataclass(frozen=True)
@@ -28,6 +47,9 @@ class TextLimits:
     max_tokens: int = TextFrontSettings.max_tokens  # the defaults: core/settings.py
     max_text_bytes: int = TextFrontSettings.max_text_bytes
     overlength: OverlengthPolicy = TextFrontSettings.overlength_policy  # type: ignore
+    chunk_overlap: int = TextFrontSettings.chunk_overlap_tokens
+    max_windows_per_text: int = TextFrontSettings.max_windows_per_text
+    max_windows_per_request: int = TextFrontSettings.max_windows_per_request
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TextLimits:
@@ -36,7 +58,162 @@ class TextLimits:
     @classmethod
     def of(cls, settings: TextFrontSettings) -> TextLimits:
         return cls(settings.max_tokens, settings.max_text_bytes,
-                   settings.overlength_policy)  # type: ignore[arg-type]
+                   settings.overlength_policy,  # type: ignore[arg-type]
+                   settings.chunk_overlap_tokens, settings.max_windows_per_text,
+                   settings.max_windows_per_request)
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """What one request asks of its overlong texts: the policy and the windows' overlap."""
+
+    policy: OverlengthPolicy
+    overlap: int
+
+
+def request_options(parameters: str | None, limits: TextLimits, specials: Specials
+                    ) -> TextOptions:
+    """The request's `truncate` and `chunk_overlap` parameters (KServe request
+    parameters, as the stub's `request.parameters()` JSON), else the model's."""
+    try:
+        given = json.loads(parameters or "{}")
+    except ValueError:
+        given = {}
+    if not isinstance(given, dict):
+        given = {}
+    policy: Any = limits.overlength
+    if TRUNCATE in given:
+        raw = given[TRUNCATE]
+        key = raw.lower() if isinstance(raw, str) else raw
+        if isinstance(key, bool | str) and key in TRUNCATE_VALUES:
+            policy = TRUNCATE_VALUES[key]
+        else:
+            raise InvalidInputError(
+                f"parameter {TRUNCATE!r} must be true, false, or one of "
+                f"{', '.join(OVERLENGTH_POLICIES)}; got {json.dumps(raw)}")
+    overlap = limits.chunk_overlap
+    if CHUNK_OVERLAP in given:
+        raw = given[CHUNK_OVERLAP]
+        width = limits.max_tokens - specials.count
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < width:
+            raise InvalidInputError(
+                f"parameter {CHUNK_OVERLAP!r} must be an integer from 0 to {width - 1} "
+                f"(a window holds {width} tokens of text); got {json.dumps(raw)}")
+        overlap = raw
+    return TextOptions(policy, overlap)
+
+
+@dataclass(frozen=True)
+class Specials:
+    """How many special tokens the tokenizer puts before and after a text ([CLS] ...
+    [SEP] for BERT, <s> ... </s> for MPNet): every window and truncated text keeps them."""
+
+    lead: int = 1
+    trail: int = 1
+
+    @property
+    def count(self) -> int:
+        return self.lead + self.trail
+
+    def body(self, ids: Sequence[int]) -> Sequence[int]:
+        """The text's own tokens, without the special ones around them."""
+        return ids[self.lead:len(ids) - self.trail]
+
+    def frame(self, ids: Sequence[int], body: Sequence[int]) -> list[int]:
+        """`body` between the special tokens of `ids` (a whole encoding)."""
+        return [*ids[:self.lead], *body, *ids[len(ids) - self.trail:]]
+
+
+@dataclass(frozen=True)
+class FittedText:
+    """A text as the encoder gets it: one row, or the windows of a chunked text; its
+    tokens before any cut, and the tokens truncation dropped."""
+
+    rows: list[list[int]]
+    tokens: int
+    truncated: int = 0
+
+    @property
+    def encoded_tokens(self) -> int:
+        """Tokens the encoder runs over (every window's, special tokens included)."""
+        return sum(len(r) for r in self.rows)
+
+
+def window_spans(length: int, width: int, overlap: int) -> list[tuple[int, int]]:
+    """[start, end) of each window of at most `width` tokens over `length` tokens, each
+    starting `width - overlap` after the one before; the last one ends at `length`."""
+    if width < 1 or not 0 <= overlap < width:
+        raise ValueError(f"windows of {width} tokens cannot overlap by {overlap}")
+    stride = width - overlap
+    spans = [(0, min(width, length))]
+    while spans[-1][1] < length:
+        start = spans[-1][0] + stride
+        spans.append((start, min(start + width, length)))
+    return spans
+
+
+def windows_needed(length: int, width: int, overlap: int) -> int:
+    """len(window_spans(length, width, overlap)), without building them."""
+    if length <= width:
+        return 1
+    stride = width - overlap
+    return 1 + -(-(length - width) // stride)
+
+
+def fit_text(ids: list[int], specials: Specials, limits: TextLimits, options: TextOptions,
+             index: int, name: str = "TEXT") -> FittedText:
+    """Enforce `max_tokens` on one tokenized text (special tokens included) by the
+    request's policy; a text with no tokens of its own is refused whatever the policy."""
+    body = specials.body(ids)
+    if not body:
+        raise InvalidInputError(
+            f"{row_ref(name, index)} has no tokens once tokenized (only characters the "
+            "tokenizer drops, such as control or zero-width characters); send text")
+    if len(ids) <= limits.max_tokens:
+        return FittedText([ids], len(ids))
+    width = limits.max_tokens - specials.count
+    if options.policy == "reject" or width < 1:
+        raise InvalidInputError(
+            f"{row_ref(name, index)} is {len(ids)} tokens, over the limit of "
+            f"{limits.max_tokens} tokens (overlength_policy=reject; send truncate=true to "
+            "cut it or truncate=chunk to embed it in windows)")
+    if options.policy == "truncate":
+        return FittedText([specials.frame(ids, body[:width])], len(ids), len(body) - width)
+    needed = windows_needed(len(body), width, options.overlap)
+    if needed > limits.max_windows_per_text:
+        raise InvalidInputError(
+            f"{row_ref(name, index)} is {len(ids)} tokens: {needed} windows of {width} "
+            f"text tokens overlapping by {options.overlap}, over the limit of "
+            f"{limits.max_windows_per_text} windows per text")
+    return FittedText([specials.frame(ids, body[a:b])
+                       for a, b in window_spans(len(body), width, options.overlap)], len(ids))
+
+
+def check_request_windows(fitted: Sequence[FittedText], limits: TextLimits) -> None:
+    """Refuse a request whose texts need more windows than one request may hold."""
+    windows = sum(len(f.rows) for f in fitted)
+    if windows > limits.max_windows_per_request:
+        raise InvalidInputError(
+            f"the request's {len(fitted)} texts need {windows} windows, over the limit of "
+            f"{limits.max_windows_per_request} windows per request; send fewer or shorter "
+            "texts per request")
+
+
+def pool_windows(vectors: np.ndarray, weights: Sequence[int], normalize: bool) -> np.ndarray:
+    """One vector from a chunked text's window vectors [w, dim]: their mean weighted by
+    each window's tokens, L2-normalised when the model normalises (float32)."""
+    w = np.asarray(weights, dtype=np.float64)
+    pooled = (np.asarray(vectors, dtype=np.float64) * w[:, None]).sum(axis=0) / w.sum()
+    if normalize:
+        norm = np.linalg.norm(pooled)
+        pooled = pooled / norm if norm > 0 else pooled
+    return pooled.astype(np.float32)
+
+
+def row_digest(row: Sequence[int]) -> str:
+    """A key naming a row of token ids exactly (the router's cache and duplicates)."""
+    return hashlib.blake2b(np.asarray(row, dtype=np.int64).tobytes(),
+                           digest_size=16).hexdigest()
 
 
 def decode_texts(raw: np.ndarray, limits: TextLimits, name: str = "TEXT") -> list[str]:
@@ -59,19 +236,6 @@ def decode_texts(raw: np.ndarray, limits: TextLimits, name: str = "TEXT") -> lis
             raise InvalidInputError(f"{row} is empty; send at least one non-space character")
         texts.append(text)
     return texts
-
-
-def apply_token_limit(ids: list[int], limits: TextLimits, index: int,
-                      name: str = "TEXT") -> list[int]:
-    """Enforce `max_tokens` on one tokenized text (special tokens included)."""
-    if len(ids) <= limits.max_tokens:
-        return ids
-    if limits.overlength == "reject":
-        raise InvalidInputError(
-            f"{row_ref(name, index)} is {len(ids)} tokens, over the limit of {limits.max_tokens} "
-            "tokens (overlength_policy=reject)"
-        )
-    return [*ids[: limits.max_tokens - 1], ids[-1]]
 
 
 def pad_batch(rows: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -103,14 +267,24 @@ class TextEncoder:
     """A `tokenizers.Tokenizer` with padding and truncation off; limits are ours."""
 
     def __init__(self, path: Path) -> None:
-        import json
-
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(path))
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         self.pad_id = padding_id(json.loads(path.read_text(encoding="utf-8")))
+        self.specials = specials_of(self.tokenizer)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         return [enc.ids for enc in self.tokenizer.encode_batch(list(texts))]
+
+
+def specials_of(tokenizer: Any) -> Specials:
+    """Where a tokenizer puts its special tokens around one text: a word's encoding with
+    them against its encoding without them."""
+    framed = tokenizer.encode("a").ids
+    bare = tokenizer.encode("a", add_special_tokens=False).ids
+    for lead in range(len(framed) - len(bare) + 1):
+        if framed[lead:lead + len(bare)] == bare:
+            return Specials(lead, len(framed) - lead - len(bare))
+    raise ValueError("the tokenizer's encoding of a word does not contain the word's tokens")

@@ -1,8 +1,10 @@
 """The text-embedding family: any sentence-transformers model (BERT, MPNet...).
 
 Front model (backend `text_embedding`, python_backends/embed.py): TEXT in, EMBEDDING,
-SERVED_BY and TOKENS out; it tokenizes with the tokenizer.json in its version folder and
-routes through the degradation ladder to its encoders. Encoders: the transformer with
+SERVED_BY, TOKENS, TRUNCATED_TOKENS and WINDOWS out; it tokenizes with the tokenizer.json
+in its version folder, fits each text to the model's length (reject, truncate, or chunk
+into windows pooled into one vector) and routes through the degradation ladder to its
+encoders. Encoders: the transformer with
 the model's pooling and normalisation in the graph, as ONNX FP32, TorchScript FP32 and
 ONNX INT8 (dynamic quantization; the gate compares cosines with eager PyTorch).
 """
@@ -22,7 +24,11 @@ from core.settings import FRONT_BATCHING, LadderSettings, ModelSettings, TextFro
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
 TEXT = Tensor("TEXT", "TYPE_STRING", (1,))
 EMBEDDING = Tensor("EMBEDDING", "TYPE_FP32", (DIM,))
-TOKENS = Tensor("TOKENS", "TYPE_INT32", (1,))  # tokens of the text, as the model counted them
+# Per text: the tokens the encoder ran over (special tokens included; every window of a
+# chunked text), the tokens truncation dropped, and the windows it was embedded in.
+TOKENS = Tensor("TOKENS", "TYPE_INT32", (1,))
+TRUNCATED_TOKENS = Tensor("TRUNCATED_TOKENS", "TYPE_INT32", (1,))
+WINDOWS = Tensor("WINDOWS", "TYPE_INT32", (1,))
 # ... and the encoders': token ids and mask in, the pooled (normalised) embedding out.
 ENCODER_INPUTS = (Tensor("input_ids", "TYPE_INT64", (-1,)),
                   Tensor("attention_mask", "TYPE_INT64", (-1,)))
@@ -68,7 +74,7 @@ TEXT_EMBEDDING = Family(
     backend="text_embedding",
     front_artifact="tokenizer.json",
     front_inputs=(TEXT,),
-    front_outputs=(EMBEDDING, SERVED_BY, TOKENS),
+    front_outputs=(EMBEDDING, SERVED_BY, TOKENS, TRUNCATED_TOKENS, WINDOWS),
     encoder_inputs=ENCODER_INPUTS,
     encoder_output=ENCODER_OUTPUT,
     formats=standard_formats(FP32_GATE, INT8_GATE),

@@ -15,6 +15,12 @@ const ROW_REF = new RegExp(TEXT_INPUT + "\\[(\\d+)\\]", "g");
 const MAX_INPUTS = 2048;
 const MAX_USER_CHARS = 256;
 const PRIORITIES = {"1": 1, "high": 1, "2": 2, "standard": 2};
+// The extension field `truncate`: what a text over the model's length gets (the front
+// model's request parameter of the same name, python_backends/tokenization.py).
+const TRUNCATE_CHOICES = ["reject", "truncate", "chunk"];
+// The per-text counts the front returns beside EMBEDDING, summed into `usage`.
+const COUNTS = {TOKENS: "prompt_tokens", TRUNCATED_TOKENS: "truncated_tokens",
+                WINDOWS: "windows"};
 const LANGCHAIN_HINT = "this server takes text only and does not decode another " +
     "tokenizer's ids; LangChain users: set check_embedding_ctx_length=False on " +
     "OpenAIEmbeddings so it sends the texts";
@@ -49,7 +55,30 @@ function isTokenIds(item) {
         (Array.isArray(item) && item.length > 0 && typeof item[0] === "number");
 }
 
-// The checked request, {model, texts, format, priority, user}, or {error: failure(...)}.
+// The request's extension fields `truncate` and `chunk_overlap` as the front model's
+// request parameters, or {error: failure(...)}.
+function textParameters(body) {
+    const parameters = {};
+    if (body.truncate !== undefined && body.truncate !== null) {
+        if (typeof body.truncate !== "boolean" && TRUNCATE_CHOICES.indexOf(body.truncate) < 0) {
+            return {error: failure(400, "truncate must be true, false, or one of " +
+                                        TRUNCATE_CHOICES.join(", ") + "; got " +
+                                        JSON.stringify(body.truncate), "truncate")};
+        }
+        parameters.truncate = body.truncate;
+    }
+    if (body.chunk_overlap !== undefined && body.chunk_overlap !== null) {
+        if (!Number.isInteger(body.chunk_overlap) || body.chunk_overlap < 0) {
+            return {error: failure(400, "chunk_overlap must be an integer >= 0; got " +
+                                        JSON.stringify(body.chunk_overlap), "chunk_overlap")};
+        }
+        parameters.chunk_overlap = body.chunk_overlap;
+    }
+    return {parameters: parameters};
+}
+
+// The checked request, {model, texts, format, priority, user, parameters}, or
+// {error: failure(...)}.
 function parseRequest(text, table, priorityHeader) {
     let body;
     try {
@@ -125,8 +154,12 @@ function parseRequest(text, table, priorityHeader) {
                                         JSON.stringify(priorityHeader), "x-priority")};
         }
     }
+    const extension = textParameters(body);
+    if (extension.error) {
+        return extension;
+    }
     return {model: model, texts: input, format: format, priority: priority,
-            user: (body.user || "").slice(0, MAX_USER_CHARS)};
+            user: (body.user || "").slice(0, MAX_USER_CHARS), parameters: extension.parameters};
 }
 
 function typeOf(value) {
@@ -168,27 +201,34 @@ async function inWaves(tasks, limit) {
     return results;
 }
 
-// The KServe v2 request of one chunk: the texts, binary EMBEDDING and JSON TOKENS back.
-function kserveBody(texts, priority) {
+// The KServe v2 request of one chunk: the texts, binary EMBEDDING and the JSON counts
+// back; the priority and the request's text parameters (truncate, chunk_overlap).
+function kserveBody(texts, priority, parameters) {
     const request = {
         inputs: [{name: TEXT_INPUT, datatype: "BYTES", shape: [texts.length, 1], data: texts}],
-        outputs: [{name: "EMBEDDING", parameters: {binary_data: true}},
-                  {name: "TOKENS", parameters: {binary_data: false}}],
+        outputs: [{name: "EMBEDDING", parameters: {binary_data: true}}].concat(
+            Object.keys(COUNTS).map((name) => ({name: name, parameters: {binary_data: false}}))),
     };
+    const given = Object.assign({}, parameters || {});
     if (priority !== null) {
-        request.parameters = {priority: priority};
+        given.priority = priority;
+    }
+    if (Object.keys(given).length > 0) {
+        request.parameters = given;
     }
     return JSON.stringify(request);
 }
 
-// {embeddings: [row, ...], tokens} of one chunk's answer, each row a float array or base64.
+// {embeddings: [row, ...], counts} of one chunk's answer, each row a float array or
+// base64, and the usage counts (prompt_tokens, truncated_tokens, windows) of its texts.
 function decodeAnswer(buffer, headerLength, rows, dimensions, format) {
     const header = JSON.parse(buffer.slice(0, headerLength).toString());
-    let tokens = 0;
+    const counts = {prompt_tokens: 0, truncated_tokens: 0, windows: 0};
     header.outputs.forEach((output) => {
-        if (output.name === "TOKENS") {
+        const key = COUNTS[output.name];
+        if (key !== undefined) {
             output.data.forEach((count) => {
-                tokens += count;
+                counts[key] += count;
             });
         }
     });
@@ -207,7 +247,7 @@ function decodeAnswer(buffer, headerLength, rows, dimensions, format) {
             embeddings.push(values);
         }
     }
-    return {embeddings: embeddings, tokens: tokens};
+    return {embeddings: embeddings, counts: counts};
 }
 
 // Triton's error for one chunk, in OpenAI's shape; row indexes made the request's own.
@@ -270,7 +310,8 @@ async function serveEmbeddings(r) {
     const replies = await inWaves(parts.map((part) => () => r.subrequest(
         "/_triton_plain/v2/models/" + model.front + "/infer",
         {method: "POST", body: kserveBody(request.texts.slice(part[0], part[1]),
-                                          request.priority)})), model.in_flight);
+                                          request.priority, request.parameters)})),
+        model.in_flight);
     const failed = replies.findIndex((x) => x !== undefined && x.status !== 200);
     if (failed !== -1) {
         respond(r, upstreamFailure(replies[failed].status, replies[failed].responseText || "",
@@ -278,14 +319,16 @@ async function serveEmbeddings(r) {
         return;
     }
     const data = [];
-    let tokens = 0;
+    const usage = {prompt_tokens: 0, total_tokens: 0, truncated_tokens: 0, windows: 0};
     for (let p = 0; p < parts.length; p++) {
         const reply = replies[p];
         const headerLength = Number(reply.headersOut["Inference-Header-Content-Length"]);
         const answer = decodeAnswer(reply.responseBuffer, headerLength,
                                     parts[p][1] - parts[p][0], model.dimensions,
                                     request.format);
-        tokens += answer.tokens;
+        Object.keys(answer.counts).forEach((key) => {
+            usage[key] += answer.counts[key];
+        });
         for (let i = 0; i < answer.embeddings.length; i++) {
             data.push({object: "embedding", index: parts[p][0] + i,
                        embedding: answer.embeddings[i]});
@@ -293,7 +336,7 @@ async function serveEmbeddings(r) {
     }
     respond(r, {status: 200, body: JSON.stringify({
         object: "list", data: data, model: model.id,
-        usage: {prompt_tokens: tokens, total_tokens: tokens}})});
+        usage: Object.assign(usage, {total_tokens: usage.prompt_tokens})})});
 }
 
 function modelObject(model, created) {
@@ -315,5 +358,6 @@ function models(r) {
         {status: 200, body: JSON.stringify(modelObject(model, table.created))});
 }
 
-export default {embeddings, models, parseRequest, chunks, kserveBody, decodeAnswer,
+export default {embeddings, models, parseRequest, textParameters, chunks, kserveBody,
+                decodeAnswer,
                 upstreamFailure, failure, errorBody, TEXT_INPUT};

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from python_backends.batching import (
@@ -106,3 +106,19 @@ def test_length_buckets_is_a_partition_within_the_waste_bound(lengths, waste, ma
         assert len(g) <= max_rows
         longest, tokens = max(lengths[i] for i in g), sum(lengths[i] for i in g)
         assert longest * len(g) <= (1 + waste) * tokens + 1e-9
+
+
+def test_length_buckets_bound_a_groups_padded_tokens_and_a_long_row_stands_alone():
+    groups = length_buckets([10, 10, 10, 100, 10], max_waste=-1, max_tokens=30)
+    assert groups == [[0, 1, 2], [3], [4]]
+    assert length_buckets([50, 60], max_waste=1.0, max_tokens=40) == [[0], [1]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300), max_size=80), st.floats(0.0, 1.0),
+       st.integers(1, 4096))
+def test_length_buckets_never_exceed_the_token_bound_but_for_a_lone_row(lengths, waste, bound):
+    groups = length_buckets(lengths, waste, max_tokens=bound)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for group in groups:
+        assert len(group) == 1 or max(lengths[i] for i in group) * len(group) <= bound

@@ -52,3 +52,28 @@ def test_the_operators_top_level_refuses_everything_and_encodes_nothing() -> Non
     plan = plan_batch(LEVELS[4], {0: request("a"), 3: request("b")}, ResponseCache(8), 0.25)
     assert plan.refused == {0: OUT_OF_SERVICE, 3: OUT_OF_SERVICE}
     assert plan.encoded == [] and plan.calls == [] and plan.encoder is None
+
+
+def test_identical_rows_of_a_batch_are_encoded_once_and_copied() -> None:
+    requests = {0: request("a", "b"), 1: request("b", "c"), 2: request("a")}
+    plan = plan_batch(LEVELS[0], requests, ResponseCache(8), 0.25, dedupe=True)
+    assert plan.copies == {2: 1, 4: 0}  # rows: a b b c a
+    assert sorted(i for call in plan.calls for i in call) == [0, 1, 3]
+    assert plan_batch(LEVELS[0], requests, ResponseCache(8), 0.25).copies == {}
+
+
+def test_rows_on_different_sides_of_a_rollout_split_are_not_duplicates() -> None:
+    one, two = request("a"), request("a")
+    two.split_keys = ["client-2"]
+    plan = plan_batch(LEVELS[0], {0: one, 1: two}, ResponseCache(8), 0.25, dedupe=True)
+    assert plan.copies == {} and sorted(i for c in plan.calls for i in c) == [0, 1]
+
+
+def test_calls_hold_at_most_the_encoders_rows_and_the_padded_token_bound() -> None:
+    requests = {0: request(*"abcdefghij", length=10)}
+    by_rows = plan_batch(LEVELS[0], requests, ResponseCache(8), 0.25, max_rows=4)
+    assert [len(c) for c in by_rows.calls] == [4, 4, 2]
+    by_tokens = plan_batch(LEVELS[0], requests, ResponseCache(8), 0.25, max_tokens=30)
+    assert [len(c) for c in by_tokens.calls] == [3, 3, 3, 1]
+    smaller = plan_batch(LEVELS[1], requests, ResponseCache(8), 0.25, max_rows=4)
+    assert [len(c) for c in smaller.calls] == [2] * 5  # the level's 2 rows win

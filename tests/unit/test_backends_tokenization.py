@@ -1,4 +1,5 @@
-"""python_backends.tokenization: limits, text decoding, the token limit, padding, the encoder."""
+"""python_backends.tokenization: limits, text decoding, the overlength policies (reject,
+truncate, chunk), request options, windows and their pooling, padding, the encoder."""
 
 from __future__ import annotations
 
@@ -9,12 +10,21 @@ from tokenizers import Tokenizer
 from core.params import ConfigError
 from python_backends.errors import InvalidInputError
 from python_backends.tokenization import (
+    FittedText,
+    Specials,
     TextEncoder,
     TextLimits,
-    apply_token_limit,
+    TextOptions,
+    check_request_windows,
     decode_texts,
+    fit_text,
     pad_batch,
     padding_id,
+    pool_windows,
+    request_options,
+    row_digest,
+    window_spans,
+    windows_needed,
 )
 from tests.conftest import MINILM_SOURCE
 
@@ -38,7 +48,7 @@ def shipped_tokenizer() -> Tokenizer:
 
 
 def test_text_limits_from_config_without_parameters_uses_defaults():
-    assert TextLimits.from_config({}) == TextLimits(256, 16384, "reject")
+    assert TextLimits.from_config({}) == TextLimits(256, 131072, "reject", 32, 64, 256)
 
 
 def test_text_limits_from_config_reads_string_values_of_parameters():
@@ -55,7 +65,9 @@ def test_text_limits_from_config_treats_empty_string_value_as_default():
     ("max_tokens", "0", "must be a positive integer"),
     ("max_tokens", "-3", "must be a positive integer"),
     ("max_text_bytes", "lots", "invalid literal"),
-    ("overlength_policy", "drop", "must be one of reject, truncate"),
+    ("overlength_policy", "drop", "must be one of reject, truncate, chunk"),
+    ("chunk_overlap_tokens", "-1", "must be an integer >= 0"),
+    ("max_windows_per_text", "0", "must be a positive integer"),
 ])
 def test_text_limits_from_config_rejects_invalid_value_naming_the_key(key, value, why):
     with pytest.raises(ConfigError, match=rf"parameter '{key}'='{value}' is invalid: .*{why}"):
@@ -87,21 +99,132 @@ def test_decode_texts_rejects_text_over_max_text_bytes_naming_size_and_limit():
         decode_texts(texts_tensor(b"x" * 11), limits, name="QUERY")
 
 
-def test_apply_token_limit_leaves_text_within_limit_unchanged():
+SPECIALS = Specials(1, 1)
+REJECT, TRUNCATE, CHUNK = (TextOptions(p, 1) for p in ("reject", "truncate", "chunk"))
+
+
+def fit(ids: list[int], limits: TextLimits, options: TextOptions = REJECT,
+        index: int = 0) -> FittedText:
+    return fit_text(ids, SPECIALS, limits, options, index)
+
+
+def test_a_text_within_the_limit_is_one_row_whatever_the_policy():
     ids = [CLS_ID, 5, 6, SEP_ID]
-    assert apply_token_limit(ids, TextLimits(max_tokens=4), 0) == ids
+    for options in (REJECT, TRUNCATE, CHUNK):
+        assert fit(ids, TextLimits(max_tokens=4), options) == FittedText([ids], 4, 0)
 
 
-def test_apply_token_limit_rejects_text_over_limit_naming_index_and_length():
+def test_reject_names_the_text_its_length_and_what_to_send_instead():
     with pytest.raises(InvalidInputError, match=(
-            r"^TEXT\[3\] is 5 tokens, over the limit of 4 tokens \(overlength_policy=reject\)$")):
-        apply_token_limit([CLS_ID, 5, 6, 7, SEP_ID], TextLimits(max_tokens=4), 3)
+            r"^TEXT\[3\] is 5 tokens, over the limit of 4 tokens \(overlength_policy=reject; "
+            r"send truncate=true to cut it or truncate=chunk to embed it in windows\)$")):
+        fit([CLS_ID, 5, 6, 7, SEP_ID], TextLimits(max_tokens=4), REJECT, 3)
 
 
-def test_apply_token_limit_truncate_keeps_first_max_minus_one_ids_and_the_final_id():
-    ids = [CLS_ID, 5, 6, 7, 8, SEP_ID]
-    kept = apply_token_limit(ids, TextLimits(max_tokens=4, overlength="truncate"), 0)
-    assert kept == [CLS_ID, 5, 6, SEP_ID]
+def test_truncate_keeps_the_special_tokens_and_counts_the_dropped_ones():
+    fitted = fit([CLS_ID, 5, 6, 7, 8, SEP_ID], TextLimits(max_tokens=4), TRUNCATE)
+    assert fitted == FittedText([[CLS_ID, 5, 6, SEP_ID]], tokens=6, truncated=2)
+    assert fitted.encoded_tokens == 4
+
+
+def test_truncate_keeps_every_special_token_of_a_tokenizer_with_two_at_each_end():
+    two = Specials(2, 2)
+    ids = [0, 1, 5, 6, 7, 8, 2, 3]
+    fitted = fit_text(ids, two, TextLimits(max_tokens=6), TRUNCATE, 0)
+    assert fitted.rows == [[0, 1, 5, 6, 2, 3]] and fitted.truncated == 2
+
+
+def test_chunk_frames_each_overlapping_window_with_the_special_tokens():
+    ids = [CLS_ID, *range(1, 11), SEP_ID]  # 10 tokens of text
+    fitted = fit(ids, TextLimits(max_tokens=6), TextOptions("chunk", 1))  # windows of 4
+    assert fitted.rows == [[CLS_ID, 1, 2, 3, 4, SEP_ID], [CLS_ID, 4, 5, 6, 7, SEP_ID],
+                           [CLS_ID, 7, 8, 9, 10, SEP_ID]]
+    assert (fitted.tokens, fitted.truncated, fitted.encoded_tokens) == (12, 0, 18)
+
+
+def test_chunk_refuses_a_text_over_its_windows_limit_naming_the_count():
+    limits = TextLimits(max_tokens=6, max_windows_per_text=2)
+    with pytest.raises(InvalidInputError, match=(
+            r"^TEXT\[1\] is 12 tokens: 3 windows of 4 text tokens overlapping by 1, over the "
+            r"limit of 2 windows per text$")):
+        fit([CLS_ID, *range(1, 11), SEP_ID], limits, TextOptions("chunk", 1), 1)
+
+
+def test_a_request_over_its_windows_limit_is_refused():
+    limits = TextLimits(max_windows_per_request=3)
+    fitted = [FittedText([[1], [2]], 2), FittedText([[3], [4]], 2)]
+    with pytest.raises(InvalidInputError, match=(
+            r"^the request's 2 texts need 4 windows, over the limit of 3 windows per request")):
+        check_request_windows(fitted, limits)
+    check_request_windows(fitted[:1], limits)
+
+
+@pytest.mark.parametrize("options", [REJECT, TRUNCATE, CHUNK])
+def test_a_text_with_no_tokens_of_its_own_is_refused_whatever_the_policy(options):
+    with pytest.raises(InvalidInputError, match=r"^TEXT\[2\] has no tokens once tokenized"):
+        fit([CLS_ID, SEP_ID], TextLimits(), options, 2)
+
+
+@pytest.mark.parametrize(("length", "width", "overlap", "spans"), [
+    (3, 4, 1, [(0, 3)]),
+    (4, 4, 1, [(0, 4)]),
+    (5, 4, 1, [(0, 4), (3, 5)]),
+    (10, 4, 0, [(0, 4), (4, 8), (8, 10)]),
+    (10, 4, 3, [(0, 4), (1, 5), (2, 6), (3, 7), (4, 8), (5, 9), (6, 10)]),
+])
+def test_windows_cover_the_text_in_order_and_their_count_is_known_beforehand(
+        length, width, overlap, spans):
+    assert window_spans(length, width, overlap) == spans
+    assert windows_needed(length, width, overlap) == len(spans)
+
+
+def test_windows_cannot_overlap_by_their_whole_width():
+    with pytest.raises(ValueError, match="cannot overlap by 4"):
+        window_spans(10, 4, 4)
+
+
+@pytest.mark.parametrize(("parameters", "policy", "overlap"), [
+    (None, "reject", 32), ("", "reject", 32), ("{}", "reject", 32),
+    ('{"truncate": true}', "truncate", 32), ('{"truncate": false}', "reject", 32),
+    ('{"truncate": "chunk"}', "chunk", 32), ('{"truncate": "TRUNCATE"}', "truncate", 32),
+    ('{"truncate": "false"}', "reject", 32), ('{"chunk_overlap": 0}', "reject", 0),
+    ('{"top_k": 3, "rollout_key": "u"}', "reject", 32),
+])
+def test_request_options_read_truncate_and_chunk_overlap_else_the_models(parameters, policy,
+                                                                         overlap):
+    assert request_options(parameters, TextLimits(), SPECIALS) == TextOptions(policy, overlap)
+
+
+@pytest.mark.parametrize(("parameters", "message"), [
+    ('{"truncate": "cut"}', r"parameter 'truncate' must be true, false, or one of reject, "
+                            r'truncate, chunk; got "cut"'),
+    ('{"truncate": 1}', r"parameter 'truncate' must be .*; got 1$"),
+    ('{"chunk_overlap": 254}', r"parameter 'chunk_overlap' must be an integer from 0 to 253 "
+                               r"\(a window holds 254 tokens of text\); got 254"),
+    ('{"chunk_overlap": -1}', r"got -1$"),
+    ('{"chunk_overlap": true}', r"got true$"),
+    ('{"chunk_overlap": "8"}', r'got "8"$'),
+])
+def test_bad_request_options_are_invalid_input_naming_the_parameter(parameters, message):
+    with pytest.raises(InvalidInputError, match=message):
+        request_options(parameters, TextLimits(), SPECIALS)
+
+
+def test_pooled_windows_are_the_token_weighted_mean_normalised():
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    pooled = pool_windows(vectors, [3, 1], normalize=True)
+    assert pooled.dtype == np.float32
+    np.testing.assert_allclose(pooled, np.array([3, 1]) / np.sqrt(10), rtol=1e-6)
+    np.testing.assert_allclose(pool_windows(vectors, [3, 1], normalize=False), [0.75, 0.25])
+
+
+def test_a_row_digest_names_its_ids_exactly():
+    assert row_digest([101, 7, 102]) == row_digest((101, 7, 102))
+    assert row_digest([101, 7, 102]) != row_digest([101, 7, 7, 102])
+
+
+def test_the_shipped_tokenizer_frames_a_text_with_one_special_token_at_each_end():
+    assert TextEncoder(TOKENIZER).specials == Specials(1, 1)
 
 
 def test_pad_batch_pads_to_longest_row_with_int64_ids_and_mask():
@@ -117,9 +240,12 @@ def test_pad_batch_refuses_an_empty_batch():
         pad_batch([])
 
 
-def encode(encoder: TextEncoder, limits: TextLimits, texts: list[str]) -> tuple:
+def encode(encoder: TextEncoder, limits: TextLimits, texts: list[str],
+           options: TextOptions | None = None) -> tuple:
     """What a text front model does with a batch: ids, the token limit, padding."""
-    rows = [apply_token_limit(r, limits, i) for i, r in enumerate(encoder.token_ids(texts))]
+    options = options or TextOptions(limits.overlength, limits.chunk_overlap)
+    rows = [row for i, r in enumerate(encoder.token_ids(texts))
+            for row in fit_text(r, encoder.specials, limits, options, i).rows]
     return pad_batch(rows, encoder.pad_id)
 
 

@@ -92,12 +92,17 @@ def limit(config: model_config_pb2.ModelConfig, key: str) -> int:
     return int(config.parameters[key].string_value)
 
 
-def test_http_body_limit_holds_a_full_batch_of_the_longest_texts_json_escaped():
+def test_http_body_limit_holds_the_longest_text_json_escaped_and_a_full_batch_of_long_ones():
+    """A text at max_text_bytes fits one HTTP request (a 4-byte emoji escapes to 12
+    characters), and so does a full batch of texts of max_tokens tokens (at most 4 bytes a
+    token: every longer text is overlength). A request of many long texts is cut by bytes
+    by the SDK; over the front door it gets a 413 naming the limit."""
     texts = [c for c in front_configs() if "max_text_bytes" in c.parameters]
     assert texts
-    for config in texts:  # a 4-byte emoji escapes to 12 characters
-        worst_json = 3 * config.max_batch_size * limit(config, "max_text_bytes") + ENVELOPE
-        assert worst_json <= MAX_BODY_BYTES, config.name
+    for config in texts:
+        assert 3 * limit(config, "max_text_bytes") + ENVELOPE <= MAX_BODY_BYTES, config.name
+        full = 3 * config.max_batch_size * 4 * limit(config, "max_tokens") + ENVELOPE
+        assert full <= MAX_BODY_BYTES, config.name
     # and stays under what killed Triton 2.51's HTTP server here (4,194,202 bytes)
     assert MAX_BODY_BYTES < 4_180_000
     assert FrontDoorSettings().max_body_bytes == MAX_BODY_BYTES
@@ -248,4 +253,4 @@ def test_outputs_come_from_the_metadata_when_the_config_is_restricted():
         name="embed", outputs=[service_pb2.ModelMetadataResponse.TensorMetadata(name="EMBEDDING")])
     assert output_names(grpc) == ["EMBEDDING"]
     assert output_names(service_pb2.ModelConfigResponse(config=embed_config())) == [
-        "EMBEDDING", "SERVED_BY", "TOKENS"]
+        "EMBEDDING", "SERVED_BY", "TOKENS", "TRUNCATED_TOKENS", "WINDOWS"]

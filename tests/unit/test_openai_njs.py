@@ -14,7 +14,13 @@ import pytest
 
 from core.families.text_embedding import TEXT_EMBEDDING
 from python_backends.errors import InvalidInputError
-from python_backends.tokenization import TextLimits, apply_token_limit, decode_texts
+from python_backends.tokenization import (
+    Specials,
+    TextLimits,
+    TextOptions,
+    decode_texts,
+    fit_text,
+)
 from server.front_door import NGINX_DIR
 
 TABLE = {"created": 1, "models": [{"id": "minilm", "names": ["minilm", "embed", "alias/x"],
@@ -95,22 +101,61 @@ def test_chunks_cover_the_inputs_in_order():
     assert njs("openai.chunks(64, 64)") == [[0, 64]]
 
 
-def test_the_kserve_body_asks_for_binary_embeddings_and_json_tokens():
+COUNT_OUTPUTS = ["TOKENS", "TRUNCATED_TOKENS", "WINDOWS"]
+
+
+def test_the_kserve_body_asks_for_binary_embeddings_and_json_counts():
     body = json.loads(njs('openai.kserveBody(["a", "b"], 1)'))
     assert body["inputs"] == [{"name": "TEXT", "datatype": "BYTES", "shape": [2, 1],
                                "data": ["a", "b"]}]
     assert body["outputs"] == [{"name": "EMBEDDING", "parameters": {"binary_data": True}},
-                               {"name": "TOKENS", "parameters": {"binary_data": False}}]
+                               *({"name": n, "parameters": {"binary_data": False}}
+                                 for n in COUNT_OUTPUTS)]
     assert body["parameters"] == {"priority": 1}
     assert "parameters" not in json.loads(njs('openai.kserveBody(["a"], null)'))
+    both = json.loads(njs('openai.kserveBody(["a"], 2, {truncate: "chunk", chunk_overlap: 8})'))
+    assert both["parameters"] == {"truncate": "chunk", "chunk_overlap": 8, "priority": 2}
 
 
-def kserve_answer(rows: list[list[float]], tokens: list[int]) -> tuple[str, int]:
+def test_the_counts_the_route_sums_are_the_familys_front_outputs():
+    names = [t.name for t in TEXT_EMBEDDING.front_outputs]
+    assert all(name in names for name in COUNT_OUTPUTS)
+
+
+@pytest.mark.parametrize(("extension", "parameters"), [
+    ({}, {}), ({"truncate": True}, {"truncate": True}), ({"truncate": False},
+                                                         {"truncate": False}),
+    ({"truncate": "chunk", "chunk_overlap": 0}, {"truncate": "chunk", "chunk_overlap": 0}),
+    ({"truncate": None}, {}),
+])
+def test_truncate_and_chunk_overlap_become_the_front_models_request_parameters(extension,
+                                                                              parameters):
+    assert parse({"model": "minilm", "input": "x", **extension})["parameters"] == parameters
+
+
+@pytest.mark.parametrize(("extension", "param", "message"), [
+    ({"truncate": "cut"}, "truncate",
+     'truncate must be true, false, or one of reject, truncate, chunk; got "cut"'),
+    ({"truncate": 1}, "truncate", "got 1"),
+    ({"chunk_overlap": -2}, "chunk_overlap", "chunk_overlap must be an integer >= 0; got -2"),
+    ({"chunk_overlap": 1.5}, "chunk_overlap", "got 1.5"),
+])
+def test_a_bad_truncate_or_chunk_overlap_is_a_400_naming_it(extension, param, message):
+    status, error = error_of(parse({"model": "minilm", "input": "x", **extension}))
+    assert (status, error["param"]) == (400, param)
+    assert message in error["message"]
+
+
+def kserve_answer(rows: list[list[float]], tokens: list[int], truncated: list[int] | None = None,
+                  windows: list[int] | None = None) -> tuple[str, int]:
     """A Triton binary answer (JSON header, then the float32 rows), base64 for njs."""
+    counts = {"TOKENS": tokens, "TRUNCATED_TOKENS": truncated or [0] * len(rows),
+              "WINDOWS": windows or [1] * len(rows)}
     header = json.dumps({"outputs": [
         {"name": "EMBEDDING", "datatype": "FP32", "shape": [len(rows), 4],
          "parameters": {"binary_data_size": 16 * len(rows)}},
-        {"name": "TOKENS", "datatype": "INT32", "shape": [len(rows), 1], "data": tokens}]})
+        *({"name": name, "datatype": "INT32", "shape": [len(rows), 1], "data": data}
+          for name, data in counts.items())]})
     payload = b"".join(struct.pack("<4f", *row) for row in rows)
     return base64.b64encode(header.encode() + payload).decode(), len(header)
 
@@ -118,11 +163,11 @@ def kserve_answer(rows: list[list[float]], tokens: list[int]) -> tuple[str, int]
 @pytest.mark.parametrize("header_pad", [0, 1, 2, 3])  # float rows at any byte alignment
 def test_an_answer_decodes_to_float_rows_or_base64_and_sums_the_tokens(header_pad):
     rows = [[0.5, -1.25, 3.0, 0.1], [1e-7, 2.0, -0.0, 7.5]]
-    packed, length = kserve_answer(rows, [3, 4])
+    packed, length = kserve_answer(rows, [3, 4], [0, 9], [1, 2])
     packed = base64.b64encode(b" " * header_pad + base64.b64decode(packed)).decode()
     buffer = f"Buffer.from({json.dumps(packed)}, 'base64').slice({header_pad})"
     floats = njs(f"openai.decodeAnswer({buffer}, {length}, 2, 4, 'float')")
-    assert floats["tokens"] == 7
+    assert floats["counts"] == {"prompt_tokens": 7, "truncated_tokens": 9, "windows": 3}
     assert floats["embeddings"] == [[struct.unpack("<f", struct.pack("<f", v))[0] for v in r]
                                     for r in rows]
     packed64 = njs(f"openai.decodeAnswer({buffer}, {length}, 2, 4, 'base64')")
@@ -160,7 +205,13 @@ PRODUCED = [  # (the front model's real message, the row it names)
     (lambda: decode_texts(rows(b"ok", b"\xff\xfe"), TextLimits(), TEXT), 1),
     (lambda: decode_texts(rows(b"ok", b"ok", b"   "), TextLimits(), TEXT), 2),
     (lambda: decode_texts(rows(b"x" * 9), TextLimits(max_text_bytes=8), TEXT), 0),
-    (lambda: apply_token_limit(list(range(10)), TextLimits(max_tokens=4), 5, TEXT), 5),
+    (lambda: fit_text(list(range(10)), Specials(), TextLimits(max_tokens=4),
+                      TextOptions("reject", 1), 5, TEXT), 5),
+    (lambda: fit_text(list(range(10)), Specials(), TextLimits(max_tokens=4,
+                                                              max_windows_per_text=2),
+                      TextOptions("chunk", 1), 3, TEXT), 3),
+    (lambda: fit_text([101, 102], Specials(), TextLimits(), TextOptions("chunk", 1), 4,
+                      TEXT), 4),
 ]
 
 
@@ -169,7 +220,8 @@ def test_the_route_sends_the_familys_input_tensor():
     assert json.loads(njs("openai.kserveBody(['a'], null)"))["inputs"][0]["name"] == TEXT
 
 
-@pytest.mark.parametrize(("make", "row"), PRODUCED, ids=["utf8", "empty", "bytes", "tokens"])
+@pytest.mark.parametrize(("make", "row"), PRODUCED,
+                         ids=["utf8", "empty", "bytes", "tokens", "windows", "no tokens"])
 def test_the_front_models_own_row_messages_get_the_requests_row_numbers(make, row):
     """Producer and parser agree: whatever the wording, the row the front model names
     comes back as the request's own input[offset + row], and no TEXT[...] is left."""

@@ -38,7 +38,8 @@ def test_the_ladder_renders_under_the_existing_keys_with_the_shipped_values() ->
     assert LadderSettings().to_parameters() == {
         "queue_ratio": "0.9", "degrade_down_ratio": "0.5", "min_dwell_s": "5",
         "recover_dwell_s": "1", "failures_to_degrade": "3", "memory_limit_mb": "4096",
-        "small_batch_rows": "8", "cache_entries": "4096", "forced_level": "-1"}
+        "small_batch_rows": "8", "cache_entries": "4096", "forced_level": "-1",
+        "dedupe_rows": "true"}
 
 
 def test_a_knob_not_written_into_configs_still_has_a_default_and_is_read() -> None:
