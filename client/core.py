@@ -235,12 +235,16 @@ def new_request_id() -> str:
 @dataclass(frozen=True)
 class ModelInfo:
     """What the client needs to know of a model: its max_batch_size, outputs, chunks in
-    flight, and the rows of one chunk (`request_rows`, at most max_batch)."""
+    flight, the rows of one chunk (`request_rows`, at most max_batch), and of one chunk
+    whose texts are cut into windows (`chunk_rows`; `chunks_by_default`: the model's
+    policy is chunk)."""
 
     max_batch: int
     outputs: tuple[str, ...]
     in_flight: int
     request_rows: int
+    chunk_rows: int = 1
+    chunks_by_default: bool = False
 
 
 def inner(config: Any) -> Any:
@@ -264,15 +268,20 @@ def max_batch_size(config: Any) -> int:
     return int(value) or 1
 
 
+def config_dict(config: Any) -> dict[str, Any]:
+    """The config in Triton's JSON form, from HTTP (a dict) or gRPC (protobuf)."""
+    body = inner(config)
+    if not isinstance(body, dict):
+        body = json_format.MessageToDict(body, preserving_proto_field_name=True)
+    return body
+
+
 def request_rows(config: Any) -> int:
     """Rows of one request of a bulk call (core.settings.request_rows: the model's
     preferred batch when it has one, else its max_batch_size), from the config over HTTP
     (a dict) or gRPC (protobuf): a bulk call is then many short executions that higher
     priorities can pass."""
-    body = inner(config)
-    if not isinstance(body, dict):
-        body = json_format.MessageToDict(body, preserving_proto_field_name=True)
-    return settings.request_rows(body)
+    return settings.request_rows(config_dict(config))
 
 
 def instance_count(config: Any) -> int | None:
@@ -308,15 +317,18 @@ class Access:
     max_in_flight: int | None = None  # chunks of one call at once; None: from the config
 
     def info(self, config: Any) -> ModelInfo:
+        body = config_dict(config)
+        rows = self.max_batch_size or request_rows(config)
         return ModelInfo(self.max_batch_size or max_batch_size(config),
                          tuple(output_names(config)),
                          self.max_in_flight or in_flight_limit(instance_count(config)),
-                         self.max_batch_size or request_rows(config))
+                         rows, min(rows, settings.chunk_request_rows(body)),
+                         settings.chunks_by_default(body))
 
     def info_without_config(self, metadata: Any) -> ModelInfo:
         rows = self.max_batch_size or 1
         return ModelInfo(rows, tuple(output_names(metadata)),
-                         self.max_in_flight or DEFAULT_IN_FLIGHT, rows)
+                         self.max_in_flight or DEFAULT_IN_FLIGHT, rows, rows)
 
 
 @dataclass(frozen=True)
@@ -335,12 +347,14 @@ class Call:
 
     def chunks(self, info: ModelInfo) -> list[tuple[slice, str]]:
         """(rows, request id) of each request the call makes: at most the model's
-        request rows (its preferred batch, else max_batch_size), and never over the
-        protocol's request size limit."""
+        request rows (its preferred batch, else max_batch_size; fewer when its texts are
+        chunked into windows), and never over the protocol's request size limit."""
         sizes = [len(row[0]) for row in self.rows]
+        truncate = self.parameters.get("truncate")
+        chunked = truncate == "chunk" or (truncate is None and info.chunks_by_default)
         return [(rows, new_request_id()) for rows in byte_chunks(
-            sizes, info.request_rows, MAX_REQUEST_BYTES[self.protocol],
-            self.protocol, self.input_name)]
+            sizes, info.chunk_rows if chunked else info.request_rows,
+            MAX_REQUEST_BYTES[self.protocol], self.protocol, self.input_name)]
 
     def progress(self, done: int) -> None:
         if self.on_progress is not None:

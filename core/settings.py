@@ -154,14 +154,14 @@ class TextFrontSettings(ParameterSettings):
 
     max_tokens: int = setting(256, positive_int)  # `tmr add` writes the model's own
     normalize: bool = True  # its encoder L2-normalises (`tmr add` writes the model's own)
-    # A longer text is INVALID_ARG before it is tokenized (about 30k tokens of English:
-    # more than a chunked text may hold, so the windows' limit is the one that speaks).
+    # A longer text is INVALID_ARG before it is tokenized: about 28k tokens of English
+    # prose, as many as max_windows_per_text windows hold (denser text meets that first).
     max_text_bytes: int = setting(131072, positive_int)
     # Over max_tokens: "reject" (INVALID_ARG naming the text), "truncate" (keep the special
     # tokens) or "chunk" (windows pooled into one vector); a request may say its own.
     overlength_policy: str = setting("reject", one_of(*OVERLENGTH_POLICIES))
     chunk_overlap_tokens: int = setting(32, non_negative_int)  # tokens two windows share
-    max_windows_per_text: int = setting(64, positive_int)  # a chunked text's windows
+    max_windows_per_text: int = setting(128, positive_int)  # a chunked text's windows
     max_windows_per_request: int = setting(256, positive_int)  # all texts of a request
     # Rows of a batch go to the encoder in groups whose padding is at most this share of
     # their real tokens (perf/profile.py measured it); -1 pads a batch as one call.
@@ -252,6 +252,20 @@ def request_rows(config: Mapping[str, Any]) -> int:
     router's queue signal measures a batch against it."""
     batching = DynamicBatching.from_config(config.get("dynamic_batching") or {})
     return batching.request_rows(max(int(config.get("max_batch_size", 0) or 0), 1))
+
+
+def chunk_request_rows(config: Mapping[str, Any]) -> int:
+    """Rows of one request whose texts are chunked (python_backends/tokenization.py): as
+    many texts at their most windows as one request may hold, at most `request_rows`, so
+    a bulk client never meets the per-request windows limit."""
+    text = TextFrontSettings.from_parameters(config)
+    return max(1, min(request_rows(config),
+                      text.max_windows_per_request // text.max_windows_per_text))
+
+
+def chunks_by_default(config: Mapping[str, Any]) -> bool:
+    """The model chunks a long text unless a request says otherwise."""
+    return TextFrontSettings.from_parameters(config).overlength_policy == "chunk"
 
 
 # A front's queues: two priority levels; level 2 (low, the default) is shed first by

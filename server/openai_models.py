@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from client.core import request_rows
+from core.settings import chunk_request_rows, chunks_by_default
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import catalog
 from core.families.configs import parameters_of
@@ -31,8 +32,9 @@ CREATED = 1_764_460_800  # 2025-11-30: what /v1/models reports as `created` (no 
 
 def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
     """{"created", "models": [{"id", "names", "front", "dimensions", "request_rows",
-    "in_flight"}]}: `request_rows` is the rows of one request to the front (its preferred
-    batch, else max_batch_size), as the SDK cuts a bulk call."""
+    "chunk_rows", "chunks_by_default", "in_flight"}]}: `request_rows` is the rows of one
+    request to the front (its preferred batch, else max_batch_size), as the SDK cuts a
+    bulk call, and `chunk_rows` the rows of one when its texts are chunked."""
     models = []
     for model in catalog(repository):
         if model.family is not TEXT_EMBEDDING or not model.front:
@@ -43,9 +45,17 @@ def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
         models.append({"id": model.base, "names": names, "front": model.front,
                        "dimensions": int(config.output[0].dims[-1]),
                        "request_rows": request_rows(config),
+                       "chunk_rows": chunk_request_rows(as_json(config)),
+                       "chunks_by_default": chunks_by_default(as_json(config)),
                        # chunks of one request in flight at once: one per front instance
                        "in_flight": max(1, sum(g.count for g in config.instance_group))})
     return {"created": CREATED, "models": models}
+
+
+def as_json(config: Any) -> dict[str, Any]:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(config, preserving_proto_field_name=True)
 
 
 def render(repository: Path = DEFAULT_REPOSITORY) -> str:

@@ -306,7 +306,11 @@ async function serveEmbeddings(r) {
     }
     r.variables.openai_user = request.user;
     const model = request.model;
-    const parts = chunks(request.texts.length, model.request_rows);
+    const truncate = request.parameters.truncate;
+    const chunked = truncate === "chunk" ||
+        ((truncate === undefined) && model.chunks_by_default === true);
+    const parts = chunks(request.texts.length,
+                         chunked ? model.chunk_rows || 1 : model.request_rows);
     const replies = await inWaves(parts.map((part) => () => r.subrequest(
         "/_triton_plain/v2/models/" + model.front + "/infer",
         {method: "POST", body: kserveBody(request.texts.slice(part[0], part[1]),

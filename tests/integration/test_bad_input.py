@@ -22,9 +22,9 @@ def text_body(data: list, shape: list[int] | None = None, datatype: str = "BYTES
 HTTP_CASES = [
     ("empty text", "/v2/models/embed/infer", text_body(["   "]), 400, r"TEXT\[0\] is empty"),
     ("text over the token limit", "/v2/models/embed/infer", text_body(["word " * 300]), 400,
-     r"TEXT\[0\] is 302 tokens, over the limit of 256 tokens \(overlength_policy=reject\)"),
-    ("text over the byte limit", "/v2/models/embed/infer", text_body(["x" * 20000]), 400,
-     r"TEXT\[0\] is 20000 bytes, over the limit of 16384 bytes"),
+     r"TEXT\[0\] is 302 tokens, over the limit of 256 tokens \(overlength_policy=reject; "),
+    ("text over the byte limit", "/v2/models/embed/infer", text_body(["x" * 140000]), 400,
+     r"TEXT\[0\] is 140000 bytes, over the limit of 131072 bytes"),
     ("wrong datatype", "/v2/models/embed/infer", text_body([1], datatype="INT32"), 400,
      r"data-type is 'INT32', but model 'embed' expects 'BYTES'"),
     ("wrong shape", "/v2/models/embed/infer", text_body(["a", "b"], shape=[1, 2]), 400,

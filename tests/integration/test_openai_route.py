@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import openai
@@ -161,6 +162,61 @@ def test_a_text_over_the_token_limit_is_named_by_its_index_in_the_request(door):
             match=r"input\[70\] is 302 tokens, over the limit of 256 tokens") as info:
         c.embeddings.create(model=MODEL, input=texts)
     assert info.value.body["param"] == "input"
+
+
+LICENCE = Path("/usr/share/common-licenses/GPL-3").read_text(encoding="utf-8")
+
+
+def test_truncate_and_chunk_are_extension_fields_and_usage_counts_every_window(door, triton):
+    """`truncate` (true, false or "chunk") and `chunk_overlap` go through as the front
+    model's request parameters; usage counts the tokens the encoder ran over (every window
+    of a chunked text), plus the tokens truncation dropped and the windows."""
+    texts = [LICENCE[:9000], fresh("a short one")[0]]
+    with EmbedClient(triton.grpc_url, protocol="grpc") as c:
+        chunked = c.embed_with_info(texts, truncate="chunk")
+        cut = c.embed_with_info(texts, truncate=True)
+    with client(door) as c:
+        answer = c.embeddings.create(model=MODEL, input=texts, extra_body={"truncate": "chunk"})
+        truncated = c.embeddings.create(model=MODEL, input=texts, extra_body={"truncate": True})
+        with pytest.raises(openai.BadRequestError,
+                           match=r"input\[0\] is \d+ tokens, over the limit of 256 tokens "
+                                 r"\(overlength_policy=reject; send truncate=true"):
+            c.embeddings.create(model=MODEL, input=texts)
+    assert_same([d.embedding for d in answer.data], chunked.embeddings)
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens == sum(chunked.tokens)
+    assert answer.usage.model_extra == {"truncated_tokens": 0, "windows": sum(chunked.windows)}
+    assert chunked.windows[0] > 1
+    assert_same([d.embedding for d in truncated.data], cut.embeddings)
+    assert truncated.usage.prompt_tokens == sum(cut.tokens) == 256 + cut.tokens[1]
+    assert truncated.usage.model_extra == {"truncated_tokens": cut.truncated_tokens[0],
+                                           "windows": 2}
+
+
+def test_a_chunked_request_of_many_long_texts_is_cut_under_the_windows_limit(door, triton):
+    """9 licences need 280 windows, over one request's 256: the route sends them to the
+    front in requests of chunk_rows texts, as the SDK does."""
+    with client(door, timeout=120) as c:
+        answer = c.embeddings.create(model=MODEL, input=[LICENCE] * 9,
+                                     extra_body={"truncate": "chunk", "chunk_overlap": 16})
+    vectors = np.asarray([d.embedding for d in answer.data], np.float64)
+    assert len(vectors) == 9 and np.allclose(vectors, vectors[0], atol=1e-6)
+    with EmbedClient(triton.grpc_url, protocol="grpc") as sdk_client:
+        one = sdk_client.embed_with_info([LICENCE], truncate="chunk", chunk_overlap=16)
+    assert_same(vectors[:1], one.embeddings)
+    assert answer.usage.model_extra["windows"] == 9 * one.windows[0]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"truncate": "cut"}, 'truncate must be true, false, or one of reject, truncate, chunk; '
+                          'got "cut"'),
+    ({"truncate": "chunk", "chunk_overlap": 300},
+     r"parameter 'chunk_overlap' must be an integer from 0 to 253"),
+    ({"chunk_overlap": -1}, r"chunk_overlap must be an integer >= 0; got -1"),
+])
+def test_a_bad_truncate_or_overlap_is_a_bad_request(door, extra, message):
+    with client(door) as c, pytest.raises(openai.BadRequestError, match=message):
+        c.embeddings.create(model=MODEL, input=["x"], extra_body=extra)
+    assert_serving(door.upstreams[0])
 
 
 def test_an_unknown_key_is_an_authentication_error_and_x_api_key_works_too(door):

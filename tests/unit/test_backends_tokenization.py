@@ -48,7 +48,7 @@ def shipped_tokenizer() -> Tokenizer:
 
 
 def test_text_limits_from_config_without_parameters_uses_defaults():
-    assert TextLimits.from_config({}) == TextLimits(256, 131072, "reject", 32, 64, 256)
+    assert TextLimits.from_config({}) == TextLimits(256, 131072, "reject", 32, 128, 256)
 
 
 def test_text_limits_from_config_reads_string_values_of_parameters():
