@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from client.core import request_rows
-from core.settings import chunk_request_rows, chunks_by_default
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import catalog
 from core.families.configs import parameters_of
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from core.settings import chunk_request_rows, chunks_by_default
 from core.versions import read_config
 
 COMMITTED = PROJECT_ROOT / "server" / "nginx" / "openai_models.json"
