@@ -69,6 +69,7 @@ class ImageClassificationFront:
     preallocated buffer, hand the buffer's rows to the encoder, top-k of its logits."""
 
     bucket_waste = ONE_CALL  # images are all one size: a batch is one call
+    max_batch_tokens = 0  # no bound on padded tokens: images have none
 
     def __init__(self, model: BaseModel) -> None:
         self.model = model  # whose batch facts each batch's images are counted in
