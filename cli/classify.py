@@ -1,5 +1,5 @@
-"""`tmr classify FILE...`: classify JPEG or PNG files through a running server and print
-each file's top-k labels and probabilities."""
+"""`tmr classify FILE...`: classify JPEG, PNG or WebP files through a running server and
+print each file's top-k labels and probabilities."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def make_options(args: argparse.Namespace) -> ClassifyOptions:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = add_command(sub, "classify", "classify JPEG or PNG files through the running server",
+    parser = add_command(sub, "classify",
+                         "classify JPEG, PNG or WebP files through the running server",
                          classify_command, make_options)
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
     add_call_options(parser, None, f"the {FAMILY} front that {DEFAULT_REPOSITORY.name}/ "

@@ -1,8 +1,11 @@
 """The image-classification front model: IMAGE in; CLASS_IDS, LABELS, PROBABILITIES and
 SERVED_BY out.
 
-Each row of IMAGE is an encoded JPEG or PNG: raw bytes (a binary tensor), or its base64
-text (JSON cannot carry bytes). Every image of a dynamic batch is decoded, checked and
+Each row of IMAGE is an encoded JPEG, PNG or WebP (an animated WebP serves its first
+frame): raw bytes (a binary tensor), its base64 text, or a base64 data URL
+(`data:image/webp;base64,...`, as a browser's canvas writes it); JSON cannot carry bytes.
+A row that starts `data:` is always read as a data URL, whose declared type must agree with
+its bytes (images.data_url_bytes). Every image of a dynamic batch is decoded, checked and
 preprocessed into its row of a buffer allocated once at start (python_backends/images.py);
 a bad image fails its own request with INVALID_ARG naming the row, and the rest of the
 batch is served. The batch then goes through the degradation ladder
@@ -30,21 +33,34 @@ from core.families.image_classification import (
     PROBABILITIES,
 )
 from core.families.spec import SERVED_BY
+from core.messages import row_ref
 from core.settings import ImageFrontSettings
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.errors import InvalidInputError
 from python_backends.front_warmup import WarmedRouter
-from python_backends.images import ImageBatchBuffer, ImageSpec, sniff_format, top_k
+from python_backends.images import (
+    ImageBatchBuffer,
+    ImageSpec,
+    base64_min_size,
+    data_url_bytes,
+    is_data_url,
+    sniff_format,
+    top_k,
+)
 from python_backends.router import ONE_CALL, Prepared, strings_array
 
 IMAGE_INPUT = IMAGE.name
 ENCODER_INPUT = PIXEL_VALUES.name
 
 
-def image_bytes(item: Any) -> bytes:
-    """An image's bytes: as sent, or decoded when the row is base64 text of an image."""
+def image_bytes(item: Any, spec: ImageSpec, name: str = IMAGE_INPUT) -> bytes:
+    """An image's bytes: a data URL's (checked, or InvalidInputError naming `name`), as
+    sent, or decoded when the row is base64 text of an image. A row whose base64 could not
+    fit max_image_bytes is not decoded: decode_image refuses it by its size."""
     data = item if isinstance(item, bytes) else str(item).encode()
-    if sniff_format(data) is not None or not data:
+    if is_data_url(data):
+        return data_url_bytes(data, spec, name)
+    if sniff_format(data) is not None or base64_min_size(len(data)) > spec.max_image_bytes:
         return data
     try:
         decoded = base64.b64decode(data, validate=True)
@@ -91,7 +107,9 @@ class ImageClassificationFront:
         for i, request in enumerate(requests):
             try:
                 k = requested_top_k(request.parameters(), self.default_k, len(self.labels))
-                items = [image_bytes(x) for x in input_array(request, IMAGE_INPUT).reshape(-1)]
+                rows_in = input_array(request, IMAGE_INPUT).reshape(-1)
+                items = [image_bytes(x, self.spec, row_ref(IMAGE_INPUT, n))
+                         for n, x in enumerate(rows_in)]
                 rows = self.buffer.fill_from(items, row, IMAGE_INPUT)
             except InvalidInputError as err:
                 responses[i] = error_response(err)

@@ -16,10 +16,19 @@ torchvision's `ToTensor` + `Normalize` is value_range=1 (MNIST: mean 0.1307, std
 TensorFlow's EfficientNet-Lite `(x*255 - 127) / 128` is value_range=255, mean 127, std 128.
 It is applied as a 256-entry lookup table per channel, computed in float64, so the float32
 result is the correctly rounded value of the formula.
+
+Accepted: JPEG, PNG and WebP (lossy, lossless, with alpha), the spec's `image_formats`. An
+animated WebP is served as its first frame, the only one decoded, on its canvas (whose size
+max_pixels limits, read from the header before libwebp allocates it). Other formats are
+named by their first bytes (`sniff_format`: GIF, BMP, TIFF, HEIC/HEIF, AVIF, ICO, SVG, PDF,
+a RIFF that is no WebP) and refused. A row may also be a base64 data URL
+(`data_url_bytes`), whose declared type must be accepted and agree with its bytes.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import struct
 import warnings
@@ -43,12 +52,28 @@ RESAMPLING = {
     "bilinear": Image.Resampling.BILINEAR,
     "bicubic": Image.Resampling.BICUBIC,
 }
-# Magic numbers of common formats, to say what a refused file is.
+ACCEPTED_FORMATS = ("JPEG", "PNG", "WEBP")  # what Pillow decodes here, and the default
+# Magic numbers of common formats, to say what a refused file is (RIFF, ftyp, markup below).
 MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"),
     (b"GIF89a", "GIF"), (b"BM", "BMP"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"),
-    (b"RIFF", "WEBP"),
+    (b"\x00\x00\x01\x00", "ICO"), (b"%PDF", "PDF"),
 )  # fmt: skip
+RIFF_FORMS = {b"WEBP": "WEBP", b"WAVE": "WAV", b"AVI ": "AVI"}  # bytes 8-11 of a RIFF file
+# ISO-BMFF brands (an `ftyp` box at offset 4): HEIF is the container, HEIC and AVIF its codecs.
+FTYP_BRANDS = {
+    b"heic": "HEIC", b"heix": "HEIC", b"heim": "HEIC", b"heis": "HEIC", b"hevc": "HEIC",
+    b"hevx": "HEIC", b"mif1": "HEIF", b"msf1": "HEIF", b"heif": "HEIF", b"avif": "AVIF",
+    b"avis": "AVIF",
+}  # fmt: skip
+# How a message names a format: "a GIF image", "an AVIF image", "a PDF document".
+NOUNS = {"PDF": "document", "XML": "document", "WAV": "audio file", "AVI": "video",
+         "RIFF": "file"}
+VOWEL_SOUND = frozenset({"AVIF", "AVI", "ICO", "SVG", "XML"})
+# Data URLs: the media types of the accepted formats (image/jpg is a common alias).
+MEDIA_TYPES = {"image/jpeg": "JPEG", "image/jpg": "JPEG", "image/png": "PNG",
+               "image/webp": "WEBP"}
+MEDIA_TYPE_OF = {"JPEG": "image/jpeg", "PNG": "image/png", "WEBP": "image/webp"}
 SIXTEEN_BIT_MODES = frozenset({"I", "I;16", "I;16B", "I;16L", "I;16N"})
 # What Pillow's decoders raise for broken pixel data (MemoryError and the like are not ours).
 DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error, zlib.error)
@@ -70,7 +95,7 @@ def float_list(raw: str) -> tuple[float, ...]:
 
 
 def format_list(raw: str) -> tuple[str, ...]:
-    return tuple(one_of("JPEG", "PNG")(v.strip().upper()) for v in raw.split(","))
+    return tuple(one_of(*ACCEPTED_FORMATS)(v.strip().upper()) for v in raw.split(","))
 
 
 @dataclass(frozen=True)
@@ -91,7 +116,7 @@ class ImageSpec(ParameterSettings):
     max_image_bytes: int = setting(16 * 2**20, positive_int)
     # width x height from the header, checked before decoding
     max_pixels: int = setting(40_000_000, positive_int)
-    image_formats: tuple[str, ...] = setting(("JPEG", "PNG"), format_list)
+    image_formats: tuple[str, ...] = setting(ACCEPTED_FORMATS, format_list)
     # let libjpeg decode at 1/2, 1/4 or 1/8 scale (still >= resize)
     jpeg_draft: bool = False
 
@@ -137,46 +162,125 @@ class ImageSpec(ParameterSettings):
 
 
 def sniff_format(data: bytes) -> str | None:
-    """The format named by the first bytes, or None."""
+    """The format named by the first bytes, or None. WEBP is `RIFF....WEBP` exactly."""
     for magic, name in MAGIC:
         if data.startswith(magic):
             return name
+    if data.startswith(b"RIFF"):
+        return RIFF_FORMS.get(data[8:12], "RIFF")
+    return _ftyp_format(data) or _markup_format(data)
+
+
+def _ftyp_format(data: bytes) -> str | None:
+    """HEIC, HEIF or AVIF from an ISO-BMFF `ftyp` box: its major brand, then the compatible
+    ones (an AVIF may carry the generic mif1 first)."""
+    if data[4:8] != b"ftyp":
+        return None
+    end = min(int.from_bytes(data[:4], "big"), len(data), 64)
+    brands = [data[8:12], *(data[i:i + 4] for i in range(16, end - 3, 4))]
+    names = [FTYP_BRANDS[b] for b in brands if b in FTYP_BRANDS]
+    specific = [n for n in names if n != "HEIF"]
+    return specific[0] if specific else ("HEIF" if names else None)
+
+
+def _markup_format(data: bytes) -> str | None:
+    """SVG for text that starts `<svg`, or `<?xml` with an `<svg` element soon after; XML
+    for other `<?xml` text."""
+    head = data[:4096].lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if head.startswith(b"<svg"):
+        return "SVG"
+    if head.startswith(b"<?xml"):
+        return "SVG" if b"<svg" in head else "XML"
     return None
 
 
-def _open(data: bytes, spec: ImageSpec, name: str) -> Image.Image:
-    """Read the header only (Image.open decodes no pixels) and refuse what cannot be served."""
-    try:
-        with warnings.catch_warnings():  # our own max_pixels check follows; no warning noise
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data), formats=spec.image_formats)
-    except Image.DecompressionBombError as err:
-        raise InvalidInputError(
-            f"{name} is over the limit of {spec.max_pixels} pixels (Pillow: {err})"
-        ) from None
-    except OSError as err:
-        raise _open_error(data, spec, name, err) from None
-    width, height = image.size
+def article(fmt: str) -> str:
+    """"a JPEG", "an AVIF"."""
+    return f"{'an' if fmt in VOWEL_SOUND else 'a'} {fmt}"
+
+
+def describe(fmt: str) -> str:
+    """How a message names a format: "a GIF image", "an AVIF image", "a PDF document"."""
+    return f"{article(fmt)} {NOUNS.get(fmt, 'image')}"
+
+
+def either(names: Sequence[str]) -> str:
+    """"JPEG, PNG or WEBP"; "JPEG or PNG"; "PNG"."""
+    return " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+
+
+def webp_canvas(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a WebP from its first chunk's header: the canvas of a VP8X
+    (extended or animated) file, else the VP8 or VP8L frame's; None if not readable."""
+    chunk = data[12:16]
+    if chunk == b"VP8X" and len(data) >= 30:
+        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
+    if chunk == b"VP8L" and len(data) >= 25 and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    if chunk == b"VP8 " and len(data) >= 30 and data[23:26] == b"\x9d\x01\x2a":
+        return (int.from_bytes(data[26:28], "little") & 0x3FFF,
+                int.from_bytes(data[28:30], "little") & 0x3FFF)
+    return None
+
+
+def _check_pixels(size: tuple[int, int], spec: ImageSpec, name: str) -> None:
+    width, height = size
     if width * height > spec.max_pixels:
         raise InvalidInputError(
             f"{name} is {width}x{height} = {width * height} pixels, "
             f"over the limit of {spec.max_pixels} pixels"
         )
+
+
+def _check_webp(data: bytes, spec: ImageSpec, name: str) -> None:
+    """Before Pillow opens a WebP (libwebp parses the whole file and allocates the canvas
+    then): its RIFF size against the bytes that came, its canvas against max_pixels."""
+    riff_end = 8 + int.from_bytes(data[4:8], "little")
+    if len(data) < riff_end:
+        raise InvalidInputError(
+            f"{name} is a truncated WEBP: its RIFF header says {riff_end} bytes, "
+            f"{len(data)} arrived"
+        )
+    size = webp_canvas(data)
+    if size is not None:
+        _check_pixels(size, spec, name)
+
+
+def _open(data: bytes, spec: ImageSpec, name: str) -> Image.Image:
+    """Read the header only (Image.open decodes no pixels) and refuse what cannot be served."""
+    sniffed = sniff_format(data)
+    if sniffed is not None and sniffed not in spec.image_formats:
+        raise InvalidInputError(
+            f"{name} is {describe(sniffed)}; only {either(spec.image_formats)} are accepted"
+        )
+    if sniffed == "WEBP":
+        _check_webp(data, spec, name)
+    try:
+        image = Image.open(io.BytesIO(data), formats=spec.image_formats)
+    except Image.DecompressionBombError as err:
+        raise InvalidInputError(
+            f"{name} is over the limit of {spec.max_pixels} pixels (Pillow: {err})"
+        ) from None
+    except DECODE_ERRORS as err:  # OSError mostly; a PNG's short IHDR is a ValueError
+        raise _open_error(sniffed, spec, name, err) from None
+    _check_pixels(image.size, spec, name)
     return image
 
 
-def _open_error(data: bytes, spec: ImageSpec, name: str, err: OSError) -> InvalidInputError:
-    accepted = " or ".join(spec.image_formats)
-    sniffed = sniff_format(data)
+def _open_error(
+    sniffed: str | None, spec: ImageSpec, name: str, err: Exception
+) -> InvalidInputError:
+    """An accepted format (or none known) that Pillow could not open."""
     if "truncated" in str(err).lower():
         kind = sniffed or "image"
         return InvalidInputError(f"{name} is a truncated {kind}: its header ends early")
-    if sniffed in spec.image_formats:
-        return InvalidInputError(f"{name} starts like a {sniffed} but its header is corrupt")
     if sniffed is not None:
-        return InvalidInputError(f"{name} is a {sniffed} image; only {accepted} are accepted")
+        return InvalidInputError(f"{name} starts like a {sniffed} but its header is corrupt")
     said = str(err).split(" <", 1)[0]  # drop the BytesIO repr Pillow appends
-    return InvalidInputError(f"{name} is not a {accepted} image (Pillow: {said})")
+    return InvalidInputError(
+        f"{name} is not a {either(spec.image_formats)} image (Pillow: {said})"
+    )
 
 
 def _load(image: Image.Image, spec: ImageSpec, name: str) -> Image.Image:
@@ -212,7 +316,8 @@ def on_white(image: Image.Image) -> Image.Image:
 
 
 def to_color_mode(image: Image.Image, mode: ColorMode) -> Image.Image:
-    """Convert any decoded JPEG/PNG mode (CMYK, P, RGBA, LA, 1, I;16, ...) to "L" or "RGB"."""
+    """Convert any decoded JPEG/PNG/WebP mode (CMYK, P, RGBA, LA, 1, I;16, ...) to "L" or
+    "RGB"."""
     if image.mode in SIXTEEN_BIT_MODES:
         image = sixteen_to_eight_bit(image)
     if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info:
@@ -222,19 +327,90 @@ def to_color_mode(image: Image.Image, mode: ColorMode) -> Image.Image:
     return image if image.mode == mode else image.convert(mode)
 
 
+def is_data_url(data: bytes) -> bool:
+    """Whether a row is a data URL (`data:...`; the scheme is case-insensitive)."""
+    return data[:5].lower() == b"data:"
+
+
+def base64_min_size(length: int) -> int:
+    """The fewest bytes that `length` characters of valid base64 decode to."""
+    return max(0, length * 3 // 4 - 2)
+
+
+def data_url_bytes(text: bytes, spec: ImageSpec, name: str = "IMAGE") -> bytes:
+    """The encoded image in a data URL (`data:image/webp;base64,...`), or InvalidInputError.
+
+    Only base64 data URLs are accepted. The media type (case-insensitive; image/jpg is
+    image/jpeg) must name one of the spec's formats, and the decoded bytes must be that
+    format. Parameters before `;base64` (`;charset=...`, `;name=...`) are ignored. The data
+    is strict base64 (no whitespace), and its length must fit max_image_bytes once decoded,
+    which is checked before decoding.
+    """
+    header, comma, payload = text[5:].partition(b",")
+    if not comma:
+        raise InvalidInputError(f"{name} is a data URL without the ',' before its data")
+    media, *params = header.decode("latin-1").split(";")
+    media = media.strip().lower()
+    if not params or params[-1].strip().lower() != "base64":
+        raise InvalidInputError(
+            f"{name} is a data URL without ';base64'; only base64 data URLs are accepted"
+        )
+    fmt = MEDIA_TYPES.get(media)
+    if fmt not in spec.image_formats:
+        shown = media if len(media) <= 64 else media[:64] + "..."
+        accepted = either([MEDIA_TYPE_OF[f] for f in spec.image_formats])
+        raise InvalidInputError(f"{name} is a data URL declaring {shown or 'no media type'}; "
+                                f"only {accepted} are accepted")
+    return _data_url_image(payload, fmt, media, spec, name)
+
+
+def _data_url_image(payload: bytes, fmt: str, media: str, spec: ImageSpec, name: str) -> bytes:
+    """A data URL's base64 payload, decoded, checked against its declared format."""
+    if not payload:
+        raise InvalidInputError(f"{name} is a data URL with no data after the ','")
+    if base64_min_size(len(payload)) > spec.max_image_bytes:
+        raise InvalidInputError(
+            f"{name} is a data URL of {len(payload)} base64 characters, at least "
+            f"{base64_min_size(len(payload))} bytes decoded, over the limit of "
+            f"{spec.max_image_bytes} bytes"
+        )
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except binascii.Error as err:
+        raise InvalidInputError(
+            f"{name} is a data URL whose data is not valid base64 ({err})"
+        ) from None
+    sniffed = sniff_format(data)
+    if sniffed != fmt:
+        bytes_are = article(sniffed) if sniffed else f"not {article(fmt)}"
+        raise InvalidInputError(
+            f"{name} is a data URL declaring {media}, but its bytes are {bytes_are}"
+        )
+    return data
+
+
 def decode_image(data: bytes, spec: ImageSpec, name: str = "IMAGE") -> Image.Image:
     """Decode one encoded image into the spec's colour mode, or raise InvalidInputError.
 
-    Checks, in order: empty, over max_image_bytes, not an accepted image, over max_pixels
-    (from the header, before any pixel is decoded), truncated or corrupt pixel data.
+    Checks, in order: empty, over max_image_bytes, not an accepted image (named when its
+    first bytes say what it is), a WebP shorter than its RIFF header says, over max_pixels
+    (from the header, before any pixel is decoded), truncated or corrupt pixel data. An
+    animated WebP decodes its first frame only.
     """
     if len(data) == 0:
-        raise InvalidInputError(f"{name} is empty (0 bytes); send an encoded JPEG or PNG")
+        raise InvalidInputError(
+            f"{name} is empty (0 bytes); send an encoded {either(spec.image_formats)}"
+        )
     if len(data) > spec.max_image_bytes:
         raise InvalidInputError(
             f"{name} is {len(data)} bytes, over the limit of {spec.max_image_bytes} bytes"
         )
-    image = _load(_open(data, spec, name), spec, name)
+    with warnings.catch_warnings():
+        # Our max_pixels check follows Pillow's bomb warning, and what Pillow warns that it
+        # skipped (corrupt EXIF, a malformed MPO) is neither an error nor worth a log line.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        image = _load(_open(data, spec, name), spec, name)
     return to_color_mode(image, spec.color_mode)
 
 

@@ -1,11 +1,12 @@
 """The image-classification family: any PyTorch image classifier and its preprocessing.
 
 Front model (backend `image_classification`, python_backends/classify.py): IMAGE (an
-encoded JPEG or PNG per row: raw bytes in a binary tensor, or base64 text in JSON) in;
-CLASS_IDS, LABELS and PROBABILITIES of the `top_k` best classes, and SERVED_BY, out. It
-decodes, applies the EXIF orientation, converts to the model's colour mode, resizes,
-crops and normalises into a preallocated batch buffer (python_backends/images.py), with
-the labels in its version folder. Encoders: the network's logits for `pixel_values`, as
+encoded JPEG, PNG or WebP per row, an animated WebP served as its first frame: raw bytes
+in a binary tensor, or in JSON base64 text or a base64 data URL) in; CLASS_IDS, LABELS
+and PROBABILITIES of the `top_k` best classes, and SERVED_BY, out. It decodes, applies
+the EXIF orientation, converts to the model's colour mode, resizes, crops and normalises
+into a preallocated batch buffer (python_backends/images.py), with the labels in its
+version folder. Encoders: the network's logits for `pixel_values`, as
 ONNX FP32, TorchScript FP32 and ONNX INT8 by static quantization calibrated on the
 model's own representative images; the gate compares top-1 (accuracy where the
 evaluation set has labels, agreement otherwise).
@@ -25,7 +26,8 @@ from core.rollout import top1_agreement
 from core.settings import FRONT_BATCHING, ImageFrontSettings, LadderSettings, ModelSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
-IMAGE = Tensor("IMAGE", "TYPE_STRING", (1,))  # an encoded JPEG or PNG per row
+# An encoded JPEG, PNG or WebP per row: bytes, base64 text or `data:image/...;base64,`
+IMAGE = Tensor("IMAGE", "TYPE_STRING", (1,))
 CLASS_IDS = Tensor("CLASS_IDS", "TYPE_INT64", (-1,))  # the top_k classes, best first
 LABELS = Tensor("LABELS", "TYPE_STRING", (-1,))
 PROBABILITIES = Tensor("PROBABILITIES", "TYPE_FP32", (-1,))

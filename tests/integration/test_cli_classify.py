@@ -33,7 +33,7 @@ def test_tmr_classify_names_a_bad_file_and_exits_1(grpc_url, tmp_path: Path):
     out = tmr("classify", str(pdf), str(tmp_path / "missing.png"), str(good), "--url",
               grpc_url, "--protocol", "grpc", "--top-k", "1")
     assert out.returncode == 1
-    assert re.search(rf"error: {re.escape(str(pdf))}: InvalidInputError: .*IMAGE\[0\] is not a "
-                     r"JPEG or PNG image", out.stderr), out.stderr
+    assert re.search(rf"error: {re.escape(str(pdf))}: InvalidInputError: .*IMAGE\[0\] is a PDF "
+                     r"document; only JPEG, PNG or WEBP are accepted", out.stderr), out.stderr
     assert f"error: {tmp_path / 'missing.png'}: cannot read it" in out.stderr
     assert out.stdout.startswith(str(good)), "the good file is still classified"

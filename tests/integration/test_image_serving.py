@@ -1,6 +1,7 @@
 """The image-classification family served: real photos and MNIST digits through the front
-models, base64 JSON and binary tensors, the SDK sync and async over HTTP and gRPC, and
-every hostile image the issue lists, each with its 400 while the server stays healthy."""
+models as JPEG, PNG and WebP (lossy, lossless, alpha, animated), base64 JSON, data URLs and
+binary tensors, the SDK sync and async over HTTP and gRPC, and every hostile image the
+issue lists, each with its 400 while the server stays healthy."""
 
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ from client import (
 from python_backends.images import ImageBatchBuffer, ImageSpec, softmax
 from tests.conftest import REPOSITORY
 from tests.image_samples import (
+    animated_webp,
     bomb,
     cat,
     coffee,
     encode,
+    half_clear,
     mnist_test_pngs,
     raw_png,
     rgba_png,
@@ -65,10 +68,19 @@ def binary_body(images: Sequence[bytes], parameters: dict | None = None) -> tupl
     return head + payload, {"Inference-Header-Content-Length": str(len(head))}
 
 
+def json_row(image: bytes) -> str:
+    """How JSON carries an image row: a data URL as its text, anything else as base64."""
+    return image.decode() if image.startswith(b"data:") else base64.b64encode(image).decode()
+
+
+def data_url(media: str, image: bytes) -> bytes:
+    return f"data:{media};base64,".encode() + base64.b64encode(image)
+
+
 def json_body(images: Sequence[bytes], parameters: dict | None = None) -> bytes:
-    """A JSON request: base64 text per image, as JSON cannot carry bytes."""
+    """A JSON request: base64 text per image (JSON cannot carry bytes), or a data URL."""
     body = {"inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [len(images), 1],
-                        "data": [base64.b64encode(i).decode() for i in images]}]}
+                        "data": [json_row(i) for i in images]}]}
     if parameters:
         body["parameters"] = parameters
     return json.dumps(body).encode()
@@ -143,6 +155,72 @@ def test_base64_json_and_binary_tensors_get_the_same_answer(http_url):
     assert outputs(as_json)["LABELS"][0] in ("tabby, tabby cat", "tiger cat", "Egyptian cat")
     np.testing.assert_allclose(outputs(as_json)["PROBABILITIES"],
                                outputs(as_binary)["PROBABILITIES"], atol=1e-6)
+
+
+def assert_same_ranking(got: Sequence, expected: Sequence) -> None:
+    """The same classes in the same order, with the same probabilities (to float noise)."""
+    assert [p.class_id for p in got] == [p.class_id for p in expected]
+    np.testing.assert_allclose([p.probability for p in got],
+                               [p.probability for p in expected], atol=1e-6)
+
+
+WEBPS = {
+    "lossy WebP": lambda: encode(cat(), "WEBP", quality=85),
+    "lossless WebP": lambda: encode(cat(), "WEBP", lossless=True),
+    "WebP with alpha": lambda: encode(half_clear(cat()), "WEBP", quality=90),
+}
+
+
+@pytest.mark.parametrize("case", list(WEBPS))
+def test_a_webp_cat_is_a_cat_over_http_and_grpc_as_the_export_says(http_url, grpc_url, case):
+    webp = WEBPS[case]()
+    expected = offline_probabilities("efficientnet_lite0", [webp])[0]
+    for url, protocol in ((http_url, "http"), (grpc_url, "grpc")):
+        with EmbedClient(url, protocol=protocol, model="efficientnet_lite0") as client:
+            (ranked,) = client.classify([webp], top_k=5).predictions
+        assert CATS & {p.class_id for p in ranked[:3]}, (protocol, ranked)
+        assert [p.class_id for p in ranked] == list(np.argsort(-expected)[:5])
+        np.testing.assert_allclose([p.probability for p in ranked],
+                                   np.sort(expected)[::-1][:5], atol=1e-4)
+
+
+def test_binary_base64_and_a_data_url_of_one_webp_get_the_same_answer(http_url):
+    webp = encode(cat(), "WEBP", quality=85)
+    body, headers = binary_body([webp])
+    answers = [post(http_url, "efficientnet_lite0", body, headers),
+               post(http_url, "efficientnet_lite0", json_body([webp])),
+               post(http_url, "efficientnet_lite0", json_body([data_url("image/webp", webp)]))]
+    assert [status for status, _ in answers] == [200, 200, 200], answers
+    first = outputs(answers[0][1])
+    assert first["LABELS"][0] in ("tabby, tabby cat", "tiger cat", "Egyptian cat")
+    for _, answer in answers[1:]:
+        assert outputs(answer)["CLASS_IDS"] == first["CLASS_IDS"]
+        np.testing.assert_allclose(outputs(answer)["PROBABILITIES"], first["PROBABILITIES"],
+                                   atol=1e-6)
+
+
+def test_the_sdk_sends_data_url_strings_over_http_and_grpc(http_url, grpc_url):
+    photo = encode(cat(), "JPEG", quality=90)
+    rows = [data_url("image/webp", encode(cat(), "WEBP")).decode(),
+            data_url("IMAGE/JPG", photo).decode(), photo]
+    for url, protocol in ((http_url, "http"), (grpc_url, "grpc")):
+        with EmbedClient(url, protocol=protocol, model="efficientnet_lite0") as client:
+            result = client.classify(rows, top_k=3)
+        assert [CATS & {p.class_id for p in r} != set() for r in result.predictions] == [
+            True, True, True], (protocol, result.predictions)
+        assert_same_ranking(result.predictions[1], result.predictions[2])  # one JPEG, 2 ways
+
+
+def test_an_animated_webp_is_answered_for_its_first_frame(http_url):
+    """Lossless frames: the first is the cat's exact pixels, so the answer is the cat
+    PNG's, and not the second frame's espresso."""
+    photo, cup = cat(), coffee().resize(cat().size)
+    animated = animated_webp([photo, cup], lossless=True)
+    with EmbedClient(http_url, model="efficientnet_lite0") as client:
+        got, as_png, second = client.classify(
+            [animated, encode(photo, "PNG"), encode(cup, "PNG")], top_k=5).predictions
+    assert_same_ranking(got, as_png)
+    assert got[0].class_id in CATS and second[0].class_id == ESPRESSO
 
 
 def test_a_request_chooses_its_top_k(http_url):
@@ -241,21 +319,56 @@ def noise_png(side: int) -> bytes:
     return encode(Image.fromarray(pixels), "PNG", compress_level=0)
 
 
+def truncated_webp() -> bytes:
+    photo = encode(cat(), "WEBP")
+    return photo[: len(photo) // 2]
+
+
+def iso_bmff(major: bytes, *compatible: bytes) -> bytes:
+    """The first bytes of a HEIC or AVIF file: an `ftyp` box, then a little of a `meta`."""
+    payload = major + b"\x00\x00\x00\x00" + b"".join(compatible)
+    return (struct.pack(">I", 8 + len(payload)) + b"ftyp" + payload
+            + b"\x00\x00\x00\x21meta\x00\x00\x00\x00" + b"\x00" * 64)
+
+
 HOSTILE = [
-    ("not an image", "digits", lambda: b"%PDF-1.7 this is a pdf, not a photo",
-     r"IMAGE\[0\] is not a JPEG or PNG image \(Pillow: "),
+    ("not an image", "digits", lambda: b"name,label\nchelsea,cat\n",
+     r"IMAGE\[0\] is not a JPEG, PNG or WEBP image \(Pillow: "),
+    ("a PDF", "digits", lambda: b"%PDF-1.7 this is a pdf, not a photo",
+     r"IMAGE\[0\] is a PDF document; only JPEG, PNG or WEBP are accepted"),
     ("a truncated JPEG", "efficientnet_lite0", truncated_jpeg,
      r"IMAGE\[0\] is a truncated JPEG"),
+    ("a truncated WebP", "efficientnet_lite0", truncated_webp,
+     r"IMAGE\[0\] is a truncated WEBP: its RIFF header says \d+ bytes, \d+ arrived"),
     ("zero bytes", "digits", lambda: b"",
-     r"IMAGE\[0\] is empty \(0 bytes\); send an encoded JPEG or PNG"),
+     r"IMAGE\[0\] is empty \(0 bytes\); send an encoded JPEG, PNG or WEBP"),
     ("a 20000x20000 PNG bomb", "efficientnet_lite0", lambda: bomb(20000),
      r"IMAGE\[0\] is .*over the limit of 40000000 pixels"),
     ("an image over the byte limit", "digits", lambda: noise_png(620),
      r"IMAGE\[0\] is \d+ bytes, over the limit of 1048576 bytes"),
     ("a GIF", "digits", lambda: encode(cat(), "GIF"),
-     r"IMAGE\[0\] is a GIF image; only JPEG or PNG are accepted"),
+     r"IMAGE\[0\] is a GIF image; only JPEG, PNG or WEBP are accepted"),
     ("base64 of garbage", "digits", lambda: base64.b64encode(b"\x00garbage" * 10),
-     r"IMAGE\[0\] is not a JPEG or PNG image"),
+     r"IMAGE\[0\] is not a JPEG, PNG or WEBP image"),
+    ("a RIFF WAV header", "efficientnet_lite0",
+     lambda: b"RIFF\x24\x08\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x02\x00" + b"\x00" * 32,
+     r"IMAGE\[0\] is a WAV audio file; only JPEG, PNG or WEBP are accepted"),
+    ("a HEIC header", "efficientnet_lite0", lambda: iso_bmff(b"heic", b"mif1", b"heic"),
+     r"IMAGE\[0\] is a HEIC image; only JPEG, PNG or WEBP are accepted"),
+    ("an AVIF header", "efficientnet_lite0", lambda: iso_bmff(b"avif", b"mif1", b"miaf"),
+     r"IMAGE\[0\] is an AVIF image; only JPEG, PNG or WEBP are accepted"),
+    ("a data URL whose type disagrees with its bytes", "efficientnet_lite0",
+     lambda: data_url("image/png", encode(cat(), "JPEG")),
+     r"IMAGE\[0\] is a data URL declaring image/png, but its bytes are a JPEG"),
+    ("a data URL without base64", "digits", lambda: b"data:image/png,%89PNG%0D%0A",
+     r"IMAGE\[0\] is a data URL without ';base64'; only base64 data URLs are accepted"),
+    ("a data URL of a GIF", "digits", lambda: data_url("image/gif", encode(cat(), "GIF")),
+     r"IMAGE\[0\] is a data URL declaring image/gif; only image/jpeg, image/png or "
+     r"image/webp are accepted"),
+    ("a data URL of invalid base64", "digits", lambda: b"data:image/jpeg;base64,/9j/4AAQ!!",
+     r"IMAGE\[0\] is a data URL whose data is not valid base64"),
+    ("an empty data URL", "digits", lambda: b"data:image/webp;base64,",
+     r"IMAGE\[0\] is a data URL with no data after the ','"),
 ]
 
 
@@ -292,7 +405,7 @@ def test_one_bad_image_in_a_request_names_its_row(http_url):
     body, headers = binary_body([pngs[0], pngs[1], b"not an image", pngs[2]])
     status, answer = post(http_url, "digits", body, headers)
     assert status == 400, answer
-    assert answer["error"].startswith("IMAGE[2] is not a JPEG or PNG image")
+    assert answer["error"].startswith("IMAGE[2] is not a JPEG, PNG or WEBP image")
 
 
 def test_an_image_tensor_of_the_wrong_dtype_is_refused_by_triton(http_url):
