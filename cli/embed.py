@@ -28,6 +28,10 @@ class EmbedOptions:
     model: str
     priority: int | None
     timeout_s: float | None
+    truncate: str | None = None  # "true", "false", "chunk" or None (the model's policy)
+
+
+TRUNCATE = {"true": True, "false": False, "chunk": "chunk", None: None}
 
 
 def timeout_ms(timeout_s: float | None) -> int | None:
@@ -55,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          embed_command, make_options)
     parser.add_argument("texts", nargs="+", metavar="TEXT")
     add_call_options(parser, text_front())
+    parser.add_argument("--truncate", choices=["true", "false", "chunk"], default=None,
+                        help="a text over the model's length: cut it (true), refuse it "
+                        "(false) or embed it in windows pooled into one vector (chunk); "
+                        "default: the model's overlength_policy")
 
 
 def embed_command(opts: EmbedOptions) -> int:
@@ -64,14 +72,21 @@ def embed_command(opts: EmbedOptions) -> int:
     try:
         with Client(opts.url, protocol=opts.protocol, model=opts.model) as client:
             result = client.embed_with_info(opts.texts, priority=opts.priority,
-                                            timeout_ms=timeout_ms(opts.timeout_s))
+                                            timeout_ms=timeout_ms(opts.timeout_s),
+                                            truncate=TRUNCATE[opts.truncate])
     except TritonClientError as err:
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
     versions = ",".join(sorted(set(result.model_versions)))
     print(f"{result.model_name} v{versions} over {opts.protocol} ({opts.url})")
-    for text, vector in zip(opts.texts, result.embeddings):
+    counts = zip(result.tokens or [None] * len(opts.texts),
+                 result.truncated_tokens or [0] * len(opts.texts),
+                 result.windows or [1] * len(opts.texts))
+    for text, vector, (tokens, dropped, windows) in zip(opts.texts, result.embeddings, counts):
         norm = float((vector**2).sum() ** 0.5)
         head = " ".join(f"{v:+.4f}" for v in vector[:5])
-        print(f"  norm={norm:.4f} dim={vector.shape[0]} [{head} ...]  {text[:60]!r}")
+        extra = (f" tokens={tokens}" if tokens is not None else "") + \
+            (f" truncated={dropped}" if dropped else "") + \
+            (f" windows={windows}" if windows > 1 else "")
+        print(f"  norm={norm:.4f} dim={vector.shape[0]}{extra} [{head} ...]  {text[:60]!r}")
     return 0

@@ -142,7 +142,7 @@ class AsyncClient(ClientBase):
         answers, ids = await self._send(call)
         return embed_result(answers, ids)
 
-    async def classify(self, images: list[bytes], *, model: str | None = None,
+    async def classify(self, images: list[bytes | str], *, model: str | None = None,
                        top_k: int | None = None, priority: int | None = None,
                        timeout_ms: float | None = None, model_version: int | None = None,
                        rollout_key: str | None = None,

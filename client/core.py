@@ -509,7 +509,7 @@ class ClientBase:
         return self._start(model, text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS, options,
                            on_progress, text_parameters(truncate, chunk_overlap))
 
-    def _start_classify(self, images: Iterable[bytes], model: str | None, top_k: int | None,
+    def _start_classify(self, images: Iterable[bytes | str], model: str | None, top_k: int | None,
                         options: CallOptions, on_progress: Progress | None) -> Call:
         if top_k is not None and not is_int_at_least(top_k, 1):
             raise InvalidInputError(f"top_k must be an integer >= 1, got {top_k!r}")

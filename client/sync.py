@@ -137,13 +137,14 @@ class Client(ClientBase):
         answers, ids = self._send(call)
         return embed_result(answers, ids)
 
-    def classify(self, images: list[bytes], *, model: str | None = None,
+    def classify(self, images: list[bytes | str], *, model: str | None = None,
                  top_k: int | None = None, priority: int | None = None,
                  timeout_ms: float | None = None, model_version: int | None = None,
                  rollout_key: str | None = None,
                  on_progress: Progress | None = None) -> ClassifyResult:
         """The `top_k` best classes (the model's default number when None) of each encoded
-        image (JPEG or PNG bytes), best first, with what served each."""
+        image (JPEG, PNG or WebP bytes, or a base64 data URL string), best first, with what
+        served each."""
         call = self._start_classify(images, model, top_k,
                                     CallOptions(priority, timeout_ms, model_version, rollout_key),
                                     on_progress)

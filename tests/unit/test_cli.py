@@ -95,6 +95,7 @@ def test_calls_take_their_inputs_positionally_and_the_model_as_an_option() -> No
     opts = parsed("embed", "a text", "another", "--protocol", "grpc", "--timeout-s", "0.5")
     assert opts == EmbedOptions(["a text", "another"], "localhost:8001", "grpc", "embed",
                                 None, 0.5)
+    assert parsed("embed", "a long text", "--truncate", "chunk").truncate == "chunk"
     opts = parsed("classify", "cat.jpg", "--model", "digits", "--top-k", "3")
     assert opts == ClassifyOptions([Path("cat.jpg")], "localhost:8000", "http", "digits", 3,
                                    None, None)
