@@ -5,7 +5,7 @@ Each row of IMAGE is an encoded JPEG, PNG or WebP (an animated WebP serves its f
 frame): raw bytes (a binary tensor), its base64 text, or a base64 data URL
 (`data:image/webp;base64,...`, as a browser's canvas writes it); JSON cannot carry bytes.
 A row that starts `data:` is always read as a data URL, whose declared type must agree with
-its bytes (images.data_url_bytes). Every image of a dynamic batch is decoded, checked and
+its bytes (python_backends/image_inputs.py). Every image of a dynamic batch is decoded, checked and
 preprocessed into its row of a buffer allocated once at start (python_backends/images.py);
 a bad image fails its own request with INVALID_ARG naming the row, and the rest of the
 batch is served. The batch then goes through the degradation ladder
@@ -16,8 +16,6 @@ front's version folder. The router's cache (level 3) keys a row by its image's d
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 from collections.abc import Sequence
@@ -38,35 +36,12 @@ from core.settings import ImageFrontSettings
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.errors import InvalidInputError
 from python_backends.front_warmup import WarmedRouter
-from python_backends.images import (
-    ImageBatchBuffer,
-    ImageSpec,
-    base64_min_size,
-    data_url_bytes,
-    is_data_url,
-    sniff_format,
-    top_k,
-)
+from python_backends.image_inputs import image_bytes
+from python_backends.images import ImageBatchBuffer, ImageSpec, top_k
 from python_backends.router import ONE_CALL, Prepared, strings_array
 
 IMAGE_INPUT = IMAGE.name
 ENCODER_INPUT = PIXEL_VALUES.name
-
-
-def image_bytes(item: Any, spec: ImageSpec, name: str = IMAGE_INPUT) -> bytes:
-    """An image's bytes: a data URL's (checked, or InvalidInputError naming `name`), as
-    sent, or decoded when the row is base64 text of an image. A row whose base64 could not
-    fit max_image_bytes is not decoded: decode_image refuses it by its size."""
-    data = item if isinstance(item, bytes) else str(item).encode()
-    if is_data_url(data):
-        return data_url_bytes(data, spec, name)
-    if sniff_format(data) is not None or base64_min_size(len(data)) > spec.max_image_bytes:
-        return data
-    try:
-        decoded = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        return data  # neither: decode_image names what it is
-    return decoded if sniff_format(decoded) is not None else data
 
 
 def requested_top_k(parameters_json: str, default: int, classes: int) -> int:

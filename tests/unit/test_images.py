@@ -12,23 +12,25 @@ import pytest
 from PIL import Image, ImageFile, WebPImagePlugin
 
 from core.params import ConfigError
-from python_backends.classify import image_bytes
 from python_backends.errors import InvalidInputError, ModelError
+from python_backends.image_inputs import (
+    base64_min_size,
+    data_url_bytes,
+    either,
+    image_bytes,
+    is_data_url,
+    sniff_format,
+    webp_canvas,
+)
 from python_backends.images import (
     ImageBatchBuffer,
     ImageSpec,
-    base64_min_size,
-    data_url_bytes,
     decode_image,
-    either,
-    is_data_url,
     preprocess_into,
     resize_and_crop,
     resized_size,
-    sniff_format,
     softmax,
     top_k,
-    webp_canvas,
 )
 from tests import image_samples as samples
 from tests.image_samples import bomb, encode, raw_png
