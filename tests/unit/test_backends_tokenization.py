@@ -298,3 +298,21 @@ def test_reject_policy_names_the_overlong_text():
 ])
 def test_the_pad_id_is_the_one_the_tokenizer_declares(tokenizer_json, pad):
     assert padding_id(tokenizer_json) == pad
+
+
+@pytest.mark.parametrize("overlap", [0, 32, 200])
+def test_chunk_windows_are_hugging_faces_own_sliding_window(overlap):
+    """The windows of a long real text equal transformers' overflowing windows with
+    stride = the overlap (export/chunk_reference.py builds its reference on them)."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    text = Path("/usr/share/common-licenses/GPL-3").read_text(encoding="utf-8")[:20000]
+    encoder = TextEncoder(TOKENIZER)
+    fitted = fit_text(encoder.token_ids([text])[0], encoder.specials, TextLimits(),
+                      TextOptions("chunk", overlap), 0)
+    hf = AutoTokenizer.from_pretrained(str(MINILM_SOURCE))(
+        text, truncation=True, max_length=256, stride=overlap, return_overflowing_tokens=True)
+    assert len(fitted.rows) > 10
+    assert fitted.rows == [list(ids) for ids in hf["input_ids"]]
