@@ -11,6 +11,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -246,3 +248,19 @@ def slow_copy(source: Path, factor: int) -> bytes:
     graph.node.extend([helper.make_node("Sum", branches, ["branch_sum"]),
                        helper.make_node("Mul", ["branch_sum", "branch_scale"], [output])])
     return model.SerializeToString()
+
+
+@contextmanager
+def reloaded_with(server, model: str, parameters: dict[str, str]) -> Iterator[None]:
+    """`model` reloaded in `server` (a TritonServer) with config parameters overridden,
+    in the server only; then its on-disk config sent again (a bare load of a model whose
+    files did not change is a no-op on 2.51 and would keep the override)."""
+    from server.admin_client import AdminClient
+
+    with AdminClient(server.http_url) as admin:
+        admin.reload(model, parameters)
+    try:
+        yield
+    finally:
+        with AdminClient(server.http_url) as admin:
+            admin.load(model, v.read_config(server.opts.repository / model))

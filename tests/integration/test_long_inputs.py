@@ -14,11 +14,15 @@ import numpy as np
 import pytest
 
 from client import NO_RETRY, Client, InvalidInputError
-from core.versions import read_config
 from export.chunk_reference import ChunkReference, cosine
-from server.admin_client import AdminClient
 from tests.conftest import MINILM_SOURCE
-from tests.integration.helpers import assert_serving, http_post, model_counts, settled_counts
+from tests.integration.helpers import (
+    assert_serving,
+    http_post,
+    model_counts,
+    reloaded_with,
+    settled_counts,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -124,13 +128,8 @@ def test_kserve_request_parameters_choose_the_policy_over_raw_http(triton, refer
 @pytest.fixture
 def embed_truncates_by_default(triton) -> Iterator[None]:
     """`embed` reloaded (in the server only) with overlength_policy truncate."""
-    with AdminClient(triton.http_url) as admin:
-        admin.reload("embed", {"overlength_policy": "truncate"})
-    try:
+    with reloaded_with(triton, "embed", {"overlength_policy": "truncate"}):
         yield
-    finally:
-        with AdminClient(triton.http_url) as admin:  # the on-disk config, sent again
-            admin.load("embed", read_config(triton.opts.repository / "embed"))
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -20,7 +20,6 @@ from core.repository import copy_repository
 from core.served_by import ServedBy
 from core.versions import read_config
 from server.admin import AUTO, deep_health, force_level_explicit, wait_for_level
-from server.admin_client import AdminClient
 from tests.conftest import start_server
 from tests.integration.helpers import (
     add_version,
@@ -31,6 +30,7 @@ from tests.integration.helpers import (
     metric_value,
     model_counts,
     noisy_copy,
+    reloaded_with,
     settled_counts,
     tmr,
 )
@@ -132,14 +132,8 @@ def test_a_wrong_dtype_is_refused_by_triton_alike(triton) -> None:
 @pytest.fixture
 def routed_to_openvino(triton) -> Iterator[None]:
     """`embed` reloaded (in the server only) with minilm_openvino as its primary."""
-    with AdminClient(triton.http_url) as admin:
-        admin.reload("embed", {"primary_model": "minilm_openvino"})
-    try:
+    with reloaded_with(triton, "embed", {"primary_model": "minilm_openvino"}):
         yield
-    finally:
-        with AdminClient(triton.http_url) as admin:  # the on-disk config again, sent: a
-            admin.load("embed", read_config(triton.opts.repository / "embed"))  # bare load
-            # of a model whose files did not change is a no-op and kept the override
 
 
 def test_a_front_routed_to_openvino_keeps_ladder_health_and_the_openai_route(
