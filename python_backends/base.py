@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from core.settings import ModelSettings
+from python_backends import metrics
 from python_backends.errors import ModelError
 from python_backends.gc_pauses import GcPauses, apply_policy
 from python_backends.metrics import CounterFamily, Gauge
@@ -80,6 +81,7 @@ class BaseModel:
             ModelError(f"{self.name} produced no response for this request")))
         self.batch_log.emit(requests, responses, self.batch, began, self.degradation_level())
         self.gc.flush()
+        metrics.flush()  # the batch's counters, one round trip each
         if warming:
             self.warmup.finished(len(requests), time.monotonic() - began)
         return responses

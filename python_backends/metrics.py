@@ -3,10 +3,16 @@
 Outside Triton the metrics are plain in-process numbers, so the same code runs in unit
 tests and tooling. Families are shared by name within a stub process; counters with the
 same labels add up across instances in Triton's registry.
+
+Every `increment` is a round trip over the stub's IPC to Triton, so counters are sent in
+`flush()`, once per batch (BaseModel.execute) for each counter that moved, instead of once
+per increment: a batch of long texts counted its histogram buckets text by text, and a
+rollout's latency buckets call by call, in hundreds of round trips.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -31,12 +37,34 @@ class _Metric:
 
 
 class Counter(_Metric):
-    """One labelled counter; a MetricFamily counter inside Triton."""
+    """One labelled counter; a MetricFamily counter inside Triton, sent by `flush()`."""
+
+    _unsent = 0.0
 
     def inc(self, amount: float = 1.0) -> None:
         self.value += amount
-        if self._metric is not None:
-            self._metric.increment(amount)
+        if self._metric is None or not amount:
+            return
+        with _LOCK:
+            if not self._unsent:
+                _PENDING.append(self)
+            self._unsent += amount
+
+
+_PENDING: list[Counter] = []  # counters with increments Triton has not been sent
+_LOCK = threading.Lock()  # the version reader's thread counts too (a rollout's outcome)
+
+
+def flush() -> None:
+    """Send every counter's increments since the last flush, in the order they were first
+    counted, one round trip per counter."""
+    with _LOCK:
+        amounts = [(counter, counter._unsent) for counter in _PENDING]
+        for counter in _PENDING:
+            counter._unsent = 0.0
+        _PENDING.clear()
+    for counter, amount in amounts:
+        counter._metric.increment(amount)  # type: ignore[union-attr]
 
 
 class Gauge(_Metric):
@@ -45,9 +73,16 @@ class Gauge(_Metric):
     kind = "GAUGE"
 
     def set(self, value: float) -> None:
+        """Set it; Triton is told only when the value changes (a background reader sets
+        some every second)."""
+        if value == self.value and self._metric is not None and self._sent:
+            return
         self.value = value
         if self._metric is not None:
             self._metric.set(value)
+            self._sent = True
+
+    _sent = False
 
 
 class CounterFamily:

@@ -39,6 +39,7 @@ from core.params import ConfigError, required
 from core.rollout import RolloutState
 from core.served_by import ServedBy
 from core.settings import LadderSettings, request_rows
+from python_backends import metrics
 from python_backends.base import BaseModel, error_response
 from python_backends.bls import bls_infer
 from python_backends.degradation import (
@@ -124,6 +125,7 @@ class ServedVersions(threading.Thread):
                 continue  # a config being rewritten: keep the last answer
             self.current[name] = "?" if version is None else str(version)
             self.on_rollout(name, state, last)
+        metrics.flush()  # a rollout's outcome counted here, off the request path
 
     def run(self) -> None:
         while not self.stopped.wait(VERSION_REFRESH_S):
@@ -196,7 +198,10 @@ class FamilyRouter(BaseModel):
 
     # -- the ladder -----------------------------------------------------------------
     def finalize(self) -> None:
+        """Stop the version reader before the stub goes: its gauges talk to Triton over
+        the stub's IPC, which must not race the model's teardown."""
         self.served.stopped.set()
+        self.served.join(timeout=2 * VERSION_REFRESH_S)
         super().finalize()
 
     def degradation_level(self) -> int | None:
@@ -225,7 +230,8 @@ class FamilyRouter(BaseModel):
                           self.front.row_length, max_rows=self.encoders[level.encoder].max_rows
                           if level.encoder else None,
                           max_tokens=self.front.max_batch_tokens,
-                          dedupe=self.settings.dedupe_rows)
+                          # a warmup sample repeats one input: every row must warm the call
+                          dedupe=self.settings.dedupe_rows and not self.warmup.active)
         for i, reason in plan.refused.items():
             self.metrics.rejections.inc(reason=reason)
             responses[i] = error_response(UnavailableError(

@@ -1,6 +1,7 @@
 """`tmr rollout` on a real server under load: a good candidate is promoted, a drifting and
 a slow one are rolled back, all with 0 failed requests; an abort, a restart mid-rollout,
-and the refusals that change nothing.
+and the refusals that change nothing. The load comes over HTTP and gRPC through the SDK,
+and over the front door's OpenAI route with the `openai` client.
 
 The tests of this module run in order on one server (a repository copy with embed and
 its two encoders): each leaves the server serving one version of minilm_onnx, the next
@@ -30,11 +31,13 @@ from core import versions as v
 from core.paths import PROJECT_ROOT
 from python_backends.router import VERSION_REFRESH_S
 from server import rollout as ctl
+from server.front_door import FrontDoor
 from server.launcher import TritonServer
 from server.settings import ServerOptions
 from tests.conftest import start_server
 from tests.image_samples import mnist_test_pngs
 from tests.integration.helpers import add_version, noisy_copy, repository_of, slow_copy, tmr
+from tests.integration.test_front_door import open_front_door
 from tests.integration.test_observability import ROLLOUT_ONLY_METRICS, exposed_names
 
 pytestmark = pytest.mark.timeout(240)
@@ -64,6 +67,7 @@ class Rollout:
     repo: Path
     controllers: list[subprocess.Popen] = field(default_factory=list)
     encoder: str = ENCODER
+    door: FrontDoor | None = None  # the front door before the server (its OpenAI route)
 
     @property
     def model_dir(self) -> Path:
@@ -105,11 +109,13 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
     add_version(repo / ENCODER, AGAIN, source)
     add_version(repo / ENCODER, TAKEOVER, source)
     state = Rollout(start_server(repo, root / "tritonserver.log"), repo)
+    state.door = open_front_door(state.server)
     yield state
     for process in state.controllers:  # a controller a failed test left running
         if process.poll() is None:
             process.kill()
         process.communicate()
+    assert state.door.close() == 0
     assert state.server.stop() == 0
 
 
@@ -130,6 +136,7 @@ class Load:
     url_http: str
     url_grpc: str
     send: Callable[[Client, random.Random], list[tuple[str, str]]] = send_texts
+    door: FrontDoor | None = None  # with it, a client of its OpenAI route too
     stop: threading.Event = field(default_factory=threading.Event)
     # (t, key, "model:version") of each row answered
     seen: list[tuple[float, str, str]] = field(default_factory=list)
@@ -137,6 +144,8 @@ class Load:
     requests: int = 0
 
     def worker(self, protocol: str, seed: int) -> None:
+        if protocol == "openai":
+            return self.openai_worker(seed)
         rng = random.Random(seed)
         url = self.url_http if protocol == "http" else self.url_grpc
         with Client(url, protocol=protocol) as client:
@@ -150,9 +159,30 @@ class Load:
                 now = time.monotonic()
                 self.seen += [(now, key, ":".join(by.split(":")[:2])) for key, by in rows]
 
+    def openai_worker(self, seed: int) -> None:
+        """The OpenAI route (front door -> the front model, where the split lives): its
+        answers carry no SERVED_BY, so only failures and requests are counted."""
+        import openai
+
+        rng = random.Random(seed)
+        assert self.door is not None
+        client = openai.OpenAI(base_url=f"http://{self.door.http_url}/v1", max_retries=0,
+                               api_key=self.door.api_keys["alice"])
+        while not self.stop.is_set():
+            texts = rng.sample(TEXTS, rng.randint(1, 4))
+            try:
+                answer = client.embeddings.create(model="minilm", input=texts)
+                assert len(answer.data) == len(texts)
+            except Exception as err:  # every failure is a finding: keep its text
+                self.failures.append(f"openai: {err}")
+                continue
+            self.requests += 1
+        client.close()
+
     def __enter__(self) -> Load:
+        paths = ("http", "grpc", "http", *(("openai",) if self.door else ()))
         self.threads = [threading.Thread(target=self.worker, args=(p, i), daemon=True)
-                        for i, p in enumerate(("http", "grpc", "http"))]
+                        for i, p in enumerate(paths)]
         for thread in self.threads:
             thread.start()
         return self
@@ -169,8 +199,8 @@ def ended(process: subprocess.Popen, timeout_s: float) -> tuple[int, str]:
     return process.returncode, output
 
 
-def load_on(server: TritonServer, send=send_texts) -> Load:
-    return Load(server.http_url, server.grpc_url, send)
+def load_on(server: TritonServer, send=send_texts, door: FrontDoor | None = None) -> Load:
+    return Load(server.http_url, server.grpc_url, send, door=door)
 
 
 def decisions(rollout: Rollout) -> list[dict]:
@@ -245,7 +275,7 @@ def test_abort_returns_all_traffic_to_the_stable_version(rollout: Rollout) -> No
 def rolled_back(rollout: Rollout, version: int, reason: str, *options: str) -> dict:
     """Roll `version` out under load; it must be rolled back for `reason` with 0 failed
     requests; the detection figures (time, requests) are returned."""
-    with load_on(rollout.server) as load:
+    with load_on(rollout.server, door=rollout.door) as load:
         began, requests = time.monotonic(), load.requests
         out = rollout.run(version, *(options or FAST))
         detect_s, detect_requests = time.monotonic() - began, load.requests - requests
@@ -275,7 +305,7 @@ def test_a_slower_candidate_is_rolled_back_on_latency(rollout: Rollout) -> None:
 
 
 def test_a_good_candidate_goes_through_every_step_and_is_promoted(rollout: Rollout) -> None:
-    with load_on(rollout.server) as load:
+    with load_on(rollout.server, door=rollout.door) as load:
         out = rollout.run(GOOD, *LENIENT)
         time.sleep(1.5)
         after = time.monotonic()
@@ -319,11 +349,14 @@ def test_a_restart_mid_rollout_resumes_it(rollout: Rollout) -> None:
         time.sleep(2)
     assert load.failures == []
     old = rollout.server
+    # the front door's keep-alive connections would hold Triton's shutdown to its timeout
+    assert rollout.door.close() == 0
     assert old.stop() == 0
     rollout.server = TritonServer(ServerOptions(repository=rollout.repo, ports=old.opts.ports),
                                   log_path=old.log_path.with_name("restarted.log"))
     rollout.server.start()
     rollout.server.wait_ready(timeout_s=240)
+    rollout.door = open_front_door(rollout.server)
     assert rollout.ready_versions() == {GOOD, AGAIN}  # the repository says: both
     with load_on(rollout.server) as load:
         code, output = ended(controller, 180)
