@@ -13,7 +13,7 @@ rollout's latency buckets call by call, in hundreds of round trips.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from python_backends.pb import pb_utils
@@ -50,39 +50,48 @@ class Counter(_Metric):
                 _PENDING.append(self)
             self._unsent += amount
 
-
-_PENDING: list[Counter] = []  # counters with increments Triton has not been sent
-_LOCK = threading.Lock()  # the version reader's thread counts too (a rollout's outcome)
-
-
-def flush() -> None:
-    """Send every counter's increments since the last flush, in the order they were first
-    counted, one round trip per counter."""
-    with _LOCK:
-        amounts = [(counter, counter._unsent) for counter in _PENDING]
-        for counter in _PENDING:
-            counter._unsent = 0.0
-        _PENDING.clear()
-    for counter, amount in amounts:
-        counter._metric.increment(amount)  # type: ignore[union-attr]
+    def take(self) -> Callable[[], None]:
+        """The news to send (under the lock), as a call to make outside it."""
+        amount, self._unsent = self._unsent, 0.0
+        return lambda: self._metric.increment(amount)  # type: ignore[union-attr]
 
 
 class Gauge(_Metric):
-    """One labelled gauge."""
+    """One labelled gauge, sent by `flush()` when its value changed."""
 
     kind = "GAUGE"
+    _sent: float | None = None
+    _queued = False
 
     def set(self, value: float) -> None:
-        """Set it; Triton is told only when the value changes (a background reader sets
-        some every second)."""
-        if value == self.value and self._metric is not None and self._sent:
-            return
         self.value = value
-        if self._metric is not None:
-            self._metric.set(value)
-            self._sent = True
+        if self._metric is None or value == self._sent:
+            return
+        with _LOCK:
+            if not self._queued:
+                _PENDING.append(self)
+                self._queued = True
 
-    _sent = False
+    def take(self) -> Callable[[], None]:
+        value = self.value
+        self._queued, self._sent = False, value
+        return lambda: self._metric.set(value)  # type: ignore[union-attr]
+
+
+_PENDING: list[Counter | Gauge] = []  # metrics with news Triton has not been sent
+_LOCK = threading.Lock()  # the version reader's thread counts and sets too
+
+
+def flush() -> None:
+    """Send every metric's news since the last flush, in the order it was first counted,
+    one round trip each. Only the thread that executes batches calls it (BaseModel.execute):
+    the stub's IPC is not used from other threads (the version reader's rollout gauges and
+    counters wait for the next batch)."""
+    with _LOCK:
+        sends = [metric.take() for metric in _PENDING]
+        _PENDING.clear()
+    for send in sends:
+        send()
 
 
 class CounterFamily:

@@ -39,7 +39,6 @@ from core.params import ConfigError, required
 from core.rollout import RolloutState
 from core.served_by import ServedBy
 from core.settings import LadderSettings, request_rows
-from python_backends import metrics
 from python_backends.base import BaseModel, error_response
 from python_backends.bls import bls_infer
 from python_backends.degradation import (
@@ -125,7 +124,6 @@ class ServedVersions(threading.Thread):
                 continue  # a config being rewritten: keep the last answer
             self.current[name] = "?" if version is None else str(version)
             self.on_rollout(name, state, last)
-        metrics.flush()  # a rollout's outcome counted here, off the request path
 
     def run(self) -> None:
         while not self.stopped.wait(VERSION_REFRESH_S):
