@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from core.settings import ModelSettings
+from core.stacks import dump_stacks_on_signal
 from python_backends import metrics
 from python_backends.errors import ModelError
 from python_backends.gc_pauses import GcPauses, apply_policy
@@ -38,6 +39,7 @@ class BaseModel:
         self.version = args["model_version"]
         self.model_dir = Path(args["model_repository"])
         self.log = Log(f"{self.name}/{self.version}")
+        dump_stacks_on_signal()  # kill -USR1: every thread's stack into the server log
         settings = ModelSettings.from_parameters(self.config)
         self.batch_log = BatchLog(self.log, self.name, self.version,
                                   settings.batch_log_interval_s)

@@ -9,6 +9,7 @@ interpreter holds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -19,10 +20,12 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from core.paths import PROJECT_ROOT
+from core.stacks import DUMP_STACKS_SIGNAL
 from server.distribution import ServerHome, prepare_home
 from server.errors import ModelLoadError, PortInUseError, ServerStartError
 from server.settings import ServerOptions, server_flags
@@ -100,15 +103,24 @@ def stub_processes(server_pid: int) -> dict[str, list[int]]:
 
 
 def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,
-                 log: IO[bytes] | None = None) -> int:
+                 log: IO[bytes] | None = None,
+                 slow: tuple[float, Callable[[int], None]] | None = None) -> int:
     """Send `sig`, wait `timeout_s`, then SIGKILL the process group; close `log`; the code.
+    `slow` (seconds, call): a process still running after that long is passed to the call
+    first (to see what holds it up while it still does).
 
     The one stop sequence of every server the project starts (Triton, nginx, Prometheus),
     each started with `start_new_session=True` so the group is theirs alone."""
     if process.poll() is None:
         process.send_signal(sig)
+        deadline = time.monotonic() + timeout_s
         try:
-            process.wait(timeout_s)
+            if slow is not None and slow[0] < timeout_s:
+                try:
+                    process.wait(slow[0])
+                except subprocess.TimeoutExpired:
+                    slow[1](process.pid)
+            process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
@@ -137,6 +149,7 @@ class TritonServer:
         self.home = home or prepare_home(HOME_DIR)
         self.log_path = log_path or HOME_DIR / f"tritonserver-{opts.ports.http}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.stop_report = ""  # why the last stop was slow, when it was (stop)
         self._log: IO[bytes] | None = None
 
     @property
@@ -207,12 +220,30 @@ class TritonServer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, timeout_s: float | None = None) -> int | None:
-        """SIGTERM, wait for Triton's own exit timeout plus a margin, then SIGKILL."""
+        """SIGTERM, wait for Triton's own exit timeout plus a margin, then SIGKILL. A server
+        still running at 80% of its exit timeout has a model that does not unload: the
+        stubs still alive are named in `stop_report` and write their threads' stacks into
+        the log (core/stacks.py)."""
         if self.process is None:
             return None
         wait_s = timeout_s if timeout_s is not None else self.opts.exit_timeout_s + 10
         log, self._log = self._log, None
-        return stop_process(self.process, signal.SIGTERM, wait_s, log)
+        slow_s = 0.8 * self.opts.exit_timeout_s
+        return stop_process(self.process, signal.SIGTERM, wait_s, log,
+                            slow=(slow_s, self._report_slow_stop))
+
+    def _report_slow_stop(self, pid: int) -> None:
+        stubs = stub_processes(pid)
+        for pids in stubs.values():
+            for stub in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(stub, DUMP_STACKS_SIGNAL)
+        time.sleep(1.0)  # the stubs write their stacks
+        live = ", ".join(f"{model} (pids {' '.join(map(str, pids))})"
+                         for model, pids in sorted(stubs.items())) or "none"
+        self.stop_report = (f"tritonserver still running {0.8 * self.opts.exit_timeout_s:.0f} s "
+                            f"after SIGTERM; stubs alive: {live}; their threads' stacks "
+                            f"are in {self.log_path}")
 
     def __enter__(self) -> TritonServer:
         self.start()

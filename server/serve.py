@@ -244,4 +244,6 @@ def serve(args: ServeOptions) -> int:
     print("stopping tritonserver (waiting for in-flight requests)...", flush=True)
     code = server.stop()
     print(f"tritonserver exited with code {code}", flush=True)
+    if server.stop_report:
+        print(server.stop_report, flush=True)
     return 0 if stopping else 1

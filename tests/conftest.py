@@ -62,14 +62,21 @@ def start_server(repository: Path, log_path: Path, **options: object) -> TritonS
     return server
 
 
+def stop_cleanly(server: TritonServer) -> None:
+    """Stop `server` and fail unless it exited 0; a slow stop names the stubs that held it
+    (TritonServer.stop_report) and their stacks are in its log."""
+    code = server.stop()
+    why = server.stop_report or "no stub was still running near the exit timeout"
+    assert code == 0, f"tritonserver exited with {code}; {why}; see {server.log_path}"
+
+
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     """The session's server with the whole repository loaded (explicit mode)."""
     server = start_server(REPOSITORY, tmp_path_factory.mktemp("triton") / "tritonserver.log")
     yield server
     started = time.monotonic()
-    code = server.stop()
-    assert code == 0, f"tritonserver exited with {code}; see {server.log_path}"
+    stop_cleanly(server)
     assert time.monotonic() - started < server.opts.exit_timeout_s + 5
 
 

@@ -27,7 +27,7 @@ from core.repository import copy_repository
 from core.versions import read_config, versions_on_disk
 from export.sources import resolve
 from server.launcher import TritonServer
-from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server
+from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server, stop_cleanly
 from tests.integration.helpers import tmr
 from tests.integration.test_embed_serving import TEXTS, sentence_transformers_embeddings
 
@@ -64,7 +64,7 @@ def added(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonServ
     print(f"\ntmr add {NAME}:\n{out.stdout}")  # its fidelity and gate figures (-s shows them)
     server = start_server(repo, root / "tritonserver.log")
     yield server, repo, resolve(source)
-    assert server.stop() == 0
+    stop_cleanly(server)
 
 
 @pytest.mark.timeout(3600)

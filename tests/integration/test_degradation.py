@@ -17,7 +17,7 @@ from core.families.catalog import catalog
 from core.repository import copy_repository
 from server.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from server.launcher import TritonServer
-from tests.conftest import REPOSITORY, start_server
+from tests.conftest import REPOSITORY, start_server, stop_cleanly
 from tests.integration.helpers import (
     fresh,
     http_post,
@@ -36,7 +36,7 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     repo = copy_repository([REPOSITORY], root / "repository")
     server = start_server(repo, root / "tritonserver.log")
     yield server
-    assert server.stop() == 0
+    stop_cleanly(server)
 
 
 def test_every_row_reports_the_primary_encoder_at_level_0(router) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from server.launcher import TritonServer
-from tests.conftest import start_server
+from tests.conftest import start_server, stop_cleanly
 from tests.integration.helpers import http_post
 
 CONFIG = """name: "faulty"
@@ -34,7 +34,7 @@ def faulty(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     (root / "repository" / "faulty" / "1" / "model.py").write_text(MODEL_PY)
     server = start_server(root / "repository", root / "tritonserver.log")
     yield server
-    assert server.stop() == 0
+    stop_cleanly(server)
 
 
 def ask(server: TritonServer, query: str) -> tuple[int, dict]:

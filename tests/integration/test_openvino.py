@@ -20,7 +20,7 @@ from core.repository import copy_repository
 from core.served_by import ServedBy
 from core.versions import read_config
 from server.admin import AUTO, deep_health, force_level_explicit, wait_for_level
-from tests.conftest import start_server
+from tests.conftest import start_server, stop_cleanly
 from tests.integration.helpers import (
     add_version,
     assert_serving,
@@ -208,7 +208,7 @@ def test_the_release_commands_handle_the_format(tmp_path) -> None:
         versions = tmr("versions", model, *args)
         assert versions.returncode == 0 and f"{model}: selected [1]" in versions.stdout
     finally:
-        assert server.stop() == 0
+        stop_cleanly(server)
 
 
 def served_version_of(http_url: str, model: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 from core.paths import PROJECT_ROOT
 from core.repository import copy_repository
 from server.launcher import TritonServer
-from tests.conftest import REPOSITORY, start_server
+from tests.conftest import REPOSITORY, start_server, stop_cleanly
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def polled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonSer
     repo = copy_repository([REPOSITORY], root / "repository")
     server = start_server(repo, root / "tritonserver.log", control_mode="poll")
     yield server, str(repo)
-    assert server.stop() == 0
+    stop_cleanly(server)
 
 
 def degrade(server: TritonServer, repo: str, level: str) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ import pytest
 from client import EmbedClient
 from core.repository import edit_config
 from server.launcher import TritonServer
-from tests.conftest import start_server
+from tests.conftest import start_server, stop_cleanly
 from tests.integration.helpers import fresh, http_post, metric_value, repository_of
 
 KEEP = {"embed", "minilm_onnx", "minilm_int8"}
@@ -32,7 +32,7 @@ def cached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     edit_config(repo, "embed", lambda config: setattr(config.response_cache, "enable", True))
     server = start_server(repo, root / "tritonserver.log")
     yield server
-    assert server.stop() == 0
+    stop_cleanly(server)
 
 
 def test_identical_requests_are_answered_by_the_response_cache(cached) -> None:

@@ -34,7 +34,7 @@ from server import rollout as ctl
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
 from server.settings import ServerOptions
-from tests.conftest import start_server
+from tests.conftest import start_server, stop_cleanly
 from tests.image_samples import mnist_test_pngs
 from tests.integration.helpers import add_version, noisy_copy, repository_of, slow_copy, tmr
 from tests.integration.test_front_door import open_front_door
@@ -116,7 +116,7 @@ def rollout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
             process.kill()
         process.communicate()
     assert state.door.close() == 0
-    assert state.server.stop() == 0
+    stop_cleanly(state.server)
 
 
 def send_texts(client: Client, rng: random.Random) -> list[tuple[str, str]]:
@@ -351,7 +351,7 @@ def test_a_restart_mid_rollout_resumes_it(rollout: Rollout) -> None:
     old = rollout.server
     # the front door's keep-alive connections would hold Triton's shutdown to its timeout
     assert rollout.door.close() == 0
-    assert old.stop() == 0
+    stop_cleanly(old)
     rollout.server = TritonServer(ServerOptions(repository=rollout.repo, ports=old.opts.ports),
                                   log_path=old.log_path.with_name("restarted.log"))
     rollout.server.start()
@@ -408,7 +408,7 @@ def digits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
         if process.poll() is None:
             process.kill()
         process.communicate()
-    assert state.server.stop() == 0
+    stop_cleanly(state.server)
 
 
 def send_digits(client: Client, rng: random.Random) -> list[tuple[str, str]]:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections import Counter
 
 import numpy as np
 
-from client import NO_RETRY, AsyncEmbedClient, TritonClientError
+from client import NO_RETRY, AsyncEmbedClient, EmbedClient, TritonClientError
+from core.stacks import DUMP_STACKS_SIGNAL
+from server.launcher import stub_processes
 from tests.conftest import REPOSITORY, start_server
 
 HANG_S = 30.0  # a request that takes longer than this counts as hung
@@ -60,3 +63,22 @@ def test_sigterm_under_load_drains_and_refuses_cleanly(tmp_path) -> None:
     # The documented stopping errors (README "When things go wrong"): in-flight work is
     # refused as the server stops, then models are unloaded, then the port closes.
     assert set(kinds) <= STOPPING_ERRORS, errors[:5]
+
+
+def test_a_stub_dumps_its_threads_stacks_into_the_log_on_sigusr1_and_goes_on(triton) -> None:
+    """What TritonServer.stop does to the stubs that hold up a stop (core.stacks): here on
+    a healthy server, whose stub must go on serving."""
+    stubs = stub_processes(triton.process.pid)["embed"]
+    before = len(triton.log_text())
+    for pid in stubs:
+        os.kill(pid, DUMP_STACKS_SIGNAL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and triton.log_text()[before:].count(
+            "Current thread") < len(stubs):
+        time.sleep(0.2)
+    dumped = triton.log_text()[before:]
+    assert dumped.count("Current thread") == len(stubs), dumped[-2000:]
+    assert "tmr-served-versions" in dumped or "router.py" in dumped  # the router's threads
+    with EmbedClient(triton.http_url) as client:
+        assert client.embed(["still serving after the dump"]).shape == (1, 384)
+    assert stub_processes(triton.process.pid)["embed"] == stubs

@@ -18,7 +18,7 @@ from server.admin_client import AdminClient
 from server.launcher import TritonServer
 from server.serve import example_calls
 from server.watchdog import Watchdog
-from tests.conftest import REPOSITORY, start_server
+from tests.conftest import REPOSITORY, start_server, stop_cleanly
 from tests.integration.helpers import http_post, tmr
 
 ON_DEMAND = "minilm_torchscript"  # an encoder no front routes to
@@ -31,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     started = start_server(repo, root / "tritonserver.log",
                            load_models=tuple(startup_models(repo)))
     yield started
-    assert started.stop() == 0
+    stop_cleanly(started)
 
 
 def ready_models(server: TritonServer) -> list[str]:

@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from core import config_edit
 from core import versions as v
 from server.launcher import TritonServer
-from tests.conftest import start_server
+from tests.conftest import start_server, stop_cleanly
 from tests.integration.helpers import add_version, noisy_copy, repository_of, tmr
 
 MODEL = "minilm_onnx"
@@ -45,7 +45,7 @@ def explicit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonS
     repo = release_repository(root)
     server = start_server(repo, root / "tritonserver.log")
     yield server, repo
-    assert server.stop() == 0
+    stop_cleanly(server)
 
 
 def release(server: TritonServer, repo: Path, mode: str, *args: str) -> str:
@@ -244,12 +244,12 @@ def test_a_new_export_takes_no_traffic_until_promoted_and_is_gated_against_the_s
         time.sleep(3 * 2 + 1)  # three poll scans (2 s each) saw the new folder
         assert served_versions(poll.http_url) == ([1], "1")
     finally:
-        assert poll.stop() == 0
+        stop_cleanly(poll)
     explicit = start_server(repo, tmp_path / "explicit.log")  # a restart loads what is named
     try:
         assert served_versions(explicit.http_url) == ([1], "1")
     finally:
-        assert explicit.stop() == 0
+        stop_cleanly(explicit)
     gated = tmr("gate", MODEL, "2", "--repository", str(repo))
     assert gated.returncode == 0, gated.stdout + gated.stderr
     assert "against v1, the served version" in gated.stdout
@@ -265,7 +265,7 @@ def test_poll_mode_rolls_2_1_2_under_load_with_zero_failed_requests(tmp_path) ->
     try:
         seen, marks = roll_under_load(server, repo, "poll")
     finally:
-        assert server.stop() == 0
+        stop_cleanly(server)
     assert_clean_roll(seen, marks)
     print(f"\npoll: {len(seen)} requests, 0 failed, switches took "
           f"{[round(e - b, 1) for b, e, _, _ in marks]}")

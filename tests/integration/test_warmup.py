@@ -23,7 +23,7 @@ from core.repository import copy_repository
 from core.versions import read_config
 from server.admin_client import AdminClient
 from server.launcher import TritonServer
-from tests.conftest import REPOSITORY, start_server
+from tests.conftest import REPOSITORY, start_server, stop_cleanly
 from tests.integration.helpers import model_counts
 
 pytestmark = pytest.mark.timeout(300)
@@ -108,7 +108,7 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     server = start_server(repo, root / "tritonserver.log", load_models=(FRONT, ENCODER),
                           log_verbose=1)
     yield server
-    assert server.stop() == 0
+    stop_cleanly(server)
 
 
 def test_triton_ran_every_sample_on_every_instance_before_ready(small: TritonServer) -> None:

@@ -1,9 +1,11 @@
-"""server.launcher helpers: log parsing, ports, the stub environment."""
+"""server.launcher helpers: log parsing, ports, the stub environment, the stop sequence."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 
 from core.paths import PROJECT_ROOT
 from core.ports import free_port
+from core.stacks import DUMP_STACKS_SIGNAL
 from server.launcher import (
     ModelLoadError,
     PortInUseError,
@@ -19,6 +22,7 @@ from server.launcher import (
     check_ports_free,
     interpreter_libdir,
     load_failures,
+    stop_process,
     stub_environment,
 )
 
@@ -143,3 +147,65 @@ def test_load_failures_reads_repository_manager_errors_without_a_version() -> No
     assert load_failures(line) == {
         "embed_ensemble": "at least one version must be available under the version policy "
                           "of model 'embed_ensemble'"}
+
+
+# A child that takes `linger` seconds to exit after SIGTERM, and dumps its threads' stacks
+# on DUMP_STACKS_SIGNAL as a stub does (core.stacks).
+LINGERING_CHILD = """
+import signal, sys, time
+from core.stacks import dump_stacks_on_signal
+dump_stacks_on_signal()
+signal.signal(signal.SIGTERM, lambda *_: None)
+print("ready", flush=True)
+def waiting_for_the_parent():
+    time.sleep(float(sys.argv[1]))
+waiting_for_the_parent()
+"""
+
+
+def lingering_child(linger_s: float, stderr: object) -> subprocess.Popen[bytes]:
+    child = subprocess.Popen([sys.executable, "-c", LINGERING_CHILD, str(linger_s)],
+                             stdout=subprocess.PIPE, stderr=stderr, cwd=PROJECT_ROOT,
+                             env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+                             start_new_session=True)
+    assert child.stdout is not None
+    with child.stdout:
+        assert child.stdout.readline() == b"ready\n"
+    return child
+
+
+def test_stop_process_reports_a_slow_process_while_it_still_runs_then_waits_for_it(
+        tmp_path: Path) -> None:
+    seen: list[tuple[int, bool]] = []
+    with open(tmp_path / "stderr", "wb") as err:
+        child = lingering_child(1.5, err)
+        code = stop_process(child, signal.SIGTERM, 10.0,
+                            slow=(0.3, lambda pid: seen.append((pid, child.poll() is None))))
+    assert seen == [(child.pid, True)]
+    assert code == 0  # it exited on its own, after the report, before the timeout
+
+
+def test_stop_process_skips_the_report_of_a_process_that_stops_in_time(tmp_path: Path) -> None:
+    seen: list[int] = []
+    with open(tmp_path / "stderr", "wb") as err:
+        child = lingering_child(0.1, err)
+        assert stop_process(child, signal.SIGTERM, 10.0, slow=(5.0, seen.append)) == 0
+    assert seen == []
+
+
+def test_stop_process_kills_the_group_of_a_process_that_outlives_the_timeout(
+        tmp_path: Path) -> None:
+    with open(tmp_path / "stderr", "wb") as err:
+        child = lingering_child(60.0, err)
+        assert stop_process(child, signal.SIGTERM, 0.5) == -signal.SIGKILL
+
+
+def test_the_stack_signal_writes_every_threads_stack_and_the_process_goes_on(
+        tmp_path: Path) -> None:
+    with open(tmp_path / "stderr", "wb") as err:
+        child = lingering_child(1.0, err)
+        os.kill(child.pid, DUMP_STACKS_SIGNAL)
+        assert child.wait(10) == 0
+    dump = (tmp_path / "stderr").read_text()
+    assert "Current thread" in dump or "Thread 0x" in dump
+    assert "waiting_for_the_parent" in dump
