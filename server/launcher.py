@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -129,6 +130,23 @@ def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,
     return process.returncode
 
 
+def native_stacks(pid: int, out: Path) -> Path | None:
+    """Every thread's native stack of process `pid` written to `out` by gdb (None without
+    gdb, or when it cannot attach): where a server that does not stop is waiting."""
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return None
+    try:
+        result = subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if "Thread " not in result.stdout:
+        return None
+    out.write_text(result.stdout)
+    return out
+
+
 def load_failures(log_text: str) -> dict[str, str]:
     """Models that Triton reported as failed to load, with Triton's reason."""
     failures: dict[str, str] = {}
@@ -241,9 +259,11 @@ class TritonServer:
         time.sleep(1.0)  # the stubs write their stacks
         live = ", ".join(f"{model} (pids {' '.join(map(str, pids))})"
                          for model, pids in sorted(stubs.items())) or "none"
+        native = native_stacks(pid, self.log_path.with_suffix(".native-stacks.txt"))
         self.stop_report = (f"tritonserver still running {0.8 * self.opts.exit_timeout_s:.0f} s "
                             f"after SIGTERM; stubs alive: {live}; their threads' stacks "
-                            f"are in {self.log_path}")
+                            f"are in {self.log_path}"
+                            + (f", tritonserver's own in {native}" if native else ""))
 
     def __enter__(self) -> TritonServer:
         self.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from server.launcher import (
     check_ports_free,
     interpreter_libdir,
     load_failures,
+    native_stacks,
     stop_process,
     stub_environment,
 )
@@ -156,8 +158,8 @@ import signal, sys, time
 from core.stacks import dump_stacks_on_signal
 dump_stacks_on_signal()
 signal.signal(signal.SIGTERM, lambda *_: None)
-print("ready", flush=True)
 def waiting_for_the_parent():
+    print("ready", flush=True)
     time.sleep(float(sys.argv[1]))
 waiting_for_the_parent()
 """
@@ -209,3 +211,18 @@ def test_the_stack_signal_writes_every_threads_stack_and_the_process_goes_on(
     dump = (tmp_path / "stderr").read_text()
     assert "Current thread" in dump or "Thread 0x" in dump
     assert "waiting_for_the_parent" in dump
+
+
+def test_native_stacks_writes_every_thread_of_a_live_process_where_gdb_is_installed(
+        tmp_path: Path) -> None:
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        written = native_stacks(child.pid, tmp_path / "stacks.txt")
+    finally:
+        child.kill()
+        child.wait()
+    if shutil.which("gdb") is None:
+        assert written is None  # the report then names the stubs and their Python stacks only
+    else:
+        assert written == tmp_path / "stacks.txt"
+        assert "Thread 1" in written.read_text() and "nanosleep" in written.read_text()
