@@ -9,6 +9,8 @@
     TemplateError          a config template names a placeholder that was given no value
                            (core.files.TemplateError: core.files renders every template)
     ReleaseError           a promotion or rollback that did not happen (the old version serves)
+    SlowStopWarning        a warning: a stop ran out its exit timeout on a model that never
+                           unloaded, every inference done (README "Known 2.51 behaviour")
 """
 
 from __future__ import annotations
@@ -49,3 +51,8 @@ class PrometheusError(RuntimeError):
 
 class ReleaseError(RuntimeError):
     """A promotion or rollback that did not happen; the old version still serves."""
+
+
+class SlowStopWarning(UserWarning):
+    """A stop that ran out Triton's exit timeout because an idle model never unloaded
+    (TritonServer.stop_report says which stubs held it)."""

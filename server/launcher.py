@@ -147,6 +147,26 @@ def native_stacks(pid: int, out: Path) -> Path | None:
     return out
 
 
+_CONNECTIONS = re.compile(r"Found [1-9]\d* (?:HTTP|GRPC|gRPC)[^\"]* connections")
+_IN_FLIGHT = re.compile(r"Found [1-9]\d* model versions that have in-flight inferences")
+_LIVE = re.compile(r"Found [1-9]\d* live models")
+
+
+def stop_phase(log_text: str) -> str:
+    """Where Triton's last stop spent its exit timeout, from its log: "clean" (it did not
+    run out), "connections" (clients kept HTTP connections open: Triton 2.51 waits for them
+    first), "in-flight" (inferences still running), "unload" (every inference done, some
+    model never unloaded: its instances idle, yet something in Triton still holds it)."""
+    stop = log_text[max(0, log_text.rfind("Signal (")):]
+    if "Exit timeout expired" not in stop:
+        return "clean"
+    if _CONNECTIONS.search(stop):
+        return "connections"
+    if _IN_FLIGHT.search(stop):
+        return "in-flight"
+    return "unload" if _LIVE.search(stop) else "clean"
+
+
 def load_failures(log_text: str) -> dict[str, str]:
     """Models that Triton reported as failed to load, with Triton's reason."""
     failures: dict[str, str] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from core.families.catalog import missing_exports
 from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_ports as all_free_ports
 from export.sources import resolve
-from server.launcher import ServerStartError, TritonServer
+from server.errors import SlowStopWarning
+from server.launcher import ServerStartError, TritonServer, stop_phase
 from server.settings import Ports, ServerOptions
 
 # Run the suite against another (exported) repository copy with TMR_TEST_REPOSITORY.
@@ -63,11 +65,21 @@ def start_server(repository: Path, log_path: Path, **options: object) -> TritonS
 
 
 def stop_cleanly(server: TritonServer) -> None:
-    """Stop `server` and fail unless it exited 0; a slow stop names the stubs that held it
-    (TritonServer.stop_report) and their stacks are in its log."""
+    """Stop `server`: it must exit 0, with one exception, README "Known 2.51 behaviour":
+    exit 1 at the exit timeout because one idle model never unloaded after every inference
+    had finished ("unload"), which is reported as a warning with the stubs that held it
+    (TritonServer.stop_report; their stacks and Triton's are beside its log). Any other
+    slow stop fails: open client connections, inferences still running, a crash."""
     code = server.stop()
+    phase = stop_phase(server.log_text())
     why = server.stop_report or "no stub was still running near the exit timeout"
-    assert code == 0, f"tritonserver exited with {code}; {why}; see {server.log_path}"
+    if code == 1 and phase == "unload":
+        warnings.warn(SlowStopWarning(f"tritonserver reached its exit timeout with a model "
+                                      f"that never unloaded (no inference lost): {why}"),
+                      stacklevel=2)
+        return
+    assert code == 0, (f"tritonserver exited with {code} (timeout spent in: {phase}); "
+                       f"{why}; see {server.log_path}")
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +89,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     yield server
     started = time.monotonic()
     stop_cleanly(server)
-    assert time.monotonic() - started < server.opts.exit_timeout_s + 5
+    assert time.monotonic() - started < server.opts.exit_timeout_s + 10  # before the SIGKILL
 
 
 @pytest.fixture(scope="session")

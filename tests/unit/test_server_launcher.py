@@ -24,6 +24,7 @@ from server.launcher import (
     interpreter_libdir,
     load_failures,
     native_stacks,
+    stop_phase,
     stop_process,
     stub_environment,
 )
@@ -226,3 +227,40 @@ def test_native_stacks_writes_every_thread_of_a_live_process_where_gdb_is_instal
     else:
         assert written == tmp_path / "stacks.txt"
         assert "Thread 1" in written.read_text() and "nanosleep" in written.read_text()
+
+
+def triton_stop(*messages: str) -> str:
+    """A Triton 2.51 log's stop section: these messages, as its log lines write them."""
+    lines = ["I 20713 model_lifecycle.cc:839] \"successfully loaded 'embed'\"",
+             "Signal (15) received."]
+    lines += [f"2026-12-03T15:26:22Z I 20713 server.cc:345] \"{m}\"" for m in messages]
+    return "\n".join(lines) + "\n"
+
+
+DRAINED = "Timeout 30: Found 0 model versions that have in-flight inferences"
+EXPIRED = "failed to stop server: Internal - Exit timeout expired. Exiting immediately."
+# The messages of three stops seen here (2026-12-03), shortened.
+CLEAN_STOP = triton_stop(DRAINED, "Timeout 30: Found 17 live models and 0 in-flight "
+                         "non-inference requests", "Timeout 28: Found 0 live models and 0 "
+                         "in-flight non-inference requests")
+UNLOAD_STOP = triton_stop(DRAINED, "Timeout 26: Found 1 live models and 0 in-flight "
+                          "non-inference requests", "Timeout 0: Found 1 live models and 0 "
+                          "in-flight non-inference requests", EXPIRED)
+CONNECTIONS_STOP = triton_stop("Timeout 30: Found 1 HTTP service connections",
+                               "Timeout 0: Found 0 model versions that have in-flight "
+                               "inferences", "Timeout 0: Found 17 live models and 0 in-flight "
+                               "non-inference requests", EXPIRED)
+
+
+def test_stop_phase_tells_where_the_exit_timeout_went() -> None:
+    assert stop_phase(CLEAN_STOP) == "clean"
+    assert stop_phase(UNLOAD_STOP) == "unload"
+    assert stop_phase(CONNECTIONS_STOP) == "connections"
+    in_flight = UNLOAD_STOP.replace("Found 0 model versions", "Found 2 model versions")
+    assert stop_phase(in_flight) == "in-flight"
+
+
+def test_stop_phase_reads_the_last_stop_of_a_log() -> None:
+    assert stop_phase(UNLOAD_STOP + CLEAN_STOP) == "clean"
+    assert stop_phase(CLEAN_STOP + UNLOAD_STOP) == "unload"
+    assert stop_phase("no stop in this log") == "clean"
