@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 from core import rollout
@@ -37,6 +37,12 @@ def parse_config(text: str) -> model_config_pb2.ModelConfig:
 
 def read_config(model_dir: Path) -> model_config_pb2.ModelConfig:
     return parse_config((model_dir / "config.pbtxt").read_text(encoding="utf-8"))
+
+
+def read_config_json(model_dir: Path) -> dict[str, Any]:
+    """The config in Triton's JSON form, as a stub's `model_config` gives it: what the
+    settings' `from_parameters` and `from_config` read."""
+    return json_format.MessageToDict(read_config(model_dir), preserving_proto_field_name=True)
 
 
 def versions_on_disk(model_dir: Path) -> list[int]:

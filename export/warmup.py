@@ -27,7 +27,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-from google.protobuf import json_format
 
 from core import versions as v
 from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
@@ -77,8 +76,7 @@ def image_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str,
     """The encoder's input for one encoded image as the front preprocesses it."""
     from python_backends.images import ImageBatchBuffer, ImageSpec
 
-    config = json_format.MessageToDict(v.read_config(repository / model.front),
-                                       preserving_proto_field_name=True)
+    config = v.read_config_json(repository / model.front)
     pixels = ImageBatchBuffer(ImageSpec.from_config(config), 1).fill([image])
     return {model.family.encoder_inputs[0].name: pixels.copy()}
 

@@ -45,7 +45,7 @@ from client import Client
 from core.config_edit import set_parameter
 from core.hardware import host_cpu
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from core.versions import read_config
+from core.versions import read_config, read_config_json
 from export.chunk_reference import ChunkReference, cosine
 from perf import harness
 from perf.load import closed_loop
@@ -106,22 +106,29 @@ def start(name: str, root: Path, stack: ExitStack, **parameters: str) -> Served:
 
 
 def fidelity(served: Served) -> list[dict]:
-    reference = ChunkReference(model_source(), TextLimits().max_tokens)
+    limits = front_limits()
+    reference = ChunkReference(model_source(), limits.max_tokens)
     rows = []
     with Client(served.url) as client:
         for name, text in long_texts().items():
-            if len(text.encode()) > TextLimits().max_text_bytes:
-                text = text.encode()[:TextLimits().max_text_bytes].decode(errors="ignore")
-                name += f" (first {TextLimits().max_text_bytes} bytes)"
+            if len(text.encode()) > limits.max_text_bytes:
+                text = text.encode()[:limits.max_text_bytes].decode(errors="ignore")
+                name += f" (first {limits.max_text_bytes} bytes)"
             chunked = client.embed_with_info([text], truncate="chunk")
             cut = client.embed([text], truncate=True)[0]
-            expected = reference.chunked(text, TextLimits().chunk_overlap)
+            expected = reference.chunked(text, limits.chunk_overlap)
             rows.append({"text": name, "tokens": int(chunked.tokens[0]),
                          "windows": int(chunked.windows[0]),
                          "reference_windows": len(expected.tokens),
                          "cosine_vs_eager": cosine(chunked.embeddings[0], expected.vector),
                          "cosine_vs_truncated": cosine(chunked.embeddings[0], cut)})
     return rows
+
+
+def front_limits() -> TextLimits:
+    """The served front's input limits, from its config (the limits `tmr add` wrote for
+    the model, not TextLimits' defaults)."""
+    return TextLimits.from_config(read_config_json(DEFAULT_REPOSITORY / text_model().front))
 
 
 def model_source() -> Path:
@@ -166,7 +173,7 @@ def chunk_cost(served: Served, repeats: int) -> dict:
     model = text_model()
     document = ten_thousand_tokens()
     encoder = front_tokenizer()
-    limits = TextLimits()
+    limits = front_limits()
     fitted = fit_text(encoder.token_ids([document])[0], encoder.specials, limits,
                       TextOptions("chunk", limits.chunk_overlap), 0)
     rows = fitted.rows
