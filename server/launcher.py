@@ -147,7 +147,7 @@ def native_stacks(pid: int, out: Path) -> Path | None:
     return out
 
 
-_CONNECTIONS = re.compile(r"Found [1-9]\d* (?:HTTP|GRPC|gRPC)[^\"]* connections")
+_CONNECTIONS = re.compile(r"Found [1-9]\d* \S+ service connections")
 _IN_FLIGHT = re.compile(r"Found [1-9]\d* model versions that have in-flight inferences")
 _LIVE = re.compile(r"Found [1-9]\d* live models")
 
@@ -266,9 +266,14 @@ class TritonServer:
             return None
         wait_s = timeout_s if timeout_s is not None else self.opts.exit_timeout_s + 10
         log, self._log = self._log, None
-        slow_s = 0.8 * self.opts.exit_timeout_s
+        self.stop_report = ""
         return stop_process(self.process, signal.SIGTERM, wait_s, log,
-                            slow=(slow_s, self._report_slow_stop))
+                            slow=(self.slow_stop_s, self._report_slow_stop))
+
+    @property
+    def slow_stop_s(self) -> float:
+        """Seconds after SIGTERM at which a stop counts as slow: 80% of the exit timeout."""
+        return 0.8 * self.opts.exit_timeout_s
 
     def _report_slow_stop(self, pid: int) -> None:
         stubs = stub_processes(pid)
@@ -280,7 +285,7 @@ class TritonServer:
         live = ", ".join(f"{model} (pids {' '.join(map(str, pids))})"
                          for model, pids in sorted(stubs.items())) or "none"
         native = native_stacks(pid, self.log_path.with_suffix(".native-stacks.txt"))
-        self.stop_report = (f"tritonserver still running {0.8 * self.opts.exit_timeout_s:.0f} s "
+        self.stop_report = (f"tritonserver still running {self.slow_stop_s:.0f} s "
                             f"after SIGTERM; stubs alive: {live}; their threads' stacks "
                             f"are in {self.log_path}"
                             + (f", tritonserver's own in {native}" if native else ""))
