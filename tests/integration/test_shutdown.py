@@ -12,6 +12,7 @@ import numpy as np
 
 from client import NO_RETRY, AsyncEmbedClient, EmbedClient, TritonClientError
 from core.stacks import DUMP_STACKS_SIGNAL
+from server.admin import DEFAULT_FRONT
 from server.launcher import stub_processes
 from tests.conftest import REPOSITORY, start_server
 
@@ -68,7 +69,7 @@ def test_sigterm_under_load_drains_and_refuses_cleanly(tmp_path) -> None:
 def test_a_stub_dumps_its_threads_stacks_into_the_log_on_sigusr1_and_goes_on(triton) -> None:
     """What TritonServer.stop does to the stubs that hold up a stop (core.stacks): here on
     a healthy server, whose stub must go on serving."""
-    stubs = stub_processes(triton.process.pid)["embed"]
+    stubs = stub_processes(triton.process.pid)[DEFAULT_FRONT]
     before = len(triton.log_text())
     for pid in stubs:
         os.kill(pid, DUMP_STACKS_SIGNAL)
@@ -81,4 +82,4 @@ def test_a_stub_dumps_its_threads_stacks_into_the_log_on_sigusr1_and_goes_on(tri
     assert "tmr-served-versions" in dumped or "router.py" in dumped  # the router's threads
     with EmbedClient(triton.http_url) as client:
         assert client.embed(["still serving after the dump"]).shape == (1, 384)
-    assert stub_processes(triton.process.pid)["embed"] == stubs
+    assert stub_processes(triton.process.pid)[DEFAULT_FRONT] == stubs
