@@ -12,12 +12,12 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv lock export serve serve-full test test-mpnet unit lint bench soak peers locust clean
+.PHONY: help setup apt venv lock export tune serve serve-full test test-mpnet unit lint bench soak peers locust clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: apt venv export ## install apt packages, the venv and the model exports (idempotent)
+setup: apt venv export tune ## install apt packages, the venv, the model exports and the host profile (idempotent)
 
 # RUNLEVEL=1: the packages' services (nginx on :80, prometheus on :9090) are not started;
 # the project runs its own instances on free ports.
@@ -62,7 +62,11 @@ lock: ## refresh requirements.lock: resolve pyproject.toml afresh in a scratch v
 	@echo "lock: $$(grep -c '==' $(LOCK)) distributions in $(LOCK); run make venv to install them"
 
 export: venv ## export every model of the repository (does nothing when up to date)
-	$(TMR) export --all --keep-primary
+	$(TMR) export --all
+
+# The host profile (docs/serving.md): measured here, git-ignored, served by `tmr serve`.
+tune: export ## fit the server to this host: tmr tune, when the profile is missing or stale
+	$(TMR) tune --if-stale
 
 serve: setup ## start the CPU Triton server: fronts and their encoders (SERVE_ARGS=--load-all for every model)
 	$(TMR) serve $(SERVE_ARGS)

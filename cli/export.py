@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli.options import add_command, add_model, add_repository, options
+from core.host_profile import DEFAULT_MEMORY_BUDGET_MB
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -27,8 +28,6 @@ class ExportOptions:
     force: bool
     threads: int
     verbose: bool
-    primary: str | None = None
-    keep_primary: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,7 @@ class AddOptions:
     url: str | None
     verbose: bool
     primary: str | None = None
+    no_tune: bool = False
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,15 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--all", action="store_true", help="every model of the repository")
     add_repository(parser)
     parser.add_argument("--format", dest="formats", action="extend", nargs="+",
-                        help="formats to export, repeatable (default: every format)")
+                        help="formats to export, repeatable (default: every format); "
+                        "`primary`: the one the model's front serves on this host")
     parser.add_argument("--force", action="store_true",
                         help="write a new version even if the latest is up to date")
     parser.add_argument("--threads", type=int, default=2, help="torch/onnxruntime threads")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
-    add_primary(parser)
-    parser.add_argument("--keep-primary", action="store_true",
-                        help="measure and record the formats, but leave the front's primary "
-                             "as it is (a reviewed repository: make setup)")
 
     parser = add_command(sub, "add", "add a model of a known family: export, configure, wire",
                          add_model_command, lambda a: options(AddOptions, a))
@@ -78,19 +75,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="HOST:PORT of a running server (explicit mode) that should load "
                              "the new models (default: none)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
-    add_primary(parser)
-
-
-def add_primary(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--primary", default=None, metavar="FORMAT",
-                        help="the format the front calls normally (e.g. onnx, openvino), "
-                             "instead of the fastest measured here (export/primary_choice.py)")
-
-
-def _print_choice(choice: object) -> None:
-    from export.primary_choice import table
-
-    print(table(choice), flush=True)  # type: ignore[arg-type]
+                        help="the format the front calls in its reviewed config (e.g. onnx, "
+                             "openvino; default: the family's); `tmr tune` fits it to the host")
+    parser.add_argument("--no-tune", action="store_true",
+                        help="do not re-tune the host profile afterwards (`tmr tune`)")
 
 
 def _print(result: object) -> None:
@@ -152,8 +141,7 @@ def export_command(args: ExportOptions) -> int:
             for model in models:
                 export_model(args.repository, model, args.formats, force=args.force,
                              threads=args.threads, on_result=stages.result,
-                             on_stage=stages.stage, primary=args.primary,
-                             keep_primary=args.keep_primary, on_choice=_print_choice)
+                             on_stage=stages.stage)
     except (UnknownModelError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -175,8 +163,7 @@ def add_model_command(args: AddOptions) -> int:
     started = time.perf_counter()
     try:
         add_to_repository(args.repository, args.model, args.family, args.source, args.front,
-                          args.threads, on_result=_print, primary=args.primary,
-                          on_choice=_print_choice)
+                          args.threads, on_result=_print, primary=args.primary)
     except (AddError, SourceError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -185,6 +172,11 @@ def add_model_command(args: AddOptions) -> int:
         return 1
     print(f"added '{args.model}' ({args.family}) to {args.repository} in "
           f"{time.perf_counter() - started:.1f}s")
+    if not args.no_tune:
+        from cli.tune import TuneOptions, tune_command
+
+        tune_command(TuneOptions(args.repository, "default", DEFAULT_MEMORY_BUDGET_MB,
+                                 show=False, if_stale=True))
     if args.url:
         from core.families.catalog import find
         from server.admin import load_models

@@ -10,17 +10,28 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from cli import classify, embed, export, operate, perf, release, rollout, serve, watchdog
+from cli import (
+    classify,
+    embed,
+    export,
+    operate,
+    perf,
+    release,
+    rollout,
+    serve,
+    tune,
+    watchdog,
+)
 from cli.options import ENVIRONMENT_HELP, SUMMARIES
 
 GROUPS = {  # how `tmr --help` lists the commands
-    "serve": ["serve", "watchdog"],
+    "serve": ["serve", "tune", "watchdog"],
     "models & releases": ["export", "add", "versions", "gate", "promote", "rollback", "rollout",
                           "degrade", "health"],
     "calls": ["embed", "classify"],
     "perf": ["perf"],
 }
-MODULES = (serve, watchdog, export, release, rollout, operate, embed, classify, perf)
+MODULES = (serve, tune, watchdog, export, release, rollout, operate, embed, classify, perf)
 
 
 def grouped_commands() -> str:

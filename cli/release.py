@@ -20,6 +20,7 @@ from cli.options import (
 )
 from client.errors import TritonClientError
 from core import versions as v
+from core.families.catalog import served_encoder
 
 RELEASE_TIMEOUT_S = 90.0  # until the new version answers
 
@@ -58,7 +59,8 @@ class ReleaseOptions:
 
 def make_release(args: argparse.Namespace) -> ReleaseOptions:
     version = args.version if args.action == "promote" else args.to
-    return options(ReleaseOptions, args, url=resolve_url(args.url), version=version)
+    return options(ReleaseOptions, args, url=resolve_url(args.url), version=version,
+                   model=served_encoder(args.repository, args.model))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_repository(parser)
 
     parser = add_command(sub, "gate", "release gate: fidelity and speed of a candidate",
-                         gate_command, lambda a: options(GateOptions, a))
+                         gate_command, lambda a: options(
+                             GateOptions, a, model=served_encoder(a.repository, a.model)))
     add_model(parser)
     parser.add_argument("version", type=int, metavar="VERSION")
     add_repository(parser)

@@ -16,6 +16,7 @@ from pathlib import Path
 from cli.options import add_command, add_repository, server_url
 from core import rollout as r
 from core import versions as v
+from core.families.catalog import served_encoder
 from server.settings import Ports
 
 ACTIONS = ("status", "pause", "resume", "abort")
@@ -63,6 +64,8 @@ def make(args: argparse.Namespace) -> RolloutOptions:
                                    for u in urls]
     if len(metrics) != len(urls):
         raise SystemExit("give one --metrics-url per --url (one pair per replica)")
+    if model is not None:
+        model = served_encoder(args.repository, model)
     return RolloutOptions(action, model, version, args.steps, args.canary_shadow / 100,
                           args.min_requests, args.min_seconds, args.min_pairs,
                           args.max_error_rate / 100, args.step_timeout_s, args.max_p99_ratio,

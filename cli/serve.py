@@ -30,7 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics-port", type=int, default=ports.metrics)
     add_control_mode(parser, old=False)  # serve always spelled it --control-mode
     parser.add_argument("--model-config-name", default=None,
-                        help="load configs/<name>.pbtxt where a model has one (e.g. gpu)")
+                        help="load configs/<name>.pbtxt where a model has one (e.g. gpu); "
+                        "default: the host profile when it fits (`tmr tune --show`)")
+    parser.add_argument("--reviewed", action="store_true",
+                        help="serve the reviewed configs (config.pbtxt) even where `tmr tune` "
+                        "wrote a host profile that fits this host")
     parser.add_argument("--log-verbose", type=int, default=0)
     parser.add_argument("--load-all", action="store_true",
                         help="load every model at start; by default the fronts, the encoders "

@@ -18,16 +18,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from core.versions import read_config
+from core.versions import served_config
 
 Parameters = Mapping[str, Mapping[str, str]]  # model -> its config's string parameters
 ROUTE_PARAMETERS = ("primary_model", "fallback_model")  # a front's encoders
 
 
-def repository_parameters(repository: Path) -> dict[str, dict[str, str]]:
-    """Every model of `repository` (a folder with a config.pbtxt) -> its parameters."""
+def repository_parameters(repository: Path, profile: str | None = None
+                          ) -> dict[str, dict[str, str]]:
+    """Every model of `repository` (a folder with a config.pbtxt) -> its served config's
+    parameters (core.versions.served_config: a host profile routes a front elsewhere)."""
     return {path.parent.name: {k: v.string_value
-                               for k, v in read_config(path.parent).parameters.items()}
+                               for k, v in served_config(path.parent, profile).parameters.items()}
             for path in sorted(repository.glob("*/config.pbtxt"))}
 
 
@@ -55,6 +57,7 @@ def startup_rule(models: Parameters) -> list[str]:
     return sorted(outside | set(routed_models(models)))
 
 
-def startup_models(repository: Path) -> list[str]:
-    """`startup_rule` over the configs of `repository`."""
-    return startup_rule(repository_parameters(repository))
+def startup_models(repository: Path, profile: str | None = None) -> list[str]:
+    """`startup_rule` over the configs of `repository` served under `profile` (by default
+    core.versions.served_profile())."""
+    return startup_rule(repository_parameters(repository, profile))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +25,12 @@ from core.files import write_atomically
 
 HISTORY = "version_history.json"
 PROVENANCE_FILE = "provenance.json"
+# The config variant a server serves (Triton's --model-config-name: configs/<name>.pbtxt
+# where a model has one, config.pbtxt elsewhere). The launcher sets it for the stubs; "" is
+# the reviewed configs; unset means the host profile where `tmr tune` wrote one
+# (core/host_profile.py), which is what `tmr serve` serves by default.
+PROFILE_ENV = "TMR_CONFIG_NAME"
+HOST_PROFILE = "host"
 
 
 class VersionError(ValueError):
@@ -36,7 +43,26 @@ def parse_config(text: str) -> model_config_pb2.ModelConfig:
 
 
 def read_config(model_dir: Path) -> model_config_pb2.ModelConfig:
+    """The reviewed config.pbtxt: what every edit starts from."""
     return parse_config((model_dir / "config.pbtxt").read_text(encoding="utf-8"))
+
+
+def served_profile() -> str:
+    """The config variant served here: PROFILE_ENV, or the host profile when unset."""
+    return os.environ.get(PROFILE_ENV, HOST_PROFILE)
+
+
+def served_config_path(model_dir: Path, profile: str | None = None) -> Path:
+    """configs/<profile>.pbtxt where the model has one, else config.pbtxt (Triton's rule)."""
+    name = served_profile() if profile is None else profile
+    variant = model_dir / "configs" / f"{name}.pbtxt"
+    return variant if name and variant.is_file() else model_dir / "config.pbtxt"
+
+
+def served_config(model_dir: Path, profile: str | None = None) -> model_config_pb2.ModelConfig:
+    """The config Triton serves for the model under `profile` (served_profile() if None):
+    what routing, precision, warmup and the load API's config override must read."""
+    return parse_config(served_config_path(model_dir, profile).read_text(encoding="utf-8"))
 
 
 def read_config_json(model_dir: Path) -> dict[str, Any]:

@@ -179,3 +179,25 @@ def judge_performance(result: GateResult, times: dict[str, list[list[float]]]) -
     if result.performance["p99_ratio"] > s.max_p99_ratio:
         result.reasons.append(f"p99 {result.performance['p99_ratio']:.2f}x the current "
                               f"version, over {s.max_p99_ratio}x")
+
+
+def precision_gate(model_dir: Path, precision: str, threads: int = 2
+                   ) -> tuple[dict[str, float], str | None]:
+    """The encoder's served version run at `precision` against eager PyTorch on the
+    family's gate set, judged by its `gate_*` thresholds: (figures, why it fails or None).
+    What `tmr tune` checks before it times a precision (core/host_profile.py)."""
+    from export.pipeline import recipe_for
+
+    config = v.read_config(model_dir)
+    spec, settings = encoder_spec(config), GateSettings.from_params(parameters_of(config))
+    fam = family(spec.family)
+    recipe = recipe_for(fam, spec.source, threads, model_dir.parent)
+    version = v.served_version(model_dir)
+    if version is None:
+        return {}, f"{model_dir.name} serves no version"
+    output = config.output[0].name
+    run = artifact_runner(v.artifact_file(model_dir, version), fam.format(spec.format).runtime,
+                          threads, recipe.contract.input_names, [output], precision=precision)
+    batches = recipe.gate_batches()
+    return recipe.judge_quality(outputs_of(recipe.eager, batches, recipe.contract.output_names[0]),
+                                outputs_of(run, batches, output), settings.quality)

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,9 +30,8 @@ from core.families.configs import (
     write_front,
 )
 from core.files import write_atomically
-from core.hardware import FP32, host_precision
+from core.hardware import FP32
 from export import primary_choice, warmup
-from export.primary_choice import Choice
 from export.provenance import build_provenance, source_fingerprint, tool_versions
 from export.recipe import ExportRecipe, RecipeModule
 from export.sources import resolve, stored
@@ -103,10 +102,15 @@ def write_front_files(recipe: ExportRecipe, front_dir: Path) -> None:
         write_atomically(folder / name, content)
 
 
+PRIMARY = "primary"  # `--format primary`: the format the model's front serves on this host
+
+
 def wanted_formats(model: FamilyModel, formats: Sequence[str] | None = None) -> list[str]:
-    """The formats to export (all the family's by default); ValueError for one the model
-    has no encoder for."""
-    wanted = list(dict.fromkeys(formats or [f.name for f in model.family.formats]))
+    """The formats to export (all the family's by default; `primary` is the one its front
+    serves here, core.families.catalog's served view); ValueError for one the model has no
+    encoder for."""
+    named = [model.primary if f == PRIMARY else f for f in formats or []]
+    wanted = list(dict.fromkeys(named or [f.name for f in model.family.formats]))
     unknown = [f for f in wanted if f not in model.encoders]
     if unknown:
         raise ValueError(f"{model.base} has no encoder for {unknown}; it has "
@@ -118,22 +122,15 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
                  force: bool = False, threads: int = 2,
                  on_result: Callable[[ExportResult], None] | None = None,
                  sources_root: Path | None = None,
-                 on_stage: Callable[[str], None] | None = None,
-                 primary: str | None = None, keep_primary: bool = False,
-                 on_choice: Callable[[Choice], None] | None = None) -> list[ExportResult]:
+                 on_stage: Callable[[str], None] | None = None) -> list[ExportResult]:
     """Export the model's formats (all by default), skipping those up to date unless
-    `force`; then its front model's files. Raises ExportCheckError on a failed check.
-    A relative source is found in `sources_root` (the repository by default).
-    `on_stage` hears each slow stage as it starts: loading the source, each format built.
-
-    The front's files come with the model's warmup data (export/warmup.py). Then the
-    front's primary (export/primary_choice.py): `primary` when given, else, when
-    a version was written, the fastest FP32-gated format measured here, wired into the
-    front's config unless `keep_primary` (which still measures and records)."""
+    `force`; then its front model's files and warmup data (export/warmup.py). Raises
+    ExportCheckError on a failed check. A relative source is found in `sources_root` (the
+    repository by default). `on_stage` hears each slow stage as it starts: loading the
+    source, each format built. Exporting makes versions and never changes which encoder a
+    front calls: the reviewed configs choose, and `tmr tune` fits them to the host."""
     fam = model.family
     wanted = wanted_formats(model, formats)
-    if primary:
-        primary_choice.check_primary(fam, primary)  # before any work
     stage = on_stage or (lambda _: None)
     spec = encoder_spec(v.read_config(repository / model.encoder(wanted[0])))
     stage(f"{model.base}: loading {spec.source}")
@@ -157,31 +154,16 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
     if model.front:
         write_front_files(recipe, repository / model.front)
         warmup.write_warmup(repository, model)  # its real inputs, from the front's files
-        choice = None
-        if primary:
-            choice = primary_choice.override(model, primary)
-        elif any(r.action == "written" for r in results):
-            stage(f"{model.base}: measuring the FP32-gated formats to choose the primary")
-            choice = primary_choice.measure_model(repository, find(repository, model.base),
-                                                  recipe, threads)
-        if choice is not None:
-            if keep_primary:
-                choice = replace(choice, reason=f"{choice.reason}; kept the front's primary "
-                                                "(--keep-primary)")
-            primary_choice.wire(repository, find(repository, model.base), choice,
-                                rewire=not keep_primary)
-            if on_choice is not None:
-                on_choice(choice)
     return results
 
 
 def add_model(repository: Path, name: str, family_name: str, source: str,
               front: str | None = None, threads: int = 2,
               on_result: Callable[[ExportResult], None] | None = None,
-              primary: str | None = None,
-              on_choice: Callable[[Choice], None] | None = None) -> list[ExportResult]:
+              primary: str | None = None) -> list[ExportResult]:
     """`tmr add`: a new model of a known family, exported, configured and wired to its front
-    model; run again with the same arguments, it only checks that all is up to date.
+    model (its reviewed primary: `primary`, else the family's; `tmr tune` then fits it to
+    the host); run again with the same arguments, it only checks that all is up to date.
 
     The configs record the source as given, or relative to the repository when it lies
     inside it (an image model keeps its source.py in its front's folder: <front>/source)."""
@@ -195,7 +177,7 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     except UnknownModelError:
         existing = None
     if existing is not None:
-        return readd(repository, existing, fam, source, threads, on_result, primary, on_choice)
+        return readd(repository, existing, fam, source, threads, on_result)
     taken = [m for m in [front, *(fam.encoder_name(name, f.name) for f in fam.formats)]
              if (repository / m).exists() and not only_a_source(repository / m)]
     if taken:
@@ -209,12 +191,13 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     try:
         for fmt in fam.formats:
             write_encoder(staging, EncoderSpec(fam.name, name, fmt.name, facts.dimension, source,
-                                               facts.input_shape, precision=host_precision()))
+                                               facts.input_shape))  # FP32: portable
         write_front(staging, FrontSpec(fam.name, front, name, facts.dimension,
-                                       facts.front_parameters))
+                                       facts.front_parameters,
+                                       primary=None if primary == fam.primary else primary))
         staged = find(staging, name)
         results = export_model(staging, staged, threads=threads, on_result=on_result,
-                               sources_root=repository, primary=primary, on_choice=on_choice)
+                               sources_root=repository)
         for folder in [*staged.encoders.values(), front]:  # the front last: it loads its
             move_into(staging / folder, repository / folder)  # encoders' configs at start
     finally:
@@ -238,12 +221,10 @@ def move_into(staged: Path, target: Path) -> None:
 
 
 def readd(repository: Path, model: FamilyModel, fam: Family, source: str, threads: int,
-          on_result: Callable[[ExportResult], None] | None, primary: str | None = None,
-          on_choice: Callable[[Choice], None] | None = None) -> list[ExportResult]:
+          on_result: Callable[[ExportResult], None] | None) -> list[ExportResult]:
     """The model exists: the same family and source make `tmr add` a check; others refuse."""
     spec = encoder_spec(v.read_config(repository / next(iter(model.encoders.values()))))
     if model.family.name != fam.name or spec.source != source:
         raise AddError(f"'{model.base}' already exists as a {model.family.name} model from "
                        f"{spec.source!r}; remove its folders first to add it from {source!r}")
-    return export_model(repository, model, threads=threads, on_result=on_result,
-                        primary=primary, on_choice=on_choice)
+    return export_model(repository, model, threads=threads, on_result=on_result)

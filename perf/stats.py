@@ -132,6 +132,22 @@ def goodput(points: Sequence[LoadPoint], p99_budget_ms: float) -> LoadPoint | No
     return max(within, key=lambda p: p.rps, default=None)
 
 
+def interpolated_goodput(points: Sequence[LoadPoint], p99_budget_ms: float) -> float:
+    """Requests/s where the p99 reaches the budget, linear between the two concurrencies
+    around it (closed-loop points, no errors); the best rate when none exceeds it, 0 when
+    even the first does. Smoother than `goodput`, which jumps between concurrencies."""
+    ordered = sorted(points, key=lambda p: p.concurrency)
+    best = 0.0
+    for low, high in zip([None, *ordered], ordered):
+        if high.errors or high.p99_ms > p99_budget_ms:
+            if low is None:
+                return 0.0
+            share = (p99_budget_ms - low.p99_ms) / (high.p99_ms - low.p99_ms)
+            return max(best, low.rps + share * (high.rps - low.rps))
+        best = max(best, high.rps)
+    return best
+
+
 def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
     """The order servers are visited in each round: mirrored, so round 2 runs backwards
     and no server always goes first on a machine that warms up or slows down."""

@@ -37,7 +37,7 @@ class WarmedRouter(FamilyRouter):
 
     def setup(self, args: dict[str, str]) -> None:
         super().setup(args)
-        config = versions.read_config(self.model_dir.parent / self.encoders["primary"].name)
+        config = versions.served_config(self.model_dir.parent / self.encoders["primary"].name)
         self.encoder_width = int(config.output[0].dims[-1])  # the zero outputs' width
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:

@@ -22,7 +22,7 @@ import numpy as np
 from core.families.catalog import catalog
 from core.probes import probe_target
 from core.startup import repository_parameters, routed_models
-from core.versions import read_config
+from core.versions import served_config
 from python_backends.base import BaseModel, ok_response
 from python_backends.bls import bls_infer, is_loaded
 from python_backends.errors import ModelError
@@ -44,7 +44,7 @@ class HealthModel(BaseModel):
         self.probes = {}
         for model in catalog(repository):
             for name in model.models:
-                target = probe_target(read_config(repository / name))
+                target = probe_target(served_config(repository / name))
                 if target is not None:
                     self.probes[name] = target
         self.required = set(routed_models(repository_parameters(repository)))

@@ -90,9 +90,9 @@ class Encoder:
 
     @classmethod
     def from_repository(cls, repository: Path, name: str) -> Encoder:
-        """Read from the encoder's own config.pbtxt (once, at initialize)."""
+        """Read from the encoder's served config (once, at initialize)."""
         try:
-            config = versions.read_config(repository / name)
+            config = versions.served_config(repository / name)
         except (OSError, ValueError) as err:
             raise ConfigError(f"encoder {name!r} has no readable config in {repository}: "
                               f"{err}") from err
@@ -247,7 +247,7 @@ class FamilyRouter(BaseModel):
         fam = family(required(self.config, "family"))
         primary = self.encoders["primary"].name
         gates = {k: v.string_value for k, v in
-                 versions.read_config(repository / primary).parameters.items()}
+                 versions.served_config(repository / primary).parameters.items()}
         min_key = fam.agreement_gates[1]
         minimum = float(gates[min_key]) if min_key and min_key in gates else None
         return RolloutTraffic(self.name, primary, fam.agreement, minimum)

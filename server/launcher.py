@@ -27,6 +27,7 @@ from typing import IO
 
 from core.paths import PROJECT_ROOT
 from core.stacks import DUMP_STACKS_SIGNAL
+from core.versions import PROFILE_ENV
 from server.distribution import ServerHome, prepare_home
 from server.errors import ModelLoadError, PortInUseError, ServerStartError
 from server.settings import ServerOptions, server_flags
@@ -213,6 +214,8 @@ class TritonServer:
     def start(self) -> None:
         check_ports_free(self.opts.ports.as_dict())
         env = stub_environment()
+        # The stubs read the configs this server serves (core.versions.served_config).
+        env[PROFILE_ENV] = self.opts.model_config_name or ""
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in [str(self.home.dist.libs), *interpreter_libdir(),
                         env.get("LD_LIBRARY_PATH", "")] if p

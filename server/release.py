@@ -69,8 +69,9 @@ def serves(url: str, model: str, version: int) -> bool:
 
 
 def apply_explicit(target: Target) -> None:
-    """Hand the on-disk config to Triton through the load API (it loads the version)."""
-    config = v.read_config(target.model_dir)
+    """Hand the served on-disk config to Triton through the load API (it loads the
+    version): the host profile's where it has one, so a release keeps the host's fitting."""
+    config = v.served_config(target.model_dir)
     try:
         with AdminClient(target.url) as admin:
             admin.load(target.model, config)

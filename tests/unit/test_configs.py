@@ -35,7 +35,7 @@ from python_backends import images
 
 CPU_CORES = 2  # this machine's cores: CPU encoders must not oversubscribe them
 MAIN_CONFIGS = sorted(REPO.glob("*/config.pbtxt"))
-PROFILES = sorted(REPO.glob("*/configs/*.pbtxt"))
+PROFILES = sorted(REPO.glob("*/configs/gpu.pbtxt"))  # host.pbtxt: test_host_profile.py
 MODELS = catalog(REPO)
 FRONTS = [m.front for m in MODELS if m.front]
 ENCODERS = [name for m in MODELS for name in m.encoders.values()]

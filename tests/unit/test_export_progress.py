@@ -15,7 +15,6 @@ from core.paths import DEFAULT_REPOSITORY
 from export import pipeline
 from export.errors import ExportCheckError
 from export.pipeline import ExportResult
-from export.primary_choice import Choice
 
 STAGE_LINE = re.compile(r"^\[ *\d+\.\ds\] ")
 
@@ -41,21 +40,15 @@ def test_export_model_announces_the_source_and_only_the_formats_it_builds(
                         lambda model_dir, _: 3 if model_dir.name == "minilm_int8" else None)
     monkeypatch.setattr(pipeline, "publish", lambda recipe, model_dir, fmt, *_: built.append(fmt)
                         or ExportResult(model_dir.name, 4, "written", tmp_path))
-    chosen: list[str] = []  # the primary's measurement (test_primary_choice.py) is not run
-    monkeypatch.setattr(pipeline.primary_choice, "measure_model",
-                        lambda *a: chosen.append("measured") or Choice("onnx", "test", {}))
-    monkeypatch.setattr(pipeline.primary_choice, "wire", lambda *a, **k: chosen.append("wired"))
     stages: list[str] = []
     model = find(DEFAULT_REPOSITORY, "minilm")
     results = pipeline.export_model(DEFAULT_REPOSITORY, model, ["onnx", "torchscript", "int8"],
                                     on_stage=stages.append)
     assert stages[0].startswith("minilm: loading ")
     assert stages[1:] == ["minilm_onnx: exporting onnx",
-                          "minilm_torchscript: exporting torchscript",
-                          "minilm: measuring the FP32-gated formats to choose the primary"]
+                          "minilm_torchscript: exporting torchscript"]
     assert built == ["onnx", "torchscript"]
     assert [r.action for r in results] == ["written", "written", "up to date"]
-    assert chosen == ["measured", "wired"]
 
 
 def test_an_unknown_format_is_refused_before_anything_is_loaded() -> None:

@@ -1,0 +1,90 @@
+"""`tmr tune`: measure this host and write the host profile that `tmr serve` serves
+(perf/tune.py measures, core/host_profile.py decides); `tmr tune --show` says what serves
+and why."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cli.options import add_command, add_repository, options
+from core.host_profile import DEFAULT_MEMORY_BUDGET_MB
+
+MODE_FLAGS = ("quick", "full")  # default: neither
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """What `tmr tune` does: show, check, or measure in one mode."""
+
+    repository: Path
+    mode: str
+    memory_budget_mb: float
+    show: bool
+    if_stale: bool
+
+
+def make_options(args: argparse.Namespace) -> TuneOptions:
+    mode = next((m for m in MODE_FLAGS if getattr(args, m)), "default")
+    return options(TuneOptions, args, mode=mode)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = add_command(sub, "tune", "measure this host and write the profile `tmr serve` "
+                         "serves", tune_command, make_options)
+    add_repository(parser)
+    speed = parser.add_mutually_exclusive_group()
+    speed.add_argument("--quick", action="store_true",
+                       help="2 rounds at 2 concurrencies (about 1.5 min on 2 cores)")
+    speed.add_argument("--full", action="store_true",
+                       help="5 rounds at 5 concurrencies, TorchScript and OpenVINO FP32 too "
+                       "(about 8 min)")
+    parser.add_argument("--memory-budget", dest="memory_budget_mb", type=float,
+                        default=DEFAULT_MEMORY_BUDGET_MB, metavar="MB",
+                        help="refuse a candidate whose server RSS is over this and over the "
+                        "reviewed configs' (default %(default).0f)")
+    parser.add_argument("--show", action="store_true",
+                        help="say what serves on this host and why; measure nothing")
+    parser.add_argument("--if-stale", action="store_true",
+                        help="measure only when there is no profile or it no longer fits "
+                        "(what `make setup` runs)")
+
+
+def progress_bar(started: float) -> object:
+    """A one-line progress bar on stderr: fraction, elapsed seconds, the current step."""
+    def show(what: str, done: float) -> None:
+        filled = int(done * 30)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done:4.0%} "
+                         f"{time.monotonic() - started:4.0f}s  {what[:60]:<60}")
+        if done >= 1.0:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+    return show
+
+
+def tune_command(opts: TuneOptions) -> int:
+    from core.host_profile import ProfileError
+    from server.profile import describe, status
+
+    try:
+        if opts.show:
+            print(describe(opts.repository))
+            return 0
+        if opts.if_stale:
+            fits, why = status(opts.repository)
+            if fits:
+                print(f"tmr tune: the host profile fits this host ({why}); nothing to do")
+                return 0
+            print(f"tmr tune: {why}: tuning", file=sys.stderr)
+        from perf.tune import tune
+
+        tune(opts.repository, opts.mode, opts.memory_budget_mb,
+             progress_bar(time.monotonic()))  # type: ignore[arg-type]
+    except ProfileError as err:
+        print(f"tmr tune: {err}", file=sys.stderr)
+        return 2
+    print(describe(opts.repository))
+    return 0

@@ -1,0 +1,293 @@
+"""The host profile: what `tmr tune` chose for this host, the rules it chose by, and when a
+written profile no longer fits (pure rules over measured values, one record file).
+
+The reviewed configs (`config.pbtxt`, in git) are portable defaults. What depends on the
+host (a front's primary format, an encoder's precision, instances and threads) is written
+by `tmr tune` as Triton variants, `configs/host.pbtxt` (git-ignored), served with
+`--model-config-name=host`. The record, `host_profile.json` at the repository's root (also
+git-ignored), says on which host, from which configs and versions, and why.
+
+    layout_for(cores)                 instances and threads for the usable cores
+    fit_memory(layout, ...)           fewer instances until the estimate fits the budget
+    choose(baseline, candidates, ...) the candidate that beats the reviewed configs by more
+                                      than the rounds' own spread, within the memory budget
+                                      (or paying for the memory over it in goodput)
+    stale_reasons(record, host, ...)  why a written profile must not be served
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from core.files import write_atomically
+from core.hardware import host_cpu
+from core.versions import HOST_PROFILE, read_config, served_version
+
+RECORD_FILE = "host_profile.json"  # at the repository's root, beside the model folders
+REPORT_FILE = "host_profile.md"
+DEFAULT_MEMORY_BUDGET_MB = 2048.0
+MIN_MARGIN = 0.02  # a gain under 2% is never taken, however steady the rounds
+MAX_ENCODER_INSTANCES = 4  # more instances than this buy less than more threads each
+MAX_FRONT_INSTANCES = 8
+# Parameters that change while serving (a rollout's state) and do not make a profile stale.
+VOLATILE_PARAMETERS = ("rollout", "rollout_last")
+
+
+class ProfileError(RuntimeError):
+    """A host profile that must not be served: absent where required, or stale."""
+
+
+# -- the host -------------------------------------------------------------------------------
+def cgroup_cpu_limit(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The container's CPU quota in cores (cgroup v2 cpu.max or v1 cfs), None if none."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores(affinity: int, quota: float | None) -> int:
+    """The cores a server may use: its CPU affinity, bounded by a cgroup quota (rounded up:
+    a quota of 1.5 lets two threads run)."""
+    cores = max(1, affinity)
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+@dataclass(frozen=True)
+class Host:
+    """What a profile depends on: the CPU model, its relevant flags, the usable cores and
+    the precision core.hardware's rule gives."""
+
+    model: str
+    flags: tuple[str, ...]
+    cores: int
+    precision: str
+
+    @classmethod
+    def current(cls) -> Host:
+        cpu = host_cpu()
+        cores = usable_cores(len(os.sched_getaffinity(0)), cgroup_cpu_limit())
+        return cls(str(cpu["model"]), tuple(cpu["flags"]), cores, str(cpu["precision"]))  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        return (f"{self.model}, {self.cores} usable core{'s' * (self.cores != 1)}, "
+                f"{self.precision} ({' '.join(self.flags) or 'no relevant flags'})")
+
+
+# -- the layout -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """Instances and threads of a model's encoders, and its front's instances."""
+
+    encoder_instances: int
+    encoder_threads: int
+    front_instances: int
+    idle_session: bool = True  # the encoders' second session for a lone request
+
+    def describe(self) -> str:
+        idle = "" if self.idle_session or self.encoder_instances < 2 else ", no idle session"
+        return (f"encoders {self.encoder_instances}x{self.encoder_threads} threads{idle}, "
+                f"front {self.front_instances} instances")
+
+
+def layout_for(cores: int) -> Layout:
+    """One encoder instance per core up to MAX_ENCODER_INSTANCES, then more threads each;
+    one front instance more than the cores (tokenizing overlaps the encoder calls), never
+    fewer than two: one instance with priority queues stalls (docs/serving.md)."""
+    instances = max(1, min(cores, MAX_ENCODER_INSTANCES))
+    return Layout(instances, max(1, cores // instances),
+                  max(2, min(cores + 1, MAX_FRONT_INSTANCES)))
+
+
+def fit_memory(layout: Layout, encoder_instance_mb: float, fixed_mb: float,
+               budget_mb: float) -> Layout:
+    """`layout` with fewer encoder instances (each with more threads, the same cores) until
+    fixed_mb + instances x encoder_instance_mb fits the budget; one instance at least."""
+    cores = layout.encoder_instances * layout.encoder_threads
+    instances = layout.encoder_instances
+    while instances > 1 and fixed_mb + instances * encoder_instance_mb > budget_mb:
+        instances -= 1
+    return replace(layout, encoder_instances=instances, encoder_threads=max(1, cores // instances))
+
+
+# -- the choice -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Candidate:
+    """One way to serve a model, measured through the real server: goodput per round
+    (requests/s with p99 within the objective), the server's RSS, and the gate's verdict."""
+
+    name: str
+    primary: str  # the front's primary format
+    precision: str  # the primary encoder's precision
+    layout: Layout
+    goodputs: tuple[float, ...] = ()  # round by round, interleaved with the baseline's
+    rss_mb: float = 0.0
+    gate_failure: str | None = None  # why its precision failed the fidelity gate
+
+    @property
+    def goodput(self) -> float:
+        return statistics.median(self.goodputs) if self.goodputs else 0.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What serves: the winner (the baseline when nothing beats it), and why."""
+
+    chosen: Candidate
+    reason: str
+    ratios: dict[str, float] = field(default_factory=dict)  # candidate -> goodput / baseline
+    noise: dict[str, float] = field(default_factory=dict)  # candidate -> its margin
+    refused: dict[str, str] = field(default_factory=dict)  # candidate -> why not
+
+
+def paired_ratios(baseline: Candidate, cand: Candidate) -> list[float]:
+    """The candidate's goodput over the baseline's, round by round (the rounds interleave
+    them, so a round's ratio saw one state of the shared machine)."""
+    return [c / b if b > 0 else math.inf for b, c in zip(baseline.goodputs, cand.goodputs)]
+
+
+def gain_and_noise(ratios: Sequence[float], min_margin: float = MIN_MARGIN
+                   ) -> tuple[float, float]:
+    """(the median ratio, the margin it must beat 1 by): half the ratios' range, never
+    under `min_margin`; with one round there is no spread to judge, so no gain counts."""
+    finite = [r for r in ratios if math.isfinite(r)]
+    if not finite:
+        return (math.inf if ratios else 0.0), math.inf
+    noise = (max(finite) - min(finite)) / 2 if len(finite) > 1 else math.inf
+    return statistics.median(ratios), max(min_margin, noise)
+
+
+def memory_refusal(baseline: Candidate, cand: Candidate, ratio: float,
+                   budget_mb: float) -> str | None:
+    """Why the candidate's memory is refused, or None: within the budget it is free; over
+    it, its RSS may grow over the baseline's by no more than its goodput does."""
+    if cand.rss_mb <= budget_mb or baseline.rss_mb <= 0:
+        return None
+    growth = cand.rss_mb / baseline.rss_mb - 1
+    if growth <= max(0.0, ratio - 1):
+        return None
+    return (f"RSS {cand.rss_mb:.0f} MB is over the {budget_mb:.0f} MB budget and "
+            f"{growth:+.0%} on the reviewed configs' {baseline.rss_mb:.0f} MB, more than its "
+            f"goodput gains ({ratio - 1:+.0%})")
+
+
+def choose(baseline: Candidate, candidates: Sequence[Candidate], budget_mb: float,
+           min_margin: float = MIN_MARGIN) -> Decision:
+    """The candidate with the best median paired ratio, if that ratio beats 1 by more than
+    the rounds' noise (gain_and_noise) and it passed its gate and memory_refusal; with
+    nothing better the baseline (the reviewed configs) serves."""
+    refused: dict[str, str] = {}
+    ratios: dict[str, float] = {}
+    noise: dict[str, float] = {}
+    for cand in candidates:
+        ratio, margin = gain_and_noise(paired_ratios(baseline, cand), min_margin)
+        ratios[cand.name], noise[cand.name] = ratio, margin
+        memory = memory_refusal(baseline, cand, ratio, budget_mb)
+        if cand.gate_failure:
+            refused[cand.name] = f"failed the fidelity gate: {cand.gate_failure}"
+        elif ratio - 1 <= margin:
+            refused[cand.name] = (f"{ratio:.2f}x the reviewed goodput is within the rounds' "
+                                  f"noise (+-{margin:.0%})")
+        elif memory:
+            refused[cand.name] = memory
+    winners = [c for c in candidates if c.name not in refused]
+    if not winners:
+        return Decision(baseline, "no candidate beats the reviewed configs beyond the noise "
+                        "and within the limits: they serve", ratios, noise, refused)
+    best = max(winners, key=lambda c: ratios[c.name])
+    return Decision(best, f"{best.name} serves {ratios[best.name]:.2f}x the reviewed goodput "
+                    f"(median of the rounds' ratios; {best.goodput:.0f} against "
+                    f"{baseline.goodput:.0f} req/s at p99 within the objective), beyond the "
+                    f"rounds' noise (+-{noise[best.name]:.0%})", ratios, noise, refused)
+
+
+# -- staleness ------------------------------------------------------------------------------
+def reviewed_digest(repository: Path, models: Sequence[str]) -> str:
+    """sha256 over the models' reviewed configs, without what changes while serving (the
+    version policy, a rollout's state): a changed reviewed config makes a profile stale."""
+    digest = hashlib.sha256()
+    for name in sorted(models):
+        config = read_config(repository / name)
+        config.ClearField("version_policy")
+        for key in VOLATILE_PARAMETERS:
+            if key in config.parameters:
+                del config.parameters[key]
+        digest.update(name.encode() + b"\0" + config.SerializeToString(deterministic=True))
+    return digest.hexdigest()
+
+
+def model_folders(repository: Path) -> list[str]:
+    """Every model of the repository (a folder with a config.pbtxt), sorted."""
+    return sorted(p.parent.name for p in repository.glob("*/config.pbtxt"))
+
+
+def served_versions(repository: Path, models: Sequence[str]) -> dict[str, int | None]:
+    """The version each model serves (its policy, a rollout's candidate excluded)."""
+    return {name: served_version(repository / name) for name in sorted(models)}
+
+
+def stale_reasons(record: Mapping[str, Any], host: Host, repository: Path) -> list[str]:
+    """Why a written profile no longer fits this host or this repository; [] when it does."""
+    was = record.get("host", {})
+    reasons = []
+    if was.get("model") != host.model or tuple(was.get("flags", ())) != host.flags:
+        reasons.append(f"tuned on {was.get('model')!r} {was.get('flags')}, this host is "
+                       f"{host.model!r} {list(host.flags)}")
+    if was.get("cores") != host.cores:
+        reasons.append(f"tuned for {was.get('cores')} usable cores, this host has {host.cores}")
+    now_models = model_folders(repository)
+    added = sorted(set(now_models) - set(record.get("repository_models", now_models)))
+    if added:
+        reasons.append(f"models added since: {', '.join(added)}")
+    models = record.get("models", [])
+    missing = [m for m in models if not (repository / m / "config.pbtxt").exists()]
+    if missing:
+        return [*reasons, f"models gone from the repository: {', '.join(missing)}"]
+    if record.get("reviewed_digest") != reviewed_digest(repository, models):
+        reasons.append("the reviewed configs changed since it was tuned")
+    now = served_versions(repository, models)
+    changed = [f"{m} v{was_v}->v{now[m]}" for m, was_v in record.get("versions", {}).items()
+               if now.get(m) != was_v]
+    if changed:
+        reasons.append(f"served versions changed: {', '.join(changed)}")
+    return reasons
+
+
+# -- the record -----------------------------------------------------------------------------
+def read_record(repository: Path) -> dict[str, Any] | None:
+    """The written profile's record, or None when `tmr tune` has not run here."""
+    path = repository / RECORD_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise ProfileError(f"{path} is unreadable ({err}): run `tmr tune` again") from err
+
+
+def write_record(repository: Path, record: Mapping[str, Any]) -> None:
+    write_atomically(repository / RECORD_FILE, json.dumps(record, indent=1, default=float) + "\n")
+
+
+def profile_files(repository: Path) -> list[Path]:
+    """Every configs/host.pbtxt of the repository."""
+    return sorted(repository.glob(f"*/configs/{HOST_PROFILE}.pbtxt"))
+
+
+def candidate_record(cand: Candidate) -> dict[str, Any]:
+    return {**asdict(cand), "goodput": cand.goodput}

@@ -1,0 +1,67 @@
+"""Which configs a server serves on this host: the host profile `tmr tune` wrote when it
+still fits, the reviewed configs when there is none or the operator asks, and never a
+stale profile (core/host_profile.py has the rules)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core import host_profile as hp
+from core.versions import HOST_PROFILE
+
+RETUNE = "run `tmr tune` (about 3 min on 2 cores) or serve the reviewed configs with " \
+         "`tmr serve --reviewed`"
+
+
+def status(repository: Path) -> tuple[bool, str]:
+    """(whether the written profile fits this host and repository, why in one line)."""
+    record = hp.read_record(repository)
+    if record is None:
+        return False, "no host profile here: `tmr tune` has not run"
+    reasons = hp.stale_reasons(record, hp.Host.current(), repository)
+    gone = [f for f in record.get("profiled", [])
+            if not (repository / f / "configs" / f"{HOST_PROFILE}.pbtxt").exists()]
+    if gone:
+        reasons.append(f"its configs/{HOST_PROFILE}.pbtxt is gone from {', '.join(gone)}")
+    if reasons:
+        return False, "the host profile is stale: " + "; ".join(reasons)
+    return True, f"tuned {record['written_at']} on this host ({record['host']['model']}, " \
+                 f"{record['host']['cores']} cores)"
+
+
+def choices(record: dict) -> str:
+    """Each front's choice in one line: what serves and why."""
+    return "\n".join(f"  {front}: {d['served']}: {d['reason']}"
+                     for front, d in record.get("fronts", {}).items())
+
+
+def select(repository: Path, reviewed: bool = False,
+           model_config_name: str | None = None) -> tuple[str | None, str]:
+    """(the --model-config-name to serve, a line saying which configs serve and why).
+    ProfileError for a stale profile: it is never served silently, nor silently dropped."""
+    if model_config_name:
+        return model_config_name, f"serving the {model_config_name} profile " \
+                                  "(--model-config-name)"
+    if reviewed:
+        return None, "serving the reviewed configs (--reviewed)"
+    fits, why = status(repository)
+    record = hp.read_record(repository)
+    if record is None:
+        return None, f"serving the reviewed configs: {why} (`tmr tune` fits them to this host)"
+    if not fits:
+        raise hp.ProfileError(f"{why}.\n{RETUNE}")
+    if not record.get("profiled"):
+        return None, f"serving the reviewed configs: `tmr tune` found nothing better on " \
+                     f"this host ({why})\n{choices(record)}"
+    return HOST_PROFILE, f"serving the host profile ({why})\n{choices(record)}"
+
+
+def describe(repository: Path) -> str:
+    """`tmr tune --show`: what serves on this host, why, and the last tuning's report."""
+    try:
+        _, line = select(repository)
+    except hp.ProfileError as err:
+        line = str(err)
+    report = repository / hp.REPORT_FILE
+    text = report.read_text() if report.exists() else ""
+    return f"{line}\n\n{text}".rstrip()

@@ -1,0 +1,230 @@
+"""core.host_profile's rules over measured tables, the variants it writes, and staleness.
+
+The tables are this project's measurements: goodput round by round through the real server
+(`tmr tune`, docs/benchmarks.md), RSS of the whole server once ready."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from core import host_profile as hp
+from core.families.catalog import find, served_encoder
+from core.families.configs import write_variant
+from core.paths import DEFAULT_REPOSITORY
+from core.startup import startup_models
+from core.versions import HOST_PROFILE, PROFILE_ENV, served_config
+
+REVIEWED = hp.Layout(2, 1, 3)
+# Zen 4 with avx512_bf16, 2 cores (tmr tune, 2026-12-04): reviewed onnxruntime FP32 against
+# OpenVINO bf16, three interleaved rounds each.
+BF16_BASE = hp.Candidate("reviewed", "onnx", "fp32", REVIEWED, (126, 146, 133), 2302)
+BF16 = hp.Candidate("openvino bf16", "openvino", "bf16", REVIEWED, (179, 160, 166), 2420)
+# An AVX2 host: OpenVINO FP32 within noise of onnxruntime (docs/benchmarks.md, round 3).
+AVX2_BASE = hp.Candidate("reviewed", "onnx", "fp32", REVIEWED, (188, 201, 176), 2266)
+AVX2_OV = hp.Candidate("openvino fp32", "openvino", "fp32", REVIEWED, (197, 192, 181), 2290)
+BUDGET = hp.DEFAULT_MEMORY_BUDGET_MB
+
+
+def test_the_cores_a_server_may_use_are_its_affinity_bounded_by_the_cgroup_quota() -> None:
+    assert hp.usable_cores(16, None) == 16
+    assert hp.usable_cores(16, 4.0) == 4  # a container limited to 4 CPUs on a large host
+    assert hp.usable_cores(16, 1.5) == 2  # a quota of 1.5 lets two threads run
+    assert hp.usable_cores(2, 8.0) == 2  # taskset -c 0,1 under a generous quota
+    assert hp.usable_cores(0, 0.2) == 1
+
+
+def test_the_cgroup_quota_is_read_from_v2_then_v1(tmp_path: Path) -> None:
+    (tmp_path / "cpu.max").write_text("400000 100000\n")
+    assert hp.cgroup_cpu_limit(tmp_path) == 4.0
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert hp.cgroup_cpu_limit(tmp_path) is None
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000")
+    assert hp.cgroup_cpu_limit(tmp_path) == 1.5
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1")
+    assert hp.cgroup_cpu_limit(tmp_path) is None
+
+
+@pytest.mark.parametrize(("cores", "layout"), [
+    (1, hp.Layout(1, 1, 2)),  # never one front instance: priority queues stall on one
+    (2, hp.Layout(2, 1, 3)),  # the reviewed configs' own layout
+    (4, hp.Layout(4, 1, 5)),
+    (16, hp.Layout(4, 4, 8)),  # past 4 instances, threads grow instead
+])
+def test_instances_and_threads_follow_the_usable_cores(cores: int, layout: hp.Layout) -> None:
+    assert hp.layout_for(cores) == layout
+
+
+def test_a_tight_memory_budget_trades_instances_for_threads_on_the_same_cores() -> None:
+    wide = hp.layout_for(16)
+    assert hp.fit_memory(wide, 300, 1200, 4000) == wide  # 1200 + 4 x 300 fits
+    assert hp.fit_memory(wide, 300, 1200, 2000) == replace(wide, encoder_instances=2,
+                                                           encoder_threads=8)
+    assert hp.fit_memory(wide, 300, 1900, 2000).encoder_instances == 1  # never none
+
+
+def test_on_a_bf16_host_openvino_bf16_wins_beyond_the_rounds_noise() -> None:
+    decision = hp.choose(BF16_BASE, [BF16], BUDGET)
+    assert decision.chosen is BF16
+    assert decision.ratios["openvino bf16"] == pytest.approx(1.248, abs=0.01)
+    assert decision.noise["openvino bf16"] == pytest.approx(0.162, abs=0.005)
+    assert "1.25x the reviewed goodput" in decision.reason
+
+
+def test_on_an_avx2_host_a_lead_within_the_noise_keeps_the_reviewed_configs() -> None:
+    decision = hp.choose(AVX2_BASE, [AVX2_OV], BUDGET)
+    assert decision.chosen is AVX2_BASE
+    assert "within the rounds' noise" in decision.refused["openvino fp32"]
+
+
+def test_noise_that_hides_a_gain_keeps_the_reviewed_configs() -> None:
+    # The same median gain, but one round the candidate lost: its ratios span 0.9 to 1.6.
+    noisy = replace(BF16, goodputs=(113, 234, 166))
+    decision = hp.choose(BF16_BASE, [noisy], BUDGET)
+    assert decision.chosen is BF16_BASE
+    assert decision.noise["openvino bf16"] > decision.ratios["openvino bf16"] - 1
+
+
+def test_one_round_is_no_evidence() -> None:
+    single = hp.choose(replace(BF16_BASE, goodputs=(130,)), [replace(BF16, goodputs=(170,))],
+                       BUDGET)
+    assert single.chosen.name == "reviewed"
+
+
+def test_a_candidate_that_failed_its_gate_never_serves_however_fast() -> None:
+    failed = replace(BF16, goodputs=(400, 410, 405), gate_failure="min cosine 0.98 under 0.999")
+    decision = hp.choose(BF16_BASE, [failed], BUDGET)
+    assert decision.chosen is BF16_BASE
+    assert decision.refused["openvino bf16"].startswith("failed the fidelity gate")
+
+
+def test_memory_within_the_budget_is_free_and_over_it_must_be_paid_in_goodput() -> None:
+    assert hp.choose(BF16_BASE, [BF16], 4096).chosen is BF16  # within the budget
+    # Over the budget: +5% RSS for +25% goodput is taken, +40% RSS for +25% is not.
+    assert hp.choose(BF16_BASE, [BF16], BUDGET).chosen is BF16
+    heavy = replace(BF16, rss_mb=BF16_BASE.rss_mb * 1.4)
+    decision = hp.choose(BF16_BASE, [heavy], BUDGET)
+    assert decision.chosen is BF16_BASE
+    assert "over the 2048 MB budget" in decision.refused["openvino bf16"]
+    tight = hp.choose(BF16_BASE, [heavy], 4096)  # a larger budget lets it in
+    assert tight.chosen is heavy
+
+
+def test_the_best_of_several_winners_serves() -> None:
+    faster = replace(BF16, name="onnx fp32 4x1", goodputs=(200, 190, 210))
+    assert hp.choose(BF16_BASE, [BF16, faster], 4096).chosen is faster
+
+
+# -- the variants and their staleness, on a copy of the shipped configs ----------------------
+@pytest.fixture
+def configs(tmp_path: Path) -> Path:
+    """The shipped repository's configs (no artifacts), without any host profile."""
+    repo = tmp_path / "repository"
+    shutil.copytree(DEFAULT_REPOSITORY, repo, ignore=shutil.ignore_patterns(
+        "[0-9]*", "host.pbtxt", "host_profile.*", "warmup", "*.json"))
+    for config in repo.glob("*/config.pbtxt"):
+        (config.parent / "1").mkdir()  # an (empty) version 1, as every shipped model has
+    return repo
+
+
+def profile_openvino(repo: Path) -> list[Path]:
+    model = find(repo, "minilm")
+    assert model.front is not None
+    return write_variant(repo, model.front, model.encoders, HOST_PROFILE, "openvino", "bf16",
+                         4, 4, 8, False, "a test host")
+
+
+def parse(path: Path) -> mc.ModelConfig:
+    return text_format.Parse(path.read_text(), mc.ModelConfig())
+
+
+def test_a_host_variant_differs_from_its_reviewed_config_only_in_instances_and_parameters(
+        configs: Path) -> None:
+    written = profile_openvino(configs)
+    assert {p.parent.parent.name for p in written} == {
+        "embed", "minilm_onnx", "minilm_torchscript", "minilm_int8", "minilm_openvino"}
+    for path in written:
+        profile, main = parse(path), parse(path.parent.parent / "config.pbtxt")
+        assert [(g.count, g.kind) for g in profile.instance_group] == [
+            (8 if path.parent.parent.name == "embed" else 4, mc.ModelInstanceGroup.KIND_CPU)]
+        for message in (profile, main):
+            message.ClearField("instance_group")
+            message.ClearField("parameters")
+        assert profile == main
+    openvino = served_config(configs / "minilm_openvino", HOST_PROFILE).parameters
+    assert openvino["inference_precision"].string_value == "bf16"
+    assert "idle_intra_op_thread_count" not in openvino
+    front = served_config(configs / "embed", HOST_PROFILE).parameters
+    assert front["primary_model"].string_value == "minilm_openvino"
+
+
+def test_the_served_view_routes_startup_and_releases_to_the_profiles_encoder(
+        configs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile_openvino(configs)
+    monkeypatch.setenv(PROFILE_ENV, "")  # the reviewed configs
+    assert served_encoder(configs, "minilm") == "minilm_onnx"
+    assert "minilm_onnx" in startup_models(configs)
+    monkeypatch.delenv(PROFILE_ENV)  # unset: the host profile where one is written
+    assert served_encoder(configs, "minilm") == "minilm_openvino"
+    assert served_encoder(configs, "embed") == "minilm_openvino"
+    assert served_encoder(configs, "minilm_onnx") == "minilm_onnx"  # an encoder is itself
+    assert "minilm_openvino" in startup_models(configs)
+    assert "minilm_onnx" not in startup_models(configs)
+
+
+def record_for(repo: Path, host: hp.Host) -> dict:
+    names = ["embed", "minilm_int8", "minilm_onnx", "minilm_openvino", "minilm_torchscript"]
+    return {"host": {"model": host.model, "flags": list(host.flags), "cores": host.cores},
+            "models": names, "repository_models": hp.model_folders(repo),
+            "reviewed_digest": hp.reviewed_digest(repo, names),
+            "versions": hp.served_versions(repo, names)}
+
+
+def test_a_profile_is_stale_on_another_cpu_core_count_config_version_or_model(
+        configs: Path) -> None:
+    host = hp.Host("AMD EPYC", ("avx2", "avx512_bf16"), 2, "bf16")
+    record = record_for(configs, host)
+    assert hp.stale_reasons(record, host, configs) == []
+    assert "this host is 'Intel Xeon'" in hp.stale_reasons(
+        record, replace(host, model="Intel Xeon"), configs)[0]
+    assert hp.stale_reasons(record, replace(host, cores=16), configs) == [
+        "tuned for 2 usable cores, this host has 16"]
+    text = (configs / "embed" / "config.pbtxt").read_text()
+    (configs / "embed" / "config.pbtxt").write_text(text.replace(
+        '"max_tokens" value: { string_value: "256"', '"max_tokens" value: { string_value: "128"'))
+    assert hp.stale_reasons(record, host, configs) == [
+        "the reviewed configs changed since it was tuned"]
+    (configs / "embed" / "config.pbtxt").write_text(text)
+    (configs / "minilm_onnx" / "2").mkdir()
+    onnx = (configs / "minilm_onnx" / "config.pbtxt").read_text()
+    (configs / "minilm_onnx" / "config.pbtxt").write_text(
+        onnx.replace("versions: [ 1 ]", "versions: [ 2 ]"))
+    assert hp.stale_reasons(record, host, configs) == [
+        "served versions changed: minilm_onnx v1->v2"]
+    (configs / "minilm_onnx" / "config.pbtxt").write_text(onnx)
+    shutil.copytree(configs / "minilm_onnx", configs / "mpnet_onnx")
+    assert hp.stale_reasons(record, host, configs) == ["models added since: mpnet_onnx"]
+
+
+def test_a_rollouts_state_and_policy_do_not_make_a_profile_stale(configs: Path) -> None:
+    names = ["minilm_onnx"]
+    before = hp.reviewed_digest(configs, names)
+    path = configs / "minilm_onnx" / "config.pbtxt"
+    path.write_text(path.read_text().replace("versions: [ 1 ]", "versions: [ 1, 2 ]")
+                    + 'parameters { key: "rollout" value: { string_value: "{}" } }\n')
+    assert hp.reviewed_digest(configs, names) == before
+
+
+def test_an_unreadable_record_says_to_tune_again(tmp_path: Path) -> None:
+    assert hp.read_record(tmp_path) is None
+    (tmp_path / hp.RECORD_FILE).write_text("{not json")
+    with pytest.raises(hp.ProfileError, match="run `tmr tune` again"):
+        hp.read_record(tmp_path)
