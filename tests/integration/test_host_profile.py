@@ -1,0 +1,131 @@
+"""A host profile served by the real server: `configs/host.pbtxt` routing embed to OpenVINO
+at this host's precision (bf16 where the CPU has it, FP32 elsewhere) answers like eager
+PyTorch, and the README's rollout example works on it unchanged: export the format the
+host serves, roll it out by the model's name, 0 failed requests.
+
+The module's server is a repository copy with the profile written as `tmr tune` writes a
+winner (core.families.configs.write_variant), served with --model-config-name=host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from client import EmbedClient
+from core import host_profile as hp
+from core import versions as v
+from core.families.catalog import find
+from core.families.configs import write_variant
+from core.hardware import host_precision
+from core.startup import startup_models
+from server.launcher import TritonServer
+from server.profile import status
+from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server, stop_cleanly
+from tests.integration.helpers import repository_of, tmr
+from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
+from tests.integration.test_rollout import FAST, Load
+
+pytestmark = pytest.mark.timeout(300)
+
+MODELS = ("embed", "minilm_onnx", "minilm_openvino", "minilm_int8")
+ENCODER = "minilm_openvino"
+# Multilingual, long and short: bf16's error grows with length and with rare tokens.
+TEXTS = [
+    "Triton batches requests on the server.",
+    "Der schnelle braune Fuchs springt über den faulen Hund, während die Warteschlange "
+    "die Anfragen nach Priorität ordnet und die Instanzen ausgelastet bleiben.",
+    "Les modèles sont servis par versions ; revenir en arrière est une modification du dépôt.",
+    "El servidor agrupa las solicitudes dinámicamente y responde con la misma precisión.",
+    "推理服务器按优先级调度请求，并在负载过高时优雅降级。",
+    "モデルのバージョンを切り替えても、リクエストは失われません。",
+    "Ünïcödé and emoji 🚀 survive the round trip.",
+    "short",
+    " ".join(["a long document about rollouts, canaries and shadow traffic"] * 12),
+]
+
+
+@dataclass
+class Profiled:
+    server: TritonServer
+    repo: Path
+    precision: str
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profiled]:
+    root = tmp_path_factory.mktemp("host-profile")
+    repo = repository_of(root, *MODELS)
+    model = find(repo, "minilm")
+    assert model.front is not None
+    precision = host_precision()
+    write_variant(repo, model.front, model.encoders, v.HOST_PROFILE, "openvino", precision,
+                  2, 1, 3, False, "the test's host")
+    server = start_server(repo, root / "tritonserver.log", model_config_name=v.HOST_PROFILE,
+                          load_models=tuple(startup_models(repo, v.HOST_PROFILE)))
+    yield Profiled(server, repo, precision)
+    stop_cleanly(server)
+
+
+@pytest.fixture
+def served_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI reads the configs the host serves (the suite reads the reviewed ones)."""
+    monkeypatch.delenv(v.PROFILE_ENV)
+
+
+def test_the_profile_serves_the_hosts_precision_and_matches_eager_pytorch(profiled) -> None:
+    reference = sentence_transformers_embeddings(MINILM_SOURCE, TEXTS)
+    with EmbedClient(profiled.server.grpc_url, protocol="grpc") as client:
+        result = client.embed_with_info(TEXTS)
+    assert result.served_by == [f"{ENCODER}:1:{profiled.precision}:L0"] * len(TEXTS)
+    found = cosines(result.embeddings, reference)
+    print(f"\n{ENCODER} at {profiled.precision}: cosine vs sentence-transformers mean "
+          f"{found.mean():.6f} min {found.min():.6f}")
+    assert found.mean() >= 0.9999 and found.min() >= 0.999
+    assert np.allclose(np.linalg.norm(result.embeddings, axis=1), 1.0, atol=1e-3)
+
+
+def test_only_the_profiles_primary_is_loaded_at_start(profiled) -> None:
+    from server.admin_client import AdminClient
+
+    with AdminClient(profiled.server.http_url) as admin:
+        ready = set(admin.ready_models())
+    assert {"embed", ENCODER, "minilm_int8"} <= ready and "minilm_onnx" not in ready
+
+
+def test_the_readme_rollout_example_works_on_a_profile_that_routes_to_openvino(
+        profiled, served_here) -> None:
+    repo, server = profiled.repo, profiled.server
+    out = tmr("export", "minilm", "--format", "primary", "--force", "--repository", str(repo),
+              timeout_s=280)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "minilm_openvino" in out.stdout and v.versions_on_disk(repo / ENCODER) == [1, 2]
+    # Exporting made a version and changed no routing: v1 still serves, the front unchanged.
+    front = v.served_config(repo / "embed").parameters["primary_model"].string_value
+    assert front == ENCODER and v.served_version(repo / ENCODER) == 1
+    args = ["--url", server.http_url, "--metrics-url", server.metrics_url,
+            "--repository", str(repo), *FAST, "--max-p99-ratio", "3"]
+    with Load(server.http_url, server.grpc_url) as load:
+        done = tmr("rollout", "minilm", "2", *args, timeout_s=250)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "minilm_openvino" in done.stdout
+    assert load.requests > 0 and load.failures == []
+    # Promoted in every config the model has, the host profile's too, which still serves
+    # the host's precision.
+    for path in v.config_files(repo / ENCODER):
+        assert "versions: [ 2 ]" in path.read_text(), path
+    with EmbedClient(server.http_url) as client:
+        served = client.embed_with_info(["after the rollout"]).served_by
+    assert served == [f"{ENCODER}:2:{profiled.precision}:L0"]
+
+
+def test_the_profile_make_setup_tuned_here_fits_this_host() -> None:
+    """`make setup` ran `tmr tune --if-stale` on this host: its record fits, whatever it
+    chose (the reviewed configs or a profile)."""
+    fits, why = status(REPOSITORY)
+    assert fits, why
+    record = hp.read_record(REPOSITORY)
+    assert record is not None and record["host"]["cores"] == hp.Host.current().cores
