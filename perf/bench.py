@@ -216,6 +216,7 @@ def report(r: dict) -> str:
     enc = {f.name: model.encoder(f.name) for f in model.family.formats}
     rows = [
         "# Benchmarks", "",
+        f"Served: {harness.served_profile()[1].splitlines()[0]} (`tmr tune --show`).", "",
         f"`make bench` (`python -m perf.bench`) on this {cores}-core machine, one run "
         f"({r['seconds'] / 60:.1f} min), every figure a ratio to others of the same run.", "",
         "## Against the peers", "", r["peers_report"], "",
@@ -253,8 +254,8 @@ def report(r: dict) -> str:
         "![ladder](benchmarks_ladder.png)", "", "![sweep](benchmarks_sweep.png)", "",
         "## Where the CPU goes (perf/profile.py)", "", profile_report(r["profile"], 16), "",
         "## Every format in-process (perf/runtimes.py)", "",
-        f"The front's primary here: `{enc[model.primary]}` "
-        "(export/primary_choice.py chose it, or `--keep-primary` kept it).", "",
+        f"The front's primary here: `{enc[model.primary]}` (the reviewed config's, or the "
+        "host profile's where `tmr tune` wrote one).", "",
         runtimes.report(r["runtimes"]) if "runtimes" in r else "not measured in this run"]
     return "\n".join(rows) + "\n"
 

@@ -9,7 +9,9 @@ distinct free ports, and its report. Every perf module that starts a server star
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -22,7 +24,9 @@ from core.paths import DEFAULT_REPOSITORY, results_dir
 from core.ports import free_ports
 from core.repository import copy_repository
 from core.startup import startup_models
+from core.versions import PROFILE_ENV
 from server.launcher import TritonServer
+from server.profile import select
 from server.settings import ALL_MODELS, Ports, ServerOptions
 
 
@@ -33,15 +37,29 @@ def run_dir(kind: str) -> Path:
     return out
 
 
+@functools.cache
+def served_profile() -> tuple[str | None, str]:
+    """What `tmr serve` serves on this host (server.profile.select over the repository):
+    (its --model-config-name, the line saying why). Every benchmark measures it, and a
+    copy of the repository carries its configs/host.pbtxt. Where $TMR_CONFIG_NAME is set
+    (the test suite sets it empty: the reviewed configs), that variant instead."""
+    if PROFILE_ENV in os.environ:
+        name = os.environ[PROFILE_ENV]
+        return name or None, f"serving {name or 'the reviewed configs'} (${PROFILE_ENV})"
+    return select(DEFAULT_REPOSITORY)
+
+
 def server(repository: Path = DEFAULT_REPOSITORY, log_path: Path | None = None,
            load_all: bool = True) -> TritonServer:
-    """A server (not started) for `repository` on three distinct free ports; `with` it to
-    start it, wait for ready and stop it. It loads every model, or with `load_all=False`
-    those `tmr serve` loads at start (core.startup)."""
+    """A server (not started) for `repository` on three distinct free ports, serving what
+    `tmr serve` serves on this host (served_profile); `with` it to start it, wait for ready
+    and stop it. It loads every model, or with `load_all=False` those `tmr serve` loads at
+    start (core.startup)."""
     ports = Ports(*free_ports(3))
-    load = ALL_MODELS if load_all else tuple(startup_models(repository))
-    return TritonServer(ServerOptions(repository=repository, ports=ports, load_models=load),
-                        log_path=log_path)
+    name = served_profile()[0]
+    load = ALL_MODELS if load_all else tuple(startup_models(repository, name or ""))
+    return TritonServer(ServerOptions(repository=repository, ports=ports, load_models=load,
+                                      model_config_name=name), log_path=log_path)
 
 
 @contextmanager

@@ -291,6 +291,10 @@ def report(record: dict[str, Any]) -> str:
                          f"{'' if noise is None else f'+-{noise:.0%}'} | {c['rss_mb']:.0f} | "
                          f"{verdict} |")
         lines.append("")
+    if "amx_bf16" in host["flags"]:
+        lines += ["On this AMX host Triton's native OpenVINO backend (the GPU image) runs bf16 "
+                  "whatever a config says (docs/gpu_hosts.md): the bf16 gate below is what "
+                  "holds for it.", ""]
     for key, gate in record["gates"].items():
         figures = ", ".join(f"{k} {val:.5f}" for k, val in gate["figures"].items())
         lines.append(f"Gate {key} vs eager PyTorch: {figures}: "

@@ -182,3 +182,15 @@ def test_classify_of_an_unreadable_file_is_a_clear_error_and_exit_1(
     missing = tmp_path / "missing.jpg"
     assert main(["classify", str(missing), "--url", "localhost:1"]) == 1
     assert f"error: {missing}: cannot read it: No such file or directory" in capsys.readouterr().err
+
+
+def test_tune_takes_one_mode_a_memory_budget_and_show() -> None:
+    from cli.tune import TuneOptions
+
+    assert parsed("tune") == TuneOptions(DEFAULT_REPOSITORY, "default", 2048.0, False, False)
+    assert parsed("tune", "--quick").mode == "quick"
+    assert parsed("tune", "--full", "--memory-budget", "3000").memory_budget_mb == 3000.0
+    assert parsed("tune", "--show").show and parsed("tune", "--if-stale").if_stale
+    with pytest.raises(SystemExit):
+        parsed("tune", "--quick", "--full")
+    assert parsed("serve", "--reviewed").reviewed

@@ -228,3 +228,49 @@ def test_an_unreadable_record_says_to_tune_again(tmp_path: Path) -> None:
     (tmp_path / hp.RECORD_FILE).write_text("{not json")
     with pytest.raises(hp.ProfileError, match="run `tmr tune` again"):
         hp.read_record(tmp_path)
+
+
+def written_profile(repo: Path, host: hp.Host, profiled: bool) -> None:
+    """A record as `tmr tune` writes it, fitting `host`, with or without a winner."""
+    if profiled:
+        profile_openvino(repo)
+    hp.write_record(repo, {**record_for(repo, host), "written_at": "2026-12-04T01:39",
+                           "profiled": ["embed"] if profiled else [],
+                           "fronts": {"embed": {"served": "openvino bf16" if profiled
+                                                else "reviewed", "reason": "measured"}}})
+
+
+def test_serve_selects_the_profile_only_where_it_fits(
+        configs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from server import profile
+
+    host = hp.Host("AMD EPYC", ("avx2", "avx512_bf16"), 2, "bf16")
+    monkeypatch.setattr(hp.Host, "current", classmethod(lambda cls: host))
+    name, line = profile.select(configs)
+    assert name is None and "no host profile here" in line
+    written_profile(configs, host, profiled=False)
+    name, line = profile.select(configs)
+    assert name is None and "found nothing better" in line
+    written_profile(configs, host, profiled=True)
+    name, line = profile.select(configs)
+    assert name == HOST_PROFILE and "embed: openvino bf16: measured" in line
+    assert profile.select(configs, reviewed=True) == (
+        None, "serving the reviewed configs (--reviewed)")
+    assert profile.select(configs, model_config_name="gpu")[0] == "gpu"
+    monkeypatch.setattr(hp.Host, "current", classmethod(lambda cls: replace(host, cores=1)))
+    with pytest.raises(hp.ProfileError, match=r"stale: tuned for 2 usable cores, this host "
+                       r"has 1\.\nrun `tmr tune`"):
+        profile.select(configs)
+    assert "stale" in profile.describe(configs)
+
+
+def test_serve_refuses_a_stale_profile_with_its_reason_and_exit_2(
+        configs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    from cli.main import main
+
+    host = hp.Host.current()
+    written_profile(configs, replace(host, cores=host.cores + 1), profiled=True)
+    assert main(["serve", "--repository", str(configs), "--no-check"]) == 2
+    err = capsys.readouterr().err
+    assert "the host profile is stale: tuned for" in err and "`tmr serve --reviewed`" in err
