@@ -14,9 +14,7 @@ def copy_repository(sources: Iterable[Path], target: Path) -> Path:
     """Copy every model folder of `sources` into `target`; version folders are linked.
 
     Configs and everything else are real copies, so they can be edited freely; the large
-    artifacts in integer version folders are symlinks (Triton follows them). A link inside
-    the repository (an encoder's warmup folder is its front's) stays a link where its target
-    was copied too, and becomes a copy of its contents where it was not.
+    artifacts in integer version folders are symlinks (Triton follows them).
     """
     for source in sources:
         for model in sorted(p for p in source.iterdir() if p.is_dir()):
@@ -25,18 +23,10 @@ def copy_repository(sources: Iterable[Path], target: Path) -> Path:
             for item in model.iterdir():
                 if item.name.isdigit():
                     (dest / item.name).symlink_to(item.resolve())
-                elif item.is_symlink():  # a link within the repository (warmup data):
-                    (dest / item.name).symlink_to(item.readlink())  # export relinks it
                 elif item.is_dir():
                     shutil.copytree(item, dest / item.name)
                 else:
                     shutil.copy(item, dest / item.name)
-    for link in target.glob("*/*"):  # one whose target was not copied: its contents
-        if link.is_symlink() and not link.exists() and not link.name.isdigit():
-            source = next(s / link.parent.name / link.name for s in sources
-                          if (s / link.parent.name / link.name).exists())
-            link.unlink()
-            shutil.copytree(source, link)
     return target
 
 

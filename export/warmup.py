@@ -24,6 +24,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -112,13 +113,25 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     return True
 
 
+def same_files(a: Path, b: Path) -> bool:
+    """Two folders holding the same file names with the same bytes."""
+    names = sorted(p.name for p in a.iterdir())
+    return names == sorted(p.name for p in b.iterdir()) and all(
+        (a / n).is_file() and (b / n).is_file() and (a / n).read_bytes() == (b / n).read_bytes()
+        for n in names)
+
+
 def link_folder(link: Path, target: Path) -> bool:
-    """`link` as a relative symlink to the folder `target` (replacing what was there)."""
+    """`link` as a relative symlink to the folder `target`, replacing what was there: a
+    link or a file, or a folder holding a copy of the target's files (what a repository
+    copy makes of a link, core.repository.copy_repository); any other folder is refused."""
     relative = Path(os.path.relpath(target, link.parent))
     if link.is_symlink() and Path(os.readlink(link)) == relative:
         return False
     if link.is_symlink() or link.is_file():
         link.unlink()
+    elif link.is_dir() and same_files(link, target):
+        shutil.rmtree(link)
     elif link.is_dir():
         raise FileExistsError(f"{link} is a folder; remove it to link it to {target}")
     link.symlink_to(relative, target_is_directory=True)

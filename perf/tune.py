@@ -17,6 +17,7 @@ Image fronts keep their reviewed configs (docs/serving.md says why).
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -253,7 +254,9 @@ def write_profile(repository: Path, host: hp.Host, mode: str, budget_mb: float,
     names = sorted({n for m in models for n in m.models})
     record = {
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "mode": mode, "took_s": took_s,
-        "host": host.__dict__ | {"flags": list(host.flags)},
+        "host": host.__dict__ | {"flags": list(host.flags),
+                                 "affinity": len(os.sched_getaffinity(0)),
+                                 "cgroup_quota": hp.cgroup_cpu_limit()},
         "memory_budget_mb": budget_mb, "objective_p99_ms": P99_OBJECTIVE_MS,
         "models": names, "repository_models": hp.model_folders(repository),
         "reviewed_digest": hp.reviewed_digest(repository, names),
@@ -273,8 +276,11 @@ def report(record: dict[str, Any]) -> str:
     host = record["host"]
     lines = [f"# Host profile ({record['written_at']}, `tmr tune --{record['mode']}`, "
              f"{record['took_s']:.0f} s)", "",
-             f"Host: {host['model']}, {host['cores']} usable cores, flags "
+             f"Host: {host['model']}, {host['cores']} usable cores (affinity "
+             f"{host['affinity']}, cgroup quota {host['cgroup_quota'] or 'none'}), flags "
              f"{' '.join(host['flags']) or 'none'}; precision rule: {host['precision']}.",
+             "Served versions: " + ", ".join(f"{m} v{n}" for m, n in
+                                             record["versions"].items()) + ".",
              f"Goodput: requests/s at p99 <= {record['objective_p99_ms']:.0f} ms, one new "
              f"text a request; RSS: the whole server once measured (budget "
              f"{record['memory_budget_mb']:.0f} MB).", ""]
