@@ -217,11 +217,9 @@ def tune(repository: Path, mode_name: str = "default",
                                       precision, layout, tuple(goodputs[i, model.base]),
                                       rss[i], why))
         decisions[model.base] = (base, cands, hp.choose(base, cands, memory_budget_mb))
+    names = [REVIEWED, *(f"{fmt} {precision}" for fmt, precision, _ in wanted)]
     record = write_profile(repository, host, mode_name, memory_budget_mb, models, decisions,
-                           gates, points, time.monotonic() - began)
-    record["memory_mib"] = {REVIEWED if i == 0 else f"candidate {i}": table
-                            for i, table in enumerate(memory)}
-    hp.write_record(repository, record)
+                           gates, points, dict(zip(names, memory)), time.monotonic() - began)
     progress("done", 1.0)
     return record
 
@@ -229,7 +227,7 @@ def tune(repository: Path, mode_name: str = "default",
 def write_profile(repository: Path, host: hp.Host, mode: str, budget_mb: float,
                   models: Sequence[FamilyModel], decisions: dict[str, Any],
                   gates: dict[tuple[str, str, str], Any], points: list[dict],
-                  took_s: float) -> dict[str, Any]:
+                  memory: dict[str, dict[str, float]], took_s: float) -> dict[str, Any]:
     """configs/host.pbtxt of every model whose candidate won (none elsewhere), the record
     and its report."""
     for path in hp.profile_files(repository):
@@ -265,7 +263,7 @@ def write_profile(repository: Path, host: hp.Host, mode: str, budget_mb: float,
         "fronts": fronts,
         "gates": {f"{m} {f} {p}": {"figures": fig, "failure": why}
                   for (m, f, p), (fig, why) in gates.items()},
-        "points": points}
+        "memory_mib": memory, "points": points}
     hp.write_record(repository, record)
     write_atomically(repository / hp.REPORT_FILE, report(record) + "\n")
     return record
@@ -297,6 +295,13 @@ def report(record: dict[str, Any]) -> str:
                          f"{'' if noise is None else f'+-{noise:.0%}'} | {c['rss_mb']:.0f} | "
                          f"{verdict} |")
         lines.append("")
+    lines += ["RSS MiB by process, as each server held it after its rounds:", "",
+              "| process | " + " | ".join(record["memory_mib"]) + " |",
+              "| --- |" + " ---: |" * len(record["memory_mib"])]
+    tables = list(record["memory_mib"].values())
+    for name in sorted(set().union(*tables), key=lambda n: -max(t.get(n, 0) for t in tables)):
+        lines.append(f"| {name} | " + " | ".join(f"{t.get(name, 0):.0f}" for t in tables) + " |")
+    lines += ["| **total** | " + " | ".join(f"{sum(t.values()):.0f}" for t in tables) + " |", ""]
     if "amx_bf16" in host["flags"]:
         lines += ["On this AMX host Triton's native OpenVINO backend (the GPU image) runs bf16 "
                   "whatever a config says (docs/gpu_hosts.md): the bf16 gate below is what "

@@ -42,8 +42,11 @@ def test_export_model_announces_the_source_and_only_the_formats_it_builds(
                         or ExportResult(model_dir.name, 4, "written", tmp_path))
     stages: list[str] = []
     model = find(DEFAULT_REPOSITORY, "minilm")
+    routing = {p: p.read_text() for p in (DEFAULT_REPOSITORY / "embed").rglob("*.pbtxt")}
     results = pipeline.export_model(DEFAULT_REPOSITORY, model, ["onnx", "torchscript", "int8"],
                                     on_stage=stages.append)
+    # Exporting makes versions; it never changes which encoder the front calls.
+    assert {p: p.read_text() for p in (DEFAULT_REPOSITORY / "embed").rglob("*.pbtxt")} == routing
     assert stages[0].startswith("minilm: loading ")
     assert stages[1:] == ["minilm_onnx: exporting onnx",
                           "minilm_torchscript: exporting torchscript"]
