@@ -8,6 +8,7 @@ from pathlib import Path
 
 from core import config_edit
 from core.config_edit import Change, edit_file
+from core.versions import config_files
 
 
 def copy_repository(sources: Iterable[Path], target: Path) -> Path:
@@ -31,16 +32,19 @@ def copy_repository(sources: Iterable[Path], target: Path) -> Path:
 
 
 def edit_config(repository: Path, model: str, change: Change) -> str:
-    """Apply `change` to the model's parsed config.pbtxt and write it back atomically
-    (core.config_edit); the previous text."""
-    return edit_file(repository / model / "config.pbtxt", change)
+    """Apply `change` to the model's parsed config.pbtxt and to each of its variants in
+    configs/ (whichever one the server serves: the host profile, the GPU profile), each
+    written back atomically (core.config_edit); the previous text of config.pbtxt."""
+    previous = [edit_file(path, change) for path in config_files(repository / model)]
+    return previous[0]
 
 
 def set_parameter(repository: Path, model: str, key: str, value: str) -> None:
-    """Set an existing `parameters { key }` string value in config.pbtxt (ValueError if absent)."""
+    """Set an existing `parameters { key }` string value in every config file of the model
+    (ValueError if absent)."""
     edit_config(repository, model, config_edit.set_parameter(key, value))
 
 
 def put_parameter(repository: Path, model: str, key: str, value: str) -> None:
-    """Set `parameters { key }` in config.pbtxt, adding it when the key is absent."""
+    """Set `parameters { key }` in every config file of the model, adding it when absent."""
     edit_config(repository, model, config_edit.set_parameter(key, value, add=True))
