@@ -141,6 +141,25 @@ def candidate_server(copy: Path, i: int, logs: Path) -> TritonServer:
         load_models=tuple(startup_models(copy, profile))), log_path=logs / f"tune{i}.log")
 
 
+SETTLE_S = 2.0  # an unmeasured loop per server and front before the rounds
+
+
+async def warm(url: str, front: str, concurrency: int, seconds: float) -> None:
+    """An unmeasured closed loop: connections, caches, the batcher's first shapes."""
+    async with standard_sender(url, front) as send:
+        await closed_loop(send, [(0, concurrency)], seconds, unique_texts())
+
+
+def settle(servers: Sequence[TritonServer], models: Sequence[FamilyModel], mode: Mode) -> None:
+    """Every server warmed before any is measured: a server still warming its fronts
+    (front_warmup, once it has started) took cores from the first round of the others."""
+    for server in servers:
+        for model in models:
+            asyncio.run(warm(server.http_url, str(model.front), max(mode.concurrencies),
+                             SETTLE_S))
+    time.sleep(SETTLE_S)
+
+
 async def round_goodput(url: str, front: str, mode: Mode) -> tuple[float, list[dict]]:
     """One round on one front: a closed loop at each concurrency; (goodput, points)."""
     points = []
@@ -157,6 +176,8 @@ def measure(servers: Sequence[TritonServer], models: Sequence[FamilyModel], mode
             progress: Progress) -> tuple[dict[tuple[int, str], list[float]], list[dict]]:
     """Goodput per (server, model) per round, the rounds interleaving the servers (each
     round in a rotated order); and every point measured."""
+    progress("warming every server before the rounds", 0.1)
+    settle(servers, models, mode)
     goodputs: dict[tuple[int, str], list[float]] = {}
     points: list[dict] = []
     cells = mode.rounds * len(servers) * len(models)
