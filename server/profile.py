@@ -31,8 +31,7 @@ def status(repository: Path) -> tuple[bool, str]:
 
 def choices(record: dict) -> str:
     """Each front's choice in one line: what serves and why."""
-    return "\n".join(f"  {front}: {d['served']}: {d['reason']}"
-                     for front, d in record.get("fronts", {}).items())
+    return "\n".join(f"  {front}: {d['reason']}" for front, d in record.get("fronts", {}).items())
 
 
 def select(repository: Path, reviewed: bool = False,
