@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(what `make setup` runs)")
 
 
-def progress_bar(started: float) -> object:
+def progress_bar(started: float) -> Callable[[str, float], None]:
     """A one-line progress bar on stderr: fraction, elapsed seconds, the current step."""
     def show(what: str, done: float) -> None:
         filled = int(done * 30)
@@ -81,8 +82,7 @@ def tune_command(opts: TuneOptions) -> int:
             print(f"tmr tune: {why}: tuning", file=sys.stderr)
         from perf.tune import tune
 
-        tune(opts.repository, opts.mode, opts.memory_budget_mb,
-             progress_bar(time.monotonic()))  # type: ignore[arg-type]
+        tune(opts.repository, opts.mode, opts.memory_budget_mb, progress_bar(time.monotonic()))
     except ProfileError as err:
         print(f"tmr tune: {err}", file=sys.stderr)
         return 2
