@@ -46,7 +46,9 @@ class BareEmbedModel(EmbedModel):
             self.idle_aware.close()
         super().finalize()
 
-    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray],
+                     version: int = -1) -> np.ndarray:
+        """The in-process session, whatever version the router pinned (a fixture has one)."""
         if self.idle_aware is None:
             return self.session(feeds)[encoder.output]
         return self.idle_aware(feeds)[0][encoder.output]
