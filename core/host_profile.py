@@ -8,7 +8,6 @@ by `tmr tune` as Triton variants, `configs/host.pbtxt` (git-ignored), served wit
 git-ignored), says on which host, from which configs and versions, and why.
 
     layout_for(cores)                 instances and threads for the usable cores
-    fit_memory(layout, ...)           fewer instances until the estimate fits the budget
     choose(baseline, candidates, ...) the candidate that beats the reviewed configs by more
                                       than the rounds' own spread, within the memory budget
                                       (or paying for the memory over it in goodput)
@@ -23,7 +22,7 @@ import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -112,17 +111,6 @@ def layout_for(cores: int) -> Layout:
     instances = max(1, min(cores, MAX_ENCODER_INSTANCES))
     return Layout(instances, max(1, cores // instances),
                   max(2, min(cores + 1, MAX_FRONT_INSTANCES)))
-
-
-def fit_memory(layout: Layout, encoder_instance_mb: float, fixed_mb: float,
-               budget_mb: float) -> Layout:
-    """`layout` with fewer encoder instances (each with more threads, the same cores) until
-    fixed_mb + instances x encoder_instance_mb fits the budget; one instance at least."""
-    cores = layout.encoder_instances * layout.encoder_threads
-    instances = layout.encoder_instances
-    while instances > 1 and fixed_mb + instances * encoder_instance_mb > budget_mb:
-        instances -= 1
-    return replace(layout, encoder_instances=instances, encoder_threads=max(1, cores // instances))
 
 
 # -- the choice -----------------------------------------------------------------------------

@@ -126,9 +126,7 @@ def write_variants(copy: Path, models: Sequence[FamilyModel],
     for i, (fmt, precision, layout) in enumerate(wanted, start=1):
         for model in models:
             assert model.front is not None
-            write_variant(copy, model.front, model.encoders, f"tune{i}", fmt, precision,
-                          layout.encoder_instances, layout.encoder_threads,
-                          layout.front_instances, layout.idle_session,
+            write_variant(copy, model.front, model.encoders, f"tune{i}", fmt, precision, layout,
                           f"a tuning candidate on {host.model}")
 
 
@@ -259,11 +257,8 @@ def write_profile(repository: Path, host: hp.Host, mode: str, budget_mb: float,
         chosen = decision.chosen
         if chosen.name != REVIEWED:
             assert model.front is not None
-            layout = chosen.layout
             write_variant(repository, model.front, model.encoders, v.HOST_PROFILE,
-                          chosen.primary, chosen.precision, layout.encoder_instances,
-                          layout.encoder_threads, layout.front_instances,
-                          layout.idle_session, host.describe())
+                          chosen.primary, chosen.precision, chosen.layout, host.describe())
         fronts[model.front] = {
             "model": model.base, "served": chosen.name, "primary": chosen.primary,
             "precision": chosen.precision, "layout": chosen.layout.__dict__,

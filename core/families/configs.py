@@ -22,6 +22,7 @@ from core.families import Family, Tensor, family, warmup
 from core.families.spec import DIM, IMAGE_DIMS, PRECISION_PARAMETER
 from core.files import write_atomically
 from core.hardware import BF16, FP32
+from core.host_profile import Layout
 from core.params import IDLE_THREADS_PARAMETER
 from core.settings import ENCODER_THREADS, DynamicBatching
 from core.versions import policy_line, read_config
@@ -263,17 +264,16 @@ def profile_header(name: str, profile: str, why: str) -> str:
 
 
 def write_variant(repository: Path, front: str, encoders: Mapping[str, str], profile: str,
-                  primary: str, precision: str, instances: int, threads: int,
-                  front_instances: int, idle_session: bool, why: str) -> list[Path]:
+                  primary: str, precision: str, layout: Layout, why: str) -> list[Path]:
     """configs/<profile>.pbtxt for a model's front and every encoder: its reviewed config
     with the front calling `primary`, the formats that run at the host's precision at
-    `precision`, the given instances and threads, and the idle session only where
-    `idle_session`. The paths written."""
+    `precision`, and the layout's instances, threads and idle session. The paths written."""
     written = []
     for name in encoders.values():
         spec = encoder_spec(read_config(repository / name))
         fmt = family(spec.family).format(spec.format)
-        spec = replace(spec, instances=instances, threads=threads, idle_session=idle_session,
+        spec = replace(spec, instances=layout.encoder_instances, threads=layout.encoder_threads,
+                       idle_session=layout.idle_session,
                        precision=precision if fmt.host_precision else spec.precision)
         path = repository / name / "configs" / f"{profile}.pbtxt"
         write_atomically(path, render(encoder_config(spec), profile_header(name, profile, why)))
@@ -281,7 +281,7 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], pro
     spec = front_spec(read_config(repository / front))
     fam = family(spec.family)
     spec = replace(spec, primary=None if primary == fam.primary else primary,
-                   instances=front_instances)
+                   instances=layout.front_instances)
     path = repository / front / "configs" / f"{profile}.pbtxt"
     write_atomically(path, render(front_config(spec), profile_header(front, profile, why)))
     return [*written, path]

@@ -63,7 +63,7 @@ def profiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profiled]:
     assert model.front is not None
     precision = host_precision()
     write_variant(repo, model.front, model.encoders, v.HOST_PROFILE, "openvino", precision,
-                  2, 1, 3, False, "the test's host")
+                  hp.Layout(2, 1, 3, idle_session=False), "the test's host")
     server = start_server(repo, root / "tritonserver.log", model_config_name=v.HOST_PROFILE,
                           load_models=tuple(startup_models(repo, v.HOST_PROFILE)))
     yield Profiled(server, repo, precision)

@@ -63,14 +63,6 @@ def test_instances_and_threads_follow_the_usable_cores(cores: int, layout: hp.La
     assert hp.layout_for(cores) == layout
 
 
-def test_a_tight_memory_budget_trades_instances_for_threads_on_the_same_cores() -> None:
-    wide = hp.layout_for(16)
-    assert hp.fit_memory(wide, 300, 1200, 4000) == wide  # 1200 + 4 x 300 fits
-    assert hp.fit_memory(wide, 300, 1200, 2000) == replace(wide, encoder_instances=2,
-                                                           encoder_threads=8)
-    assert hp.fit_memory(wide, 300, 1900, 2000).encoder_instances == 1  # never none
-
-
 def test_on_a_bf16_host_openvino_bf16_wins_beyond_the_rounds_noise() -> None:
     decision = hp.choose(BF16_BASE, [BF16], BUDGET)
     assert decision.chosen is BF16
@@ -139,7 +131,7 @@ def profile_openvino(repo: Path) -> list[Path]:
     model = find(repo, "minilm")
     assert model.front is not None
     return write_variant(repo, model.front, model.encoders, HOST_PROFILE, "openvino", "bf16",
-                         4, 4, 8, False, "a test host")
+                         hp.Layout(4, 4, 8, idle_session=False), "a test host")
 
 
 def parse(path: Path) -> mc.ModelConfig:
