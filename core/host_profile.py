@@ -97,9 +97,15 @@ class Layout:
     encoder_threads: int
     front_instances: int
     idle_session: bool = True  # the encoders' second session for a lone request
+    # Each front instance runs the primary's served version itself (python_backends/
+    # in_process.py); the primary encoder model keeps one instance, for BLS calls.
+    in_process: bool = False
 
     def describe(self) -> str:
         idle = "" if self.idle_session or self.encoder_instances < 2 else ", no idle session"
+        if self.in_process:
+            return (f"primary in process: front {self.front_instances} instances x "
+                    f"{self.encoder_threads} threads")
         return (f"encoders {self.encoder_instances}x{self.encoder_threads} threads{idle}, "
                 f"front {self.front_instances} instances")
 

@@ -36,6 +36,8 @@ OVERLENGTH_POLICIES = ("reject", "truncate", "chunk")  # python_backends/tokeniz
 # Intra-op threads of an encoder instance unless its config sets its format's threads
 # parameter (core/families/spec.py Format.threads_parameter).
 ENCODER_THREADS = 1
+# A front's LadderSettings.primary_in_process, as the host profile writes it.
+IN_PROCESS_PARAMETER = "primary_in_process"
 
 
 def setting(default: Any, cast: Callable[[str], Any] | None = None, *,
@@ -125,7 +127,7 @@ class LadderSettings(ParameterSettings):
     """Thresholds of the degradation ladder (python_backends/degradation.py; README
     "When things go wrong"): queue signal, hysteresis, failures, memory, level 1's call
     size, the cache of level 3, an operator's override; and what the router does with
-    duplicate rows at every level."""
+    duplicate rows at every level and where its primary runs."""
 
     queue_ratio: float = 0.9  # queued rows / a full execution's rows above this: requests wait
     degrade_down_ratio: float = 0.5  # every signal under its threshold x this: go down
@@ -141,6 +143,9 @@ class LadderSettings(ParameterSettings):
     # Identical rows of one dynamic batch (same token ids or image, same rollout side) are
     # encoded once and the answer copied (docs/serving.md measured it).
     dedupe_rows: bool = True
+    # The front runs its primary encoder's served version in its own process; BLS serves
+    # the rest (python_backends/in_process.py). A host profile's choice, never a default.
+    primary_in_process: bool = setting(False, written=False)
 
     @property
     def forced(self) -> int | None:

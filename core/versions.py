@@ -65,6 +65,12 @@ def served_config(model_dir: Path, profile: str | None = None) -> model_config_p
     return parse_config(served_config_path(model_dir, profile).read_text(encoding="utf-8"))
 
 
+def served_config_json(model_dir: Path, profile: str | None = None) -> dict[str, Any]:
+    """served_config in Triton's JSON form, as the model's own stub gets it."""
+    return json_format.MessageToDict(served_config(model_dir, profile),
+                                     preserving_proto_field_name=True)
+
+
 def read_config_json(model_dir: Path) -> dict[str, Any]:
     """The config in Triton's JSON form, as a stub's `model_config` gives it: what the
     settings' `from_parameters` and `from_config` read."""

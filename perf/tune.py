@@ -84,7 +84,10 @@ def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[tuple[str, str
     layout = hp.layout_for(host.cores)
     # OpenVINO's idle session is a second compiled model: 285 MB more for two instances
     # (measured on MiniLM), for lone requests only; its candidates go without it.
-    found = [("openvino", host.precision, replace(layout, idle_session=False))]
+    openvino = replace(layout, idle_session=False)
+    # The same, run inside the front's stub: no BLS hop per call (docs/serving.md).
+    found = [("openvino", host.precision, openvino),
+             ("openvino", host.precision, replace(openvino, in_process=True))]
     if layout != reviewed:
         found.append(("onnx", FP32, layout))
     if mode.extra:
@@ -92,6 +95,10 @@ def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[tuple[str, str
         if host.precision != FP32:
             found.append(("openvino", FP32, replace(layout, idle_session=False)))
     return found
+
+
+def candidate_name(fmt: str, precision: str, layout: hp.Layout) -> str:
+    return f"{fmt} {precision} ({layout.describe()})"
 
 
 def check_tunable(repository: Path, models: Sequence[FamilyModel]) -> None:
@@ -232,11 +239,11 @@ def tune(repository: Path, mode_name: str = "default",
         cands = []
         for i, (fmt, precision, layout) in enumerate(wanted, start=1):
             why = gates.get((model.base, fmt, precision), ({}, None))[1]
-            cands.append(hp.Candidate(f"{fmt} {precision} ({layout.describe()})", fmt,
+            cands.append(hp.Candidate(candidate_name(fmt, precision, layout), fmt,
                                       precision, layout, tuple(goodputs[i, model.base]),
                                       rss[i], why))
         decisions[model.base] = (base, cands, hp.choose(base, cands, memory_budget_mb))
-    names = [REVIEWED, *(f"{fmt} {precision}" for fmt, precision, _ in wanted)]
+    names = [REVIEWED, *(candidate_name(*kind) for kind in wanted)]
     record = write_profile(repository, host, mode_name, memory_budget_mb, models, decisions,
                            gates, points, dict(zip(names, memory)), time.monotonic() - began)
     progress("done", 1.0)

@@ -13,8 +13,9 @@ has started (python_backends/warmup.py `server_started`: it listens only then), 
 otherwise runs everything but the call: decoding, tokenizing or preprocessing into its
 buffers, the encoder's input tensors, and the answer built from zero outputs. The encoders
 warm themselves with their own samples (the same real input, as the front makes it), so
-an encoder that is not loaded never fails its front's load. The log line of each sample
-says which path it took.
+an encoder that is not loaded never fails its front's load. A primary the front runs in
+process (python_backends/in_process.py) needs no call: its samples go the whole path at
+any time. The log line of each sample says which path it took.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ class WarmedRouter(FamilyRouter):
         primary = self.encoders["primary"].name
         started = server_started()
         level = self.levels[self.policy.level]
-        if started and level.encoder == "primary" and is_loaded(primary):
+        # A primary run in process needs no BLS call, so no started server (unless a
+        # rollout's candidate would take a share of the sample).
+        local = self.local is not None and self.local.serves(-1) and self.rollout.state is None
+        if level.encoder == "primary" and (local or (started and is_loaded(primary))):
             responses = super().execute_requests(requests)
             if not any(r.has_error() for r in responses):
-                self.warmup.note = f"through {primary}"
+                self.warmup.note = f"through {primary}{' in process' * local}"
                 return responses
             why = "the answer through it failed"
         elif not started:

@@ -50,6 +50,7 @@ from python_backends.degradation import (
     throttled,
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
+from python_backends.in_process import LocalPrimary
 from python_backends.rollout_traffic import RolloutTraffic
 from python_backends.router_metrics import RouterMetrics
 from python_backends.routing import Plan, RoutedRequest, plan_batch
@@ -104,12 +105,14 @@ class Encoder:
 class ServedVersions(threading.Thread):
     """The version each encoder serves and its rollout (core/rollout.py), re-read from the
     repository every VERSION_REFRESH_S in the background (a release edits it on disk);
-    `on_rollout(name, state, last)` hears each encoder's rollout after every read."""
+    `on_read(name, version, state, last)` hears each encoder's served version and
+    rollout after every read."""
 
     def __init__(self, repository: Path, names: list[str],
-                 on_rollout: Callable[[str, RolloutState | None, dict | None], None]) -> None:
+                 on_read: Callable[[str, str, RolloutState | None, dict | None], None]
+                 ) -> None:
         super().__init__(name="tmr-served-versions", daemon=True)
-        self.repository, self.names, self.on_rollout = repository, names, on_rollout
+        self.repository, self.names, self.on_read = repository, names, on_read
         self.current: dict[str, str] = {}
         self.stopped = threading.Event()
         self.refresh()
@@ -123,7 +126,7 @@ class ServedVersions(threading.Thread):
             except (OSError, ValueError):
                 continue  # a config being rewritten: keep the last answer
             self.current[name] = "?" if version is None else str(version)
-            self.on_rollout(name, state, last)
+            self.on_read(name, self.current[name], state, last)
 
     def run(self) -> None:
         while not self.stopped.wait(VERSION_REFRESH_S):
@@ -189,8 +192,11 @@ class FamilyRouter(BaseModel):
         self.metrics = RouterMetrics(self.name, args.get("model_instance_name", "0"), self.config)
         self.metrics.level.set(self.policy.level)
         self.rollout = self._rollout_traffic(repository)
+        primary = self.encoders["primary"]
+        self.local = LocalPrimary(repository, primary.name, primary.output, self.log.info) \
+            if self.settings.primary_in_process else None
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()],
-                                     self._observe_rollout)
+                                     self._observe)
         self.served.start()
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
 
@@ -252,10 +258,16 @@ class FamilyRouter(BaseModel):
         minimum = float(gates[min_key]) if min_key and min_key in gates else None
         return RolloutTraffic(self.name, primary, fam.agreement, minimum)
 
-    def _observe_rollout(self, name: str, state: RolloutState | None, last: dict | None
-                         ) -> None:
-        if name == self.encoders["primary"].name:
-            self.rollout.observe(state, last)
+    def _observe(self, name: str, version: str, state: RolloutState | None,
+                 last: dict | None) -> None:
+        """The primary's rollout to its traffic split; its served version to the
+        in-process copy (loaded here, in the version reader's thread: off the request
+        path, which goes over BLS until it is loaded)."""
+        if name != self.encoders["primary"].name:
+            return
+        self.rollout.observe(state, last)
+        if self.local is not None and version.isdigit():
+            self.local.load(int(version))
 
     def _encode(self, level: Level, plan: Plan, valid: dict[int, Prepared],
                 responses: list[Any], requests: list[Any]) -> None:
@@ -367,7 +379,11 @@ class FamilyRouter(BaseModel):
         """One call of the encoder model over BLS, pinned to `version` (the served one, as
         the repository says): during a release Triton may hold two versions, and an
         unpinned call goes to the newest. A pinned version Triton does not hold yet (a
-        promotion being applied) falls back to an unpinned call."""
+        promotion being applied) falls back to an unpinned call. The version this front
+        runs in process (`primary_in_process`) runs here."""
+        if self.local is not None and encoder.name == self.local.name \
+                and self.local.serves(version):
+            return self.local(feeds)
         try:
             return bls_infer(encoder.name, feeds, [encoder.output], version)[encoder.output]
         except ChildModelError as err:

@@ -8,7 +8,8 @@ run, split), counted in `tmr_backend_runtime_calls_total`.
 
 from __future__ import annotations
 
-from functools import cached_property
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from python_backends.base import BaseModel, error_response, input_array, ok_resp
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.errors import ModelError
-from python_backends.input_limits import InputLimitError, InputLimits, read_limits
+from python_backends.input_limits import InputLimitError, read_limits
 from python_backends.metrics import Counter
 from python_backends.runners import Runner, RunnerError, artifact_runner, openvino_runner
 from python_backends.structured_log import BatchFacts
@@ -51,11 +52,19 @@ class TensorModel(BaseModel):
             self._setup_idle_session(path, idle, args.get("model_instance_name", "0"), labels)
 
     def runner(self, path: Any, threads: int, idle: bool = False) -> Runner:
-        """The runtime call of one batch with `threads` threads (onnxruntime or TorchScript
-        here); `idle`: the idle session's, whose threads do not spin."""
-        spinning = BackendSettings.from_parameters(self.config).allow_spinning and not idle
-        return artifact_runner(path, self.runtime, threads, self.inputs, self.outputs,
-                               spinning)
+        """The runtime call of one batch with `threads` threads; `idle`: the idle
+        session's, whose threads do not spin."""
+        return self.make_runner(self.config, path, threads, idle)
+
+    @classmethod
+    def make_runner(cls, config: Mapping[str, Any], path: Any, threads: int,
+                    idle: bool = False) -> Runner:
+        """The runner of this backend for `config` (Triton's JSON form) over the artifact
+        at `path`: what an instance runs, and what a front running its primary in process
+        (python_backends/in_process.py) runs. onnxruntime or TorchScript here."""
+        spinning = BackendSettings.from_parameters(config).allow_spinning and not idle
+        return artifact_runner(path, cls.runtime, threads, tensor_names(config, "input"),
+                               tensor_names(config, "output"), spinning)
 
     def _setup_idle_session(self, path: Any, threads: int, instance: str,
                             labels: dict[str, str]) -> None:
@@ -134,20 +143,21 @@ class OpenVinoModel(TensorModel):
     threads_parameter = "INFERENCE_NUM_THREADS"
     idle_threads_supported = True  # a second compiled model: +38 MiB for MiniLM, measured
 
-    @cached_property
-    def limits(self) -> InputLimits:
-        """What the graph accepts (read once: the idle session's runner shares it)."""
-        return read_limits(self.artifact_path(), same_shape_inputs(self.config))
-
     def runner(self, path: Any, threads: int, idle: bool = False) -> Runner:
+        ov = OpenVinoSettings.from_parameters(self.config)
+        self.log.info(f"OpenVINO: {threads} thread(s), {ov.NUM_STREAMS} stream(s), "
+                      f"{ov.PERFORMANCE_HINT}, {ov.inference_precision}")
+        return self.make_runner(self.config, path, threads, idle)
+
+    @classmethod
+    def make_runner(cls, config: Mapping[str, Any], path: Any, threads: int,
+                    idle: bool = False) -> Runner:
         """OpenVINO's call, behind the input checks onnxruntime makes and it does not
         (python_backends/input_limits.py)."""
-        ov = OpenVinoSettings.from_parameters(self.config)
-        limits = self.limits
-        self.log.info(f"OpenVINO: {threads} thread(s), {ov.NUM_STREAMS} stream(s), "
-                      f"{ov.PERFORMANCE_HINT}, {ov.inference_precision}; {limits}")
-        run = openvino_runner(path, threads, self.outputs, ov.inference_precision,
-                              ov.NUM_STREAMS, ov.PERFORMANCE_HINT)
+        ov = OpenVinoSettings.from_parameters(config)
+        limits = read_limits(path, same_shape_inputs(config))
+        run = openvino_runner(path, threads, tensor_names(config, "output"),
+                              ov.inference_precision, ov.NUM_STREAMS, ov.PERFORMANCE_HINT)
 
         def checked(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             try:
@@ -177,3 +187,23 @@ class TorchScriptModel(TensorModel):
     default_filename = "model.pt"
     runtime = "pytorch"
     threads_parameter = "INTRA_OP_THREAD_COUNT"
+
+
+# The Python-based backend of each `backend` (or `platform`) an encoder's config names.
+BACKENDS: dict[str, type[TensorModel]] = {
+    "onnxruntime": OnnxRuntimeModel, "openvino": OpenVinoModel,
+    "pytorch_libtorch": TorchScriptModel, "pytorch": TorchScriptModel}
+
+
+def served_runner(config: Mapping[str, Any], version_dir: Path) -> Runner:
+    """The runner an encoder's served config describes over the artifact of one version
+    folder, with the threads of one of its instances and no idle session: an instance's
+    call, made by another process (python_backends/in_process.py)."""
+    kind = config.get("backend") or config.get("platform") or ""
+    if kind not in BACKENDS:
+        raise ConfigError(f"{config.get('name')!r} is served by {kind!r}, which no "
+                          f"in-process runner knows ({', '.join(BACKENDS)})")
+    backend = BACKENDS[kind]
+    filename = config.get("default_model_filename") or backend.default_filename
+    threads = parameter(config, backend.threads_parameter, ENCODER_THREADS, positive_int)
+    return backend.make_runner(config, version_dir / filename, threads)

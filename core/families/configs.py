@@ -24,7 +24,7 @@ from core.files import write_atomically
 from core.hardware import BF16, FP32
 from core.host_profile import Layout
 from core.params import IDLE_THREADS_PARAMETER
-from core.settings import ENCODER_THREADS, DynamicBatching
+from core.settings import ENCODER_THREADS, IN_PROCESS_PARAMETER, DynamicBatching
 from core.versions import policy_line, read_config
 
 CPU, GPU = "cpu", "gpu"
@@ -267,21 +267,26 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], pro
                   primary: str, precision: str, layout: Layout, why: str) -> list[Path]:
     """configs/<profile>.pbtxt for a model's front and every encoder: its reviewed config
     with the front calling `primary`, the formats that run at the host's precision at
-    `precision`, and the layout's instances, threads and idle session. The paths written."""
+    `precision`, and the layout's instances, threads and idle session; with
+    `layout.in_process` the front runs the primary itself. The paths written."""
     written = []
     for name in encoders.values():
         spec = encoder_spec(read_config(repository / name))
         fmt = family(spec.family).format(spec.format)
-        spec = replace(spec, instances=layout.encoder_instances, threads=layout.encoder_threads,
-                       idle_session=layout.idle_session,
+        alone = layout.in_process and spec.format == primary  # BLS calls only: one instance
+        spec = replace(spec, instances=1 if alone else layout.encoder_instances,
+                       threads=layout.encoder_threads, idle_session=layout.idle_session,
                        precision=precision if fmt.host_precision else spec.precision)
         path = repository / name / "configs" / f"{profile}.pbtxt"
         write_atomically(path, render(encoder_config(spec), profile_header(name, profile, why)))
         written.append(path)
     spec = front_spec(read_config(repository / front))
     fam = family(spec.family)
+    parameters = {k: v for k, v in spec.parameters.items() if k != IN_PROCESS_PARAMETER}
+    if layout.in_process:
+        parameters[IN_PROCESS_PARAMETER] = "true"
     spec = replace(spec, primary=None if primary == fam.primary else primary,
-                   instances=layout.front_instances)
+                   instances=layout.front_instances, parameters=parameters)
     path = repository / front / "configs" / f"{profile}.pbtxt"
     write_atomically(path, render(front_config(spec), profile_header(front, profile, why)))
     return [*written, path]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from client import EmbedClient
+from client.prometheus import metric_value
 from core import host_profile as hp
 from core import versions as v
 from core.families.catalog import find
@@ -53,21 +54,32 @@ class Profiled:
     server: TritonServer
     repo: Path
     precision: str
+    layout: hp.Layout
 
 
-@pytest.fixture(scope="module")
-def profiled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Profiled]:
+# Both layouts a profile may choose: the front calls OpenVINO over BLS, or runs it itself.
+LAYOUTS = {"bls": hp.Layout(2, 1, 3, idle_session=False),
+           "in-process": hp.Layout(2, 1, 3, idle_session=False, in_process=True)}
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def profiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[Profiled]:
     root = tmp_path_factory.mktemp("host-profile")
     repo = repository_of(root, *MODELS)
     model = find(repo, "minilm")
     assert model.front is not None
-    precision = host_precision()
+    precision, layout = host_precision(), LAYOUTS[request.param]
     write_variant(repo, model.front, model.encoders, v.HOST_PROFILE, "openvino", precision,
-                  hp.Layout(2, 1, 3, idle_session=False), "the test's host")
+                  layout, "the test's host")
     server = start_server(repo, root / "tritonserver.log", model_config_name=v.HOST_PROFILE,
                           load_models=tuple(startup_models(repo, v.HOST_PROFILE)))
-    yield Profiled(server, repo, precision)
+    yield Profiled(server, repo, precision, layout)
     stop_cleanly(server)
+
+
+def runtime_calls(server: TritonServer, model: str) -> float:
+    return metric_value(server.metrics_url, "tmr_backend_runtime_calls_total", model=model)
 
 
 @pytest.fixture
@@ -86,6 +98,21 @@ def test_the_profile_serves_the_hosts_precision_and_matches_eager_pytorch(profil
           f"{found.mean():.6f} min {found.min():.6f}")
     assert found.mean() >= 0.9999 and found.min() >= 0.999
     assert np.allclose(np.linalg.norm(result.embeddings, axis=1), 1.0, atol=1e-3)
+
+
+def test_where_the_primary_runs_is_the_layouts_choice(profiled) -> None:
+    """In process, the front's calls never reach the encoder model's stub; over BLS, each
+    batch is one of its runtime calls. The answers say the same encoder either way."""
+    before = runtime_calls(profiled.server, ENCODER)
+    with EmbedClient(profiled.server.http_url) as client:
+        for i in range(5):
+            served = client.embed_with_info([f"where does it run {i}"]).served_by
+            assert served == [f"{ENCODER}:1:{profiled.precision}:L0"]
+    calls = runtime_calls(profiled.server, ENCODER) - before
+    assert calls == (0 if profiled.layout.in_process else 5)
+    config = v.served_config(profiled.repo / ENCODER, v.HOST_PROFILE)
+    assert sum(g.count for g in config.instance_group) == (
+        1 if profiled.layout.in_process else profiled.layout.encoder_instances)
 
 
 def test_only_the_profiles_primary_is_loaded_at_start(profiled) -> None:
