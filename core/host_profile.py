@@ -105,7 +105,7 @@ class Layout:
         idle = "" if self.idle_session or self.encoder_instances < 2 else ", no idle session"
         if self.in_process:
             return (f"primary in process: front {self.front_instances} instances x "
-                    f"{self.encoder_threads} threads")
+                    f"{self.encoder_threads} thread{'s' * (self.encoder_threads != 1)}")
         return (f"encoders {self.encoder_instances}x{self.encoder_threads} threads{idle}, "
                 f"front {self.front_instances} instances")
 

@@ -10,26 +10,40 @@ the stub serves, and divides by the requests served in the same window (Triton's
 `nv_inference_request_success` metric). While the load runs, py-spy samples the front
 model's stubs; the report lists the project functions with the largest inclusive share
 of the samples. Output: `perf/results/profile-<timestamp>/profile.md` plus py-spy's raw stacks.
+
+Before the load, where one request's time goes at concurrency 1: sequential HTTP requests
+of one new text each, and for every model that served them in the window Triton's own
+statistics per request (queue, compute input, compute infer, compute output). The front's
+compute infer holds its tokenization and its encoder call (a BLS hop and the encoder's
+own stages, or the runtime itself when the front runs its primary in process); what the
+client saw beyond the front's total is HTTP and Triton's core. It measures what `tmr serve`
+serves on this host; `TMR_CONFIG_NAME= ` measures the reviewed configs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from client.auth import key_headers
 from client.core import DEFAULT_MODEL
 from client.prometheus import metric_value
 from core.families import TEXT_EMBEDDING
 from core.repository import set_parameter
 from perf import harness, perf_analyzer, subjects
+from perf.load import unique_texts
 from perf.peers import cpu
 from perf.subjects import build_repository
 from server.launcher import TritonServer, stub_processes
@@ -137,6 +151,57 @@ def profile(server: TritonServer, model: str, concurrency: int, seconds: float,
                    {g: after_cpu[g] - before_cpu[g] for g in after_cpu}, frames)
 
 
+STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def stage_totals(http_url: str) -> dict[str, dict[str, float]]:
+    """Per loaded model: its successes and the nanoseconds of each stage so far."""
+    request = urllib.request.Request(f"http://{http_url}/v2/models/stats",
+                                     headers=key_headers(admin=True))
+    with urllib.request.urlopen(request, timeout=10) as r:
+        stats = json.loads(r.read())["model_stats"]
+    totals: dict[str, dict[str, float]] = {}
+    for model in stats:
+        row = totals.setdefault(model["name"], dict.fromkeys(("n", *STAGES), 0.0))
+        row["n"] += int(model["inference_stats"]["success"]["count"])
+        for stage in STAGES:
+            row[stage] += int(model["inference_stats"][stage]["ns"])
+    return totals
+
+
+def request_stages(server: TritonServer, model: str, requests: int = 300) -> str:
+    """Where one request's time goes at concurrency 1, as a markdown table (ms a request)."""
+    import tritonclient.http as http
+
+    texts = unique_texts()
+    client = http.InferenceServerClient(server.http_url)
+
+    def one() -> float:
+        tensor = http.InferInput("TEXT", [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[next(texts).encode()]], dtype=np.object_))
+        began = time.perf_counter()
+        client.infer(model, [tensor])
+        return 1000 * (time.perf_counter() - began)
+
+    for _ in range(30):
+        one()  # connections, the batcher's first shapes
+    before = stage_totals(server.http_url)
+    took = sorted(one() for _ in range(requests))
+    after = stage_totals(server.http_url)
+    lines = [f"One request at a time, {requests} new texts over HTTP: client p50 "
+             f"{took[len(took) // 2]:.2f} ms, mean {sum(took) / len(took):.2f} ms.\n",
+             "| model (requests) | " + " | ".join(STAGES) + " | total |",
+             "| --- |" + " ---: |" * (len(STAGES) + 1)]
+    for name, row in after.items():
+        n = row["n"] - before.get(name, {}).get("n", 0)
+        if n <= 0:
+            continue
+        ms = [(row[s] - before[name][s]) / n / 1e6 for s in STAGES]
+        lines.append(f"| {name} ({n:.0f}) | " + " | ".join(f"{t:.2f}" for t in ms)
+                     + f" | {sum(ms):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def report(profiles: list[Profile], concurrency: int) -> str:
     groups = sorted({g for p in profiles for g, s in p.cpu.items() if s > 0.05 and g != OTHERS})
     lines = [f"CPU milliseconds per request, perf_analyzer gRPC at concurrency {concurrency}; "
@@ -176,9 +241,11 @@ def main() -> None:
             key, _, value = assignment.partition("=")
             set_parameter(repo, model, key, value)
         with harness.server(repo, out / "tritonserver.log") as server:
+            stages = request_stages(server, args.models[0])
             profiles = [profile(server, m, args.concurrency, args.seconds, out)
                         for m in args.models]
-    harness.write_report(out, "profile", report(profiles, args.concurrency))
+    harness.write_report(out, "profile", f"{harness.served_profile()[1]}\n\n{stages}\n"
+                         + report(profiles, args.concurrency))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from core import host_profile as hp
@@ -18,7 +18,9 @@ from core.families.catalog import find, served_encoder
 from core.families.configs import write_variant
 from core.paths import DEFAULT_REPOSITORY
 from core.startup import startup_models
+from core.settings import IN_PROCESS_PARAMETER, LadderSettings
 from core.versions import HOST_PROFILE, PROFILE_ENV, served_config
+from perf.tune import MODES, kinds
 
 REVIEWED = hp.Layout(2, 1, 3)
 # Zen 4 with avx512_bf16, 2 cores (tmr tune, 2026-12-04): reviewed onnxruntime FP32 against
@@ -134,6 +136,10 @@ def profile_openvino(repo: Path) -> list[Path]:
                          hp.Layout(4, 4, 8, idle_session=False), "a test host")
 
 
+def config_json(config: mc.ModelConfig) -> dict:
+    return json_format.MessageToDict(config, preserving_proto_field_name=True)
+
+
 def parse(path: Path) -> mc.ModelConfig:
     return text_format.Parse(path.read_text(), mc.ModelConfig())
 
@@ -156,6 +162,41 @@ def test_a_host_variant_differs_from_its_reviewed_config_only_in_instances_and_p
     assert "idle_intra_op_thread_count" not in openvino
     front = served_config(configs / "embed", HOST_PROFILE).parameters
     assert front["primary_model"].string_value == "minilm_openvino"
+
+
+def test_an_in_process_variant_has_the_front_run_the_primary_and_keeps_one_encoder_instance(
+        configs: Path) -> None:
+    model = find(configs, "minilm")
+    assert model.front is not None
+    inside = hp.Layout(2, 1, 2, idle_session=False, in_process=True)
+    write_variant(configs, model.front, model.encoders, HOST_PROFILE, "openvino", "bf16",
+                  inside, "a test host")
+    front = served_config(configs / "embed", HOST_PROFILE)
+    assert front.parameters[IN_PROCESS_PARAMETER].string_value == "true"
+    assert LadderSettings.from_parameters(config_json(front)).primary_in_process
+    assert sum(g.count for g in front.instance_group) == 2
+    counts = {name: sum(g.count for g in served_config(configs / name, HOST_PROFILE)
+                        .instance_group) for name in model.encoders.values()}
+    # The primary answers BLS calls only (a rollout's candidate, direct calls): one
+    # instance; the fallback keeps the layout's, since the ladder calls it under load.
+    assert counts["minilm_openvino"] == 1 and counts["minilm_int8"] == 2
+    # Written again without it (a new tune chose the BLS layout): the parameter is gone.
+    profile_openvino(configs)
+    assert IN_PROCESS_PARAMETER not in served_config(configs / "embed", HOST_PROFILE).parameters
+    assert "in process" in inside.describe() and "in process" not in REVIEWED.describe()
+
+
+def test_the_tuner_times_the_in_process_layout_with_one_front_per_encoder_instance() -> None:
+    host = hp.Host("a 16-core bf16 host", ("avx512_bf16",), 16, "bf16")
+    inside = [layout for fmt, _, layout in kinds(host, REVIEWED, MODES["default"])
+              if layout.in_process]
+    assert inside == [hp.Layout(4, 8, 4, idle_session=False, in_process=True)]
+    two = [layout for _, _, layout in kinds(replace(host, cores=2), REVIEWED, MODES["quick"])
+           if layout.in_process]
+    assert two == [hp.Layout(2, 2, 2, idle_session=False, in_process=True)]
+    one = [layout for _, _, layout in kinds(replace(host, cores=1), REVIEWED, MODES["quick"])
+           if layout.in_process]
+    assert one == [hp.Layout(1, 1, 2, idle_session=False, in_process=True)]  # never one front
 
 
 def test_the_served_view_routes_startup_and_releases_to_the_profiles_encoder(
