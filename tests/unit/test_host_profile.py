@@ -17,8 +17,8 @@ from core import host_profile as hp
 from core.families.catalog import find, served_encoder
 from core.families.configs import write_variant
 from core.paths import DEFAULT_REPOSITORY
-from core.startup import startup_models
 from core.settings import IN_PROCESS_PARAMETER, LadderSettings
+from core.startup import startup_models
 from core.versions import HOST_PROFILE, PROFILE_ENV, served_config
 from perf.tune import MODES, kinds
 
