@@ -2,7 +2,7 @@
 
 On few cores the path around a fast encoder costs as much as the encoder: a BLS call is
 a round trip through Triton's core, the encoder's batcher and a second stub. A host
-profile (`tmr tune`, docs/serving.md#in-process-primary) may have the front run its
+profile (`tmr tune`, docs/serving.md#host-profile) may have the front run its
 primary's served version itself: the same artifact, precision and threads as one of the
 encoder's instances (tensor_model.served_runner), in the front's stub. Everything else is
 unchanged: the rows, buckets and dedupe are the router's; a rollout's candidate, the
@@ -28,7 +28,7 @@ from python_backends.tensor_model import served_runner
 
 
 class LocalPrimary:
-    """One version of an encoder, loaded in this process; `reload` follows the served one."""
+    """One version of an encoder, loaded in this process; `load` follows the served one."""
 
     def __init__(self, repository: Path, name: str, output: str,
                  log: Callable[[str], None]) -> None:
@@ -43,8 +43,8 @@ class LocalPrimary:
         with self.lock:
             if version == self.version or version in self.failed:
                 return
-            config = versions.served_config_json(self.model_dir)
-            try:
+            try:  # in the version reader's thread: nothing may escape and stop it
+                config = versions.served_config_json(self.model_dir)
                 run = served_runner(config, self.model_dir / str(version))
             except Exception as err:  # a runtime's own errors: BLS keeps serving it
                 self.failed[version] = f"{type(err).__name__}: {err}"
