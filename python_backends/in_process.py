@@ -45,6 +45,9 @@ class LocalPrimary:
                 return
             try:  # in the version reader's thread: nothing may escape and stop it
                 config = versions.served_config_json(self.model_dir)
+            except (OSError, ValueError):
+                return  # a config being rewritten: the next read tries again
+            try:
                 run = served_runner(config, self.model_dir / str(version))
             except Exception as err:  # a runtime's own errors: BLS keeps serving it
                 self.failed[version] = f"{type(err).__name__}: {err}"
