@@ -23,21 +23,18 @@ serves on this host; `TMR_CONFIG_NAME= ` measures the reviewed configs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from client.auth import key_headers
 from client.core import DEFAULT_MODEL
 from client.prometheus import metric_value
 from core.families import TEXT_EMBEDDING
@@ -156,12 +153,8 @@ STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 def stage_totals(http_url: str) -> dict[str, dict[str, float]]:
     """Per loaded model: its successes and the nanoseconds of each stage so far."""
-    request = urllib.request.Request(f"http://{http_url}/v2/models/stats",
-                                     headers=key_headers(admin=True))
-    with urllib.request.urlopen(request, timeout=10) as r:
-        stats = json.loads(r.read())["model_stats"]
     totals: dict[str, dict[str, float]] = {}
-    for model in stats:
+    for model in subjects.model_stats(http_url):
         row = totals.setdefault(model["name"], dict.fromkeys(("n", *STAGES), 0.0))
         row["n"] += int(model["inference_stats"]["success"]["count"])
         for stage in STAGES:

@@ -75,15 +75,21 @@ def build_repository(root: Path, edits: list[tuple[str, Change]],
     return repo
 
 
-def counts(http_url: str, model: str) -> tuple[int, int]:
-    """(inferences, executions) of a model so far, from Triton's statistics (restricted)."""
+def model_stats(http_url: str, model: str = "") -> list[dict]:
+    """Triton's statistics (a restricted API) of `model`, or of every loaded model."""
     import urllib.request
 
     from client.auth import key_headers
 
-    request = urllib.request.Request(f"http://{http_url}/v2/models/{model}/stats",
+    path = f"/v2/models/{model}/stats" if model else "/v2/models/stats"
+    request = urllib.request.Request(f"http://{http_url}{path}",
                                      headers=key_headers(admin=True))
     with urllib.request.urlopen(request, timeout=10) as r:
-        stats = json.loads(r.read())["model_stats"]
+        return json.loads(r.read())["model_stats"]
+
+
+def counts(http_url: str, model: str) -> tuple[int, int]:
+    """(inferences, executions) of a model so far, from Triton's statistics."""
+    stats = model_stats(http_url, model)
     return (sum(int(s["inference_count"]) for s in stats),
             sum(int(s["execution_count"]) for s in stats))
