@@ -36,8 +36,10 @@ OVERLENGTH_POLICIES = ("reject", "truncate", "chunk")  # python_backends/tokeniz
 # Intra-op threads of an encoder instance unless its config sets its format's threads
 # parameter (core/families/spec.py Format.threads_parameter).
 ENCODER_THREADS = 1
-# A front's LadderSettings.primary_in_process, as the host profile writes it.
+# A front's LadderSettings.primary_in_process and in_process_threads, as the host profile
+# and the interactive lanes write them.
 IN_PROCESS_PARAMETER = "primary_in_process"
+IN_PROCESS_THREADS_PARAMETER = "in_process_threads"
 
 
 def setting(default: Any, cast: Callable[[str], Any] | None = None, *,
@@ -146,6 +148,9 @@ class LadderSettings(ParameterSettings):
     # The front runs its primary encoder's served version in its own process; BLS serves
     # the rest (python_backends/in_process.py). A host profile's choice, never a default.
     primary_in_process: bool = setting(False, written=False)
+    # Its threads: 0 those of one of the encoder's instances, -1 every core this process
+    # may use (an interactive lane's: core/families/lanes.py).
+    in_process_threads: int = setting(0, written=False)
 
     @property
     def forced(self) -> int | None:

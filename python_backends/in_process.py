@@ -15,6 +15,7 @@ serves it) until the new version is loaded here, off the request path.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -30,9 +31,12 @@ from python_backends.tensor_model import served_runner
 class LocalPrimary:
     """One version of an encoder, loaded in this process; `load` follows the served one."""
 
-    def __init__(self, repository: Path, name: str, output: str,
+    def __init__(self, repository: Path, name: str, output: str, threads: int,
                  log: Callable[[str], None]) -> None:
+        """`threads`: 0 those of one of the encoder's instances, -1 every core this
+        process may use, else that many."""
         self.model_dir, self.name, self.output, self.log = repository / name, name, output, log
+        self.threads = len(os.sched_getaffinity(0)) if threads < 0 else threads or None
         self.version: int | None = None
         self.run: Runner | None = None
         self.lock = threading.Lock()  # one load at a time
@@ -48,7 +52,7 @@ class LocalPrimary:
             except (OSError, ValueError):
                 return  # a config being rewritten: the next read tries again
             try:
-                run = served_runner(config, self.model_dir / str(version))
+                run = served_runner(config, self.model_dir / str(version), self.threads)
             except Exception as err:  # a runtime's own errors: BLS keeps serving it
                 self.failed[version] = f"{type(err).__name__}: {err}"
                 self.log(f"in-process {self.name} v{version} did not load, its calls go "

@@ -193,7 +193,8 @@ class FamilyRouter(BaseModel):
         self.metrics.level.set(self.policy.level)
         self.rollout = self._rollout_traffic(repository)
         primary = self.encoders["primary"]
-        self.local = LocalPrimary(repository, primary.name, primary.output, self.log.info) \
+        self.local = LocalPrimary(repository, primary.name, primary.output,
+                                  self.settings.in_process_threads, self.log.info) \
             if self.settings.primary_in_process else None
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()],
                                      self._observe)

@@ -195,15 +195,17 @@ BACKENDS: dict[str, type[TensorModel]] = {
     "pytorch_libtorch": TorchScriptModel, "pytorch": TorchScriptModel}
 
 
-def served_runner(config: Mapping[str, Any], version_dir: Path) -> Runner:
+def served_runner(config: Mapping[str, Any], version_dir: Path,
+                  threads: int | None = None) -> Runner:
     """The runner an encoder's served config describes over the artifact of one version
-    folder, with the threads of one of its instances and no idle session: an instance's
-    call, made by another process (python_backends/in_process.py)."""
+    folder, with the threads of one of its instances (or `threads`) and no idle session:
+    an instance's call, made by another process (python_backends/in_process.py)."""
     kind = config.get("backend") or config.get("platform") or ""
     if kind not in BACKENDS:
         raise ConfigError(f"{config.get('name')!r} is served by {kind!r}, which no "
                           f"in-process runner knows ({', '.join(BACKENDS)})")
     backend = BACKENDS[kind]
     filename = config.get("default_model_filename") or backend.default_filename
-    threads = parameter(config, backend.threads_parameter, ENCODER_THREADS, positive_int)
+    threads = threads or parameter(config, backend.threads_parameter, ENCODER_THREADS,
+                                   positive_int)
     return backend.make_runner(config, version_dir / filename, threads)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.families import Family, family
 from core.families.configs import parameters_of
+from core.families.lanes import LANE_PARAMETER
 from core.versions import served_config, versions_on_disk
 
 # A front config's parameter: "true" makes it its family's default front (default_front).
@@ -31,6 +32,7 @@ class FamilyModel:
     front: str | None
     encoders: dict[str, str] = field(default_factory=dict)  # format -> model folder
     primary_format: str = ""  # the format its front calls normally; "": the family's
+    lane: str | None = None  # its front's interactive lane (core/families/lanes.py)
 
     @property
     def primary(self) -> str:
@@ -39,9 +41,9 @@ class FamilyModel:
 
     @property
     def models(self) -> list[str]:
-        """The front first, then the encoders in the family's order of formats."""
+        """The front first, its lane, then the encoders in the family's order of formats."""
         ordered = [self.encoders[f.name] for f in self.family.formats if f.name in self.encoders]
-        return ([self.front] if self.front else []) + ordered
+        return [m for m in (self.front, self.lane) if m] + ordered
 
     def encoder(self, fmt: str) -> str:
         return self.encoders[fmt]
@@ -50,6 +52,7 @@ class FamilyModel:
 def catalog(repository: Path) -> list[FamilyModel]:
     """Every family model of `repository`, sorted by name."""
     fronts: dict[str, tuple[Family, str, str]] = {}  # front -> (family, base, primary)
+    lanes: dict[str, str] = {}  # front -> its lane
     found: dict[tuple[str, str], FamilyModel] = {}
     for path in sorted(repository.glob("*/config.pbtxt")):
         params = parameters_of(served_config(path.parent))  # a front's primary as served
@@ -60,13 +63,16 @@ def catalog(repository: Path) -> list[FamilyModel]:
             base = path.parent.name.removesuffix("_" + params["format"])
             model = found.setdefault((fam.name, base), FamilyModel(fam, base, None))
             model.encoders[params["format"]] = path.parent.name
+        elif LANE_PARAMETER in params:
+            lanes[params[LANE_PARAMETER]] = path.parent.name
         elif "primary_model" in params:
             fronts[path.parent.name] = (fam, *fam.split_encoder_name(params["primary_model"]))
     models = []
     for (fam_name, base), model in sorted(found.items()):
         front, primary = next(((f, p) for f, (fam, b, p) in fronts.items()
                                if fam.name == fam_name and b == base), (None, ""))
-        models.append(FamilyModel(model.family, base, front, model.encoders, primary))
+        models.append(FamilyModel(model.family, base, front, model.encoders, primary,
+                                  lanes.get(front or "")))
     return models
 
 

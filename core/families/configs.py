@@ -19,13 +19,14 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from core.families import Family, Tensor, family, warmup
+from core.families.lanes import LINKED, lane_config, lane_name
 from core.families.spec import DIM, IMAGE_DIMS, PRECISION_PARAMETER
 from core.files import write_atomically
 from core.hardware import BF16, FP32
 from core.host_profile import Layout
 from core.params import IDLE_THREADS_PARAMETER
 from core.settings import ENCODER_THREADS, IN_PROCESS_PARAMETER, DynamicBatching
-from core.versions import policy_line, read_config
+from core.versions import config_files, parse_config, policy_line, read_config
 
 CPU, GPU = "cpu", "gpu"
 
@@ -255,6 +256,37 @@ def write_front(repository: Path, spec: FrontSpec) -> None:
         write_atomically(profile, render(front_config(spec, GPU), front_header(spec) + (
             f"\nIts GPU profile (--model-config-name=gpu): {spec.primary} runs on the CPU "
             f"only, so on a GPU host\nthe front calls {fam.primary}.")))
+    write_lane(repository, spec.name)
+
+
+def lane_header(front: str, source: Path) -> str:
+    return (f"{lane_name(front)}: the interactive lane of '{front}' (core/families/lanes.py),"
+            f"\nderived from its {source.as_posix()} by `tmr add` and `tmr tune`: edit the "
+            "front, not this.")
+
+
+def write_lane(repository: Path, front: str) -> list[Path]:
+    """The lane's config files, one per config file of the front, and its links to the
+    front's version folder and warmup inputs; a lane file whose front file is gone goes
+    too. The paths written."""
+    folder = repository / lane_name(front)
+    written = []
+    for source in config_files(repository / front):
+        if not source.is_file():
+            continue
+        relative = source.relative_to(repository / front)
+        config = lane_config(parse_config(source.read_text(encoding="utf-8")),
+                             gpu=relative.stem == GPU)
+        written.append(write_atomically(folder / relative,
+                                        render(config, lane_header(front, relative))))
+    for stale in config_files(folder):
+        if stale.is_file() and stale not in written:
+            stale.unlink()
+    for name in LINKED:
+        link = folder / name
+        if not link.is_symlink():
+            link.symlink_to(Path("..") / front / name, target_is_directory=True)
+    return written
 
 
 def profile_header(name: str, profile: str, why: str) -> str:
@@ -289,4 +321,4 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], pro
                    instances=layout.front_instances, parameters=parameters)
     path = repository / front / "configs" / f"{profile}.pbtxt"
     write_atomically(path, render(front_config(spec), profile_header(front, profile, why)))
-    return [*written, path]
+    return [*written, path, *write_lane(repository, front)]

@@ -1,0 +1,61 @@
+"""The interactive lane of a front: priority-1 traffic on instances of its own.
+
+Triton orders its queues by priority but never preempts an execution: a priority-1
+request waits for a front instance, and behind it an encoder instance, that a bulk batch
+holds (docs/serving.md#priority-lanes). A lane is a second front model over the same
+encoders, `<front>_interactive`, derived from each of the front's config files (the
+reviewed one, the GPU profile, a host profile), so it runs the same family code, ladder,
+dedupe, rollout split and versions. What differs:
+
+- one instance, which runs the primary encoder's served version in its own process with
+  every core it may use (`primary_in_process`, `in_process_threads` -1): its own encoder
+  instance, so no bulk batch stands between it and the runtime. On the GPU profile the
+  encoder runs on the GPU and the lane calls it over BLS;
+- one queue, bounded (`LANE_QUEUE`): a request over it is refused at once (503 with
+  Retry-After at the front door), so a flood of priority 1 cannot starve the shared path
+  for longer than the lane's queue takes to drain.
+
+Its version folder and warmup are links to the front's; `lane_of` names the front.
+"""
+
+from __future__ import annotations
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from core.settings import IN_PROCESS_PARAMETER, IN_PROCESS_THREADS_PARAMETER
+
+LANE_SUFFIX = "_interactive"
+LANE_PARAMETER = "lane_of"  # a lane's config: the front it is the interactive lane of
+LANE_INSTANCES = 1
+LANE_QUEUE = 8  # requests that may wait for the lane; the next is refused (UNAVAILABLE)
+EVERY_CORE = "-1"  # in_process_threads: every core the process may use
+# What only the front answers to: the family's default front (core/families/catalog.py)
+# and the names the OpenAI route knows it by (server/openai_models.py).
+FRONT_ONLY = ("default_front", "openai_names")
+LINKED = ("1", "warmup")  # the front's version folder and warmup inputs, shared
+
+
+def lane_name(front: str) -> str:
+    return front + LANE_SUFFIX
+
+
+def lane_config(front: mc.ModelConfig, gpu: bool = False) -> mc.ModelConfig:
+    """The lane of `front` (one of its config files; `gpu`: its GPU profile)."""
+    lane = mc.ModelConfig()
+    lane.CopyFrom(front)
+    lane.name = lane_name(front.name)
+    kind = front.instance_group[0].kind if front.instance_group else mc.ModelInstanceGroup.KIND_CPU
+    del lane.instance_group[:]
+    lane.instance_group.add(count=LANE_INSTANCES, kind=kind)
+    preferred = list(front.dynamic_batching.preferred_batch_size)
+    lane.dynamic_batching.Clear()
+    lane.dynamic_batching.preferred_batch_size.extend(preferred)
+    lane.dynamic_batching.default_queue_policy.max_queue_size = LANE_QUEUE
+    lane.parameters[LANE_PARAMETER].string_value = front.name
+    for key in (*FRONT_ONLY, *((IN_PROCESS_PARAMETER, IN_PROCESS_THREADS_PARAMETER) * gpu)):
+        if key in lane.parameters:
+            del lane.parameters[key]
+    if not gpu:
+        lane.parameters[IN_PROCESS_PARAMETER].string_value = "true"
+        lane.parameters[IN_PROCESS_THREADS_PARAMETER].string_value = EVERY_CORE
+    return lane
