@@ -167,7 +167,12 @@ class AsyncClient(ClientBase):
         return infer_result(answers, ids, call.wanted)
 
     async def _send(self, call: Call) -> tuple[list[Any], list[str]]:
-        """Every chunk of the call, at most `in_flight` at once; (answers, request ids)."""
+        """Every chunk of the call, at most `in_flight` at once; (answers, request ids).
+        A priority-1 call goes to its model's interactive lane where one is loaded."""
+        lane = self._lane_of(call)
+        if lane is not None and lane not in self._lanes:
+            self._lanes[lane] = await self.is_ready(lane)
+        call = self._routed(call, bool(lane and self._lanes[lane]))
         info = await self.info(call.model)
         gate, done = asyncio.Semaphore(info.in_flight), [0]
         pieces = call.chunks(info)

@@ -15,7 +15,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from client.retry import RetryPolicy, next_delay
 from core import settings
 from core.families import IMAGE_CLASSIFICATION
 from core.families.image_classification import IMAGE
+from core.families.lanes import INTERACTIVE_PRIORITY, LANE_SUFFIX, lane_name
 from core.families.spec import SERVED_BY
 from core.families.text_embedding import EMBEDDING, TEXT, TOKENS, TRUNCATED_TOKENS, WINDOWS
 from core.served_by import ServedBy
@@ -484,6 +485,7 @@ class ClientBase:
         self._api_key = resolve_api_key(access.api_key)
         self._admin_key = resolve_admin_key(access.admin_key)
         self._infos: dict[str, ModelInfo] = {}
+        self._lanes: dict[str, bool] = {}  # lane -> loaded on the server (asked once)
 
     @property
     def max_in_flight(self) -> int:
@@ -515,6 +517,18 @@ class ClientBase:
             raise InvalidInputError(f"top_k must be an integer >= 1, got {top_k!r}")
         return self._start(model, image_tensor(images), IMAGE_INPUT, CLASSIFY_OUTPUTS, options,
                            on_progress, {} if top_k is None else {"top_k": int(top_k)})
+
+    def _lane_of(self, call: Call) -> str | None:
+        """The interactive lane a priority-1 call goes to, if its model has one: None for
+        any other call (the shared front orders it by priority). Whether the lane is
+        loaded is asked once per model (`_lanes`)."""
+        if call.options.priority != INTERACTIVE_PRIORITY or call.model.endswith(LANE_SUFFIX):
+            return None
+        return lane_name(call.model)
+
+    def _routed(self, call: Call, lane_ready: bool) -> Call:
+        lane = self._lane_of(call)
+        return replace(call, model=lane) if lane and lane_ready else call
 
     def _request(self, call: Call, rows: slice, info: ModelInfo) -> tuple[list[Any], list[Any]]:
         return request_for(self._module, call, rows, info)

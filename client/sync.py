@@ -166,7 +166,12 @@ class Client(ClientBase):
         return infer_result(answers, ids, call.wanted)
 
     def _send(self, call: Call) -> tuple[list[Any], list[str]]:
-        """Every chunk of the call, one after another; (answers, request ids)."""
+        """Every chunk of the call, one after another; (answers, request ids). A
+        priority-1 call goes to its model's interactive lane where one is loaded."""
+        lane = self._lane_of(call)
+        if lane is not None and lane not in self._lanes:
+            self._lanes[lane] = self.is_ready(lane)
+        call = self._routed(call, bool(lane and self._lanes[lane]))
         info = self.info(call.model)
         answers, ids = [], []
         for rows, request_id in call.chunks(info):

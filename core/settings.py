@@ -86,6 +86,14 @@ class ParameterSettings:
                 for f in fields(self) if f.metadata.get("written", True)}  # type: ignore
 
 
+def nice_value(raw: str) -> int:
+    """A nice value that lowers a thread: 1 to 19."""
+    value = int(raw)
+    if not 1 <= value <= 19:
+        raise ValueError(f"cpu_nice {value} is outside 1..19")
+    return value
+
+
 def level_or_off(raw: str) -> int:
     """A ladder level 0..TOP_LEVEL, or -1 (off)."""
     value = int(raw)
@@ -101,6 +109,10 @@ class ModelSettings(ParameterSettings):
     gc_policy: str = setting("default", one_of(*GC_POLICIES))  # docs/reliability.md chose it
     # At most one structured batch line per this many seconds; 0 logs every batch.
     batch_log_interval_s: float = setting(10.0, written=False)
+    # The stub's threads yield to normal ones: "idle" (SCHED_IDLE), "nice" (cpu_nice) or
+    # "normal" (python_backends/cpu_priority.py; the shared path of a front with a lane).
+    cpu_scheduling: str = setting("normal", one_of("normal", "idle", "nice"), written=False)
+    cpu_nice: int = setting(10, nice_value, written=False)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import numpy as np
 from core.settings import ModelSettings
 from core.stacks import dump_stacks_on_signal
 from python_backends import metrics
+from python_backends.cpu_priority import lower
 from python_backends.errors import ModelError
 from python_backends.gc_pauses import GcPauses, apply_policy
 from python_backends.metrics import CounterFamily, Gauge
@@ -41,6 +42,9 @@ class BaseModel:
         self.log = Log(f"{self.name}/{self.version}")
         dump_stacks_on_signal()  # kill -USR1: every thread's stack into the server log
         settings = ModelSettings.from_parameters(self.config)
+        lowered = lower(settings.cpu_scheduling, settings.cpu_nice)  # before setup's pools
+        if lowered:
+            self.log.info(f"cpu scheduling {settings.cpu_scheduling}: {len(lowered)} thread(s)")
         self.batch_log = BatchLog(self.log, self.name, self.version,
                                   settings.batch_log_interval_s)
         self.batch = BatchFacts()

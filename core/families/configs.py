@@ -284,7 +284,7 @@ def write_lane(repository: Path, front: str) -> list[Path]:
             stale.unlink()
     for name in LINKED:
         link = folder / name
-        if not link.is_symlink():
+        if not link.is_symlink() and not link.exists():  # a repository copy copies it
             link.symlink_to(Path("..") / front / name, target_is_directory=True)
     return written
 
@@ -321,4 +321,5 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], pro
                    instances=layout.front_instances, parameters=parameters)
     path = repository / front / "configs" / f"{profile}.pbtxt"
     write_atomically(path, render(front_config(spec), profile_header(front, profile, why)))
-    return [*written, path, *write_lane(repository, front)]
+    lane = [p for p in write_lane(repository, front) if p.name == path.name]
+    return [*written, path, *lane]

@@ -25,6 +25,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from core.settings import IN_PROCESS_PARAMETER, IN_PROCESS_THREADS_PARAMETER
 
 LANE_SUFFIX = "_interactive"
+INTERACTIVE_PRIORITY = 1  # the priority level the lane takes (Triton's highest)
 LANE_PARAMETER = "lane_of"  # a lane's config: the front it is the interactive lane of
 LANE_INSTANCES = 1
 LANE_QUEUE = 8  # requests that may wait for the lane; the next is refused (UNAVAILABLE)

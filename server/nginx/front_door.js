@@ -16,14 +16,57 @@ function isClientGarbage(text) {
     }
 }
 
+// A request with the standard `parameters.priority` 1 goes to its model's interactive lane
+// (core/families/lanes.py), unless it names a version or a lane; a model without a lane
+// answers "unknown model" for it, and the request goes to the model as sent.
+const LANE_SUFFIX = "_interactive";
+const INTERACTIVE_PRIORITY = 1;
+const MODEL_INFER = /^\/v2\/models\/([^/]+)\/infer$/;
+
+function requestHeaderJson(r) {
+    const body = r.requestBuffer;
+    if (!body) {
+        return null;
+    }
+    const binary = r.headersIn["Inference-Header-Content-Length"];
+    const length = binary ? parseInt(binary, 10) : body.length;
+    try {
+        return JSON.parse(body.slice(0, length).toString());
+    } catch (e) {
+        return null;
+    }
+}
+
+function laneUri(r) {
+    const match = r.uri.match(MODEL_INFER);
+    if (!match || match[1].endsWith(LANE_SUFFIX)) {
+        return null;
+    }
+    const header = requestHeaderJson(r);
+    const priority = header && header.parameters ? header.parameters.priority : undefined;
+    return priority === INTERACTIVE_PRIORITY
+        ? "/v2/models/" + match[1] + LANE_SUFFIX + "/infer" : null;
+}
+
+function noSuchLane(reply) {
+    return (reply.status === 400 || reply.status === 404)
+        && (reply.responseText || "").indexOf("unknown model") !== -1;
+}
+
 async function infer(r) {
-    const reply = await r.subrequest("/_triton" + r.uri,
-                                     {method: r.method, args: r.variables.args || ""});
+    const options = {method: r.method, args: r.variables.args || ""};
+    const lane = laneUri(r);
+    let reply = lane ? await r.subrequest("/_triton" + lane, options) : null;
+    const laned = reply !== null && !noSuchLane(reply);
+    if (!laned) {
+        reply = await r.subrequest("/_triton" + r.uri, options);
+    }
     for (const name in reply.headersOut) {
         if (HOP_BY_HOP.indexOf(name.toLowerCase()) === -1) {
             r.headersOut[name] = reply.headersOut[name];
         }
     }
+    r.headersOut["X-Tmr-Lane"] = laned ? "interactive" : "shared";
     // Triton's 503 (a full priority queue, a queue timeout, a degraded refusal): the
     // request may be sent again, and Retry-After says when.
     if (reply.status === 503) {

@@ -32,7 +32,7 @@ from tests.integration.test_rollout import FAST, Load
 
 pytestmark = pytest.mark.timeout(300)
 
-MODELS = ("embed", "minilm_onnx", "minilm_openvino", "minilm_int8")
+MODELS = ("embed", "embed_interactive", "minilm_onnx", "minilm_openvino", "minilm_int8")
 ENCODER = "minilm_openvino"
 # Multilingual, long and short: bf16's error grows with length and with rare tokens.
 TEXTS = [
@@ -146,7 +146,8 @@ def test_the_readme_rollout_example_works_on_a_profile_that_routes_to_openvino(
         assert "versions: [ 2 ]" in path.read_text(), path
     with EmbedClient(server.http_url) as client:
         served = client.embed_with_info(["after the rollout"]).served_by
-    assert served == [f"{ENCODER}:2:{profiled.precision}:L0"]
+        laned = client.embed_with_info(["after the rollout, priority 1"], priority=1).served_by
+    assert served == laned == [f"{ENCODER}:2:{profiled.precision}:L0"]  # the lane in step
 
 
 def test_the_profile_make_setup_tuned_here_fits_this_host() -> None:

@@ -21,6 +21,7 @@ from core.families.configs import (
     write_encoder,
     write_front,
 )
+from core.families.lanes import lane_name
 from core.versions import read_config
 from export.sources import SourceError, expand, join_pieces, model_folder, resolve
 from export.text_embedding import read_facts
@@ -43,8 +44,9 @@ def config_only_copy(tmp_path: Path) -> Path:
 
 def test_the_catalog_finds_the_shipped_text_model_by_any_of_its_names() -> None:
     (model,) = [m for m in catalog(REPOSITORY) if m.family is TEXT_EMBEDDING]
-    assert model.models == [model.front, *(model.encoders[f.name]
-                                          for f in TEXT_EMBEDDING.formats)]
+    assert model.lane == lane_name(model.front)
+    assert model.models == [model.front, model.lane, *(model.encoders[f.name]
+                                                       for f in TEXT_EMBEDDING.formats)]
     for name in [*model.models, model.base]:
         assert find(REPOSITORY, name) == model
     with pytest.raises(UnknownModelError, match=f"no model 'nope' in .*: .*{model.base}"):

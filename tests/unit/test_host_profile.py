@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from core import host_profile as hp
 from core.families.catalog import find, served_encoder
 from core.families.configs import write_variant
+from core.families.lanes import LANE_INSTANCES
 from core.paths import DEFAULT_REPOSITORY
 from core.settings import IN_PROCESS_PARAMETER, LadderSettings
 from core.startup import startup_models
@@ -148,11 +149,13 @@ def test_a_host_variant_differs_from_its_reviewed_config_only_in_instances_and_p
         configs: Path) -> None:
     written = profile_openvino(configs)
     assert {p.parent.parent.name for p in written} == {
-        "embed", "minilm_onnx", "minilm_torchscript", "minilm_int8", "minilm_openvino"}
+        "embed", "embed_interactive", "minilm_onnx", "minilm_torchscript", "minilm_int8",
+        "minilm_openvino"}
+    counts = {"embed": 8, "embed_interactive": LANE_INSTANCES}
     for path in written:
         profile, main = parse(path), parse(path.parent.parent / "config.pbtxt")
         assert [(g.count, g.kind) for g in profile.instance_group] == [
-            (8 if path.parent.parent.name == "embed" else 4, mc.ModelInstanceGroup.KIND_CPU)]
+            (counts.get(path.parent.parent.name, 4), mc.ModelInstanceGroup.KIND_CPU)]
         for message in (profile, main):
             message.ClearField("instance_group")
             message.ClearField("parameters")

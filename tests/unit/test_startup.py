@@ -59,9 +59,10 @@ def test_routed_models_are_the_fronts_and_their_encoders_only() -> None:
 
 def test_the_shipped_repository_loads_no_torchscript_encoder_at_start() -> None:
     assert startup_models(DEFAULT_REPOSITORY) == [
-        "digits", "digits_int8", "digits_onnx",
-        "efficientnet_lite0", "efficientnet_lite0_int8", "efficientnet_lite0_onnx",
-        "embed", "health", "minilm_int8", "minilm_onnx"]  # stub_env: on demand
+        "digits", "digits_int8", "digits_interactive", "digits_onnx",
+        "efficientnet_lite0", "efficientnet_lite0_int8", "efficientnet_lite0_interactive",
+        "efficientnet_lite0_onnx", "embed", "embed_interactive", "health", "minilm_int8",
+        "minilm_onnx"]  # stub_env: on demand
 
 
 def test_repository_parameters_read_every_config() -> None:

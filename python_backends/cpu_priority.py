@@ -1,0 +1,41 @@
+"""A stub's own CPU scheduling: bulk work that yields to the kernel.
+
+Triton never preempts an execution, but the kernel does: a thread under `SCHED_IDLE`
+runs only on a core no normal thread wants, and a thread at a high nice value gets a
+smaller share of a contended core. A model whose config sets `cpu_scheduling` to "idle"
+or "nice" (ModelSettings) lowers every thread of its stub at initialize, before its
+runtime starts its pools (which inherit it), so an interactive lane's processes at
+normal priority (core/families/lanes.py) take the cores the moment they wake. Lowering
+one's own priority needs no privilege; raising it back would, so it is never undone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+NORMAL, IDLE, NICE = "normal", "idle", "nice"
+TASKS = Path("/proc/self/task")
+
+
+def threads() -> list[int]:
+    """The thread ids of this process."""
+    return sorted(int(p.name) for p in TASKS.iterdir() if p.name.isdigit())
+
+
+def lower(policy: str, nice: int) -> list[int]:
+    """Every thread of this process under `policy` (IDLE: SCHED_IDLE; NICE: `nice`;
+    NORMAL: unchanged); the thread ids changed. A thread that ended meanwhile is skipped."""
+    if policy == NORMAL:
+        return []
+    changed = []
+    for tid in threads():
+        try:
+            if policy == IDLE:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            else:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:
+            continue
+        changed.append(tid)
+    return changed

@@ -1,0 +1,83 @@
+"""The interactive lane (core/families/lanes.py): priority 1 reaches `<front>_interactive`
+over the SDK (HTTP and gRPC) and through the front door from a raw client that sends only
+the standard `priority` parameter; every other request goes to the shared front; a
+model without a lane keeps its request. Counted with Triton's own per-model metrics on
+the session's server, which loads the lanes at start like every front."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from client import EmbedClient
+from client.prometheus import metric_value
+from core.families.lanes import lane_name
+from server.front_door import FrontDoor
+from server.launcher import TritonServer
+from tests.integration.helpers import fresh, http_post
+from tests.integration.test_front_door import key, open_front_door, text_body
+
+pytestmark = pytest.mark.timeout(120)
+
+FRONT = "embed"
+LANE = lane_name(FRONT)
+
+
+def successes(server: TritonServer, model: str) -> float:
+    return metric_value(server.metrics_url, "nv_inference_request_success", model=model)
+
+
+@pytest.fixture(scope="module")
+def door(triton: TritonServer) -> Iterator[FrontDoor]:
+    door = open_front_door(triton)
+    yield door
+    assert door.close() == 0, door.error_log_text()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("priority", [1, 2, None])
+def test_the_sdk_sends_priority_1_to_the_lane_and_the_rest_to_the_shared_front(
+        triton: TritonServer, protocol: str, priority: int | None) -> None:
+    url = triton.http_url if protocol == "http" else triton.grpc_url
+    before = {m: successes(triton, m) for m in (FRONT, LANE)}
+    with EmbedClient(url, protocol=protocol) as client:
+        result = client.embed_with_info(fresh("a query typed by a person"), priority=priority)
+    assert result.served_by[0].startswith("minilm_")
+    moved = {m: successes(triton, m) - before[m] for m in (FRONT, LANE)}
+    assert moved == ({FRONT: 0, LANE: 1} if priority == 1 else {FRONT: 1, LANE: 0})
+
+
+@pytest.mark.parametrize("priority", [1, 2])
+def test_the_front_door_routes_the_standard_priority_parameter(
+        triton: TritonServer, door: FrontDoor, priority: int) -> None:
+    body = json.loads(text_body(*fresh("a raw client's query")))
+    body["parameters"] = {"priority": priority}
+    before = {m: successes(triton, m) for m in (FRONT, LANE)}
+    status, answer = http_post(door.http_url, f"/v2/models/{FRONT}/infer",
+                               json.dumps(body).encode(), key(door))
+    assert status == 200, answer
+    moved = {m: successes(triton, m) - before[m] for m in (FRONT, LANE)}
+    assert moved == ({FRONT: 0, LANE: 1} if priority == 1 else {FRONT: 1, LANE: 0})
+
+
+def test_a_model_without_a_lane_keeps_its_priority_1_request(
+        triton: TritonServer, door: FrontDoor) -> None:
+    body = {"inputs": [{"name": name, "datatype": "INT64", "shape": [1, 3],
+                        "data": [101, 7592, 102] if name == "input_ids" else [1, 1, 1]}
+                       for name in ("input_ids", "attention_mask")],
+            "parameters": {"priority": 1}}
+    status, answer = http_post(door.http_url, "/v2/models/minilm_onnx/infer",
+                               json.dumps(body).encode(), key(door))
+    assert status == 200, answer
+    assert json.loads(answer)["model_name"] == "minilm_onnx"
+
+
+def test_the_lane_answers_what_its_front_answers(triton: TritonServer) -> None:
+    texts = fresh("the same text both ways")
+    with EmbedClient(triton.http_url) as client:
+        shared = client.embed_with_info(texts, priority=2)
+        laned = client.embed_with_info(texts, priority=1)
+    assert laned.served_by == shared.served_by  # the same encoder, version and precision
+    assert float((laned.embeddings * shared.embeddings).sum()) > 0.9999
