@@ -31,7 +31,7 @@ CREATED = 1_764_460_800  # 2025-11-30: what /v1/models reports as `created` (no 
 
 
 def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
-    """{"created", "models": [{"id", "names", "front", "dimensions", "request_rows",
+    """{"created", "models": [{"id", "names", "front", "lane", "dimensions", "request_rows",
     "chunk_rows", "chunks_by_default", "in_flight"}]}: `request_rows` is the rows of one
     request to the front (its preferred batch, else max_batch_size), as the SDK cuts a
     bulk call, and `chunk_rows` the rows of one when its texts are chunked."""
@@ -43,6 +43,7 @@ def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
         extra = [n.strip() for n in parameters_of(config).get("openai_names", "").split(",")]
         names = list(dict.fromkeys([model.base, model.front, *filter(None, extra)]))
         models.append({"id": model.base, "names": names, "front": model.front,
+                       "lane": model.lane,  # where x-priority 1 goes (core/families/lanes.py)
                        "dimensions": int(config.output[0].dims[-1]),
                        "request_rows": request_rows(config),
                        "chunk_rows": chunk_request_rows(as_json(config)),

@@ -19,7 +19,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from core.families import Family, Tensor, family, warmup
-from core.families.lanes import LINKED, lane_config, lane_name
+from core.families.lanes import LINKED, lane_config, lane_header, lane_name
 from core.families.spec import DIM, IMAGE_DIMS, PRECISION_PARAMETER
 from core.files import write_atomically
 from core.hardware import BF16, FP32
@@ -257,12 +257,6 @@ def write_front(repository: Path, spec: FrontSpec) -> None:
             f"\nIts GPU profile (--model-config-name=gpu): {spec.primary} runs on the CPU "
             f"only, so on a GPU host\nthe front calls {fam.primary}.")))
     write_lane(repository, spec.name)
-
-
-def lane_header(front: str, source: Path) -> str:
-    return (f"{lane_name(front)}: the interactive lane of '{front}' (core/families/lanes.py),"
-            f"\nderived from its {source.as_posix()} by `tmr add` and `tmr tune`: edit the "
-            "front, not this.")
 
 
 def write_lane(repository: Path, front: str) -> list[Path]:

@@ -20,6 +20,8 @@ Its version folder and warmup are links to the front's; `lane_of` names the fron
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tritonclient.grpc import model_config_pb2 as mc
 
 from core.settings import IN_PROCESS_PARAMETER, IN_PROCESS_THREADS_PARAMETER
@@ -60,3 +62,10 @@ def lane_config(front: mc.ModelConfig, gpu: bool = False) -> mc.ModelConfig:
         lane.parameters[IN_PROCESS_PARAMETER].string_value = "true"
         lane.parameters[IN_PROCESS_THREADS_PARAMETER].string_value = EVERY_CORE
     return lane
+
+
+def lane_header(front: str, source: Path) -> str:
+    """The comment atop a lane's config file derived from the front's `source` file."""
+    return (f"{lane_name(front)}: the interactive lane of '{front}' (core/families/lanes.py),"
+            f"\nderived from its {source.as_posix()} by `tmr add` and `tmr tune`: edit the "
+            "front, not this.")

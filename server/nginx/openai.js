@@ -311,8 +311,10 @@ async function serveEmbeddings(r) {
         ((truncate === undefined) && model.chunks_by_default === true);
     const parts = chunks(request.texts.length,
                          chunked ? model.chunk_rows || 1 : model.request_rows);
+    // Priority 1 goes to the front's interactive lane where it has one (core/families/lanes.py).
+    const target = request.priority === 1 && model.lane ? model.lane : model.front;
     const replies = await inWaves(parts.map((part) => () => r.subrequest(
-        "/_triton_plain/v2/models/" + model.front + "/infer",
+        "/_triton_plain/v2/models/" + target + "/infer",
         {method: "POST", body: kserveBody(request.texts.slice(part[0], part[1]),
                                           request.priority, request.parameters)})),
         model.in_flight);

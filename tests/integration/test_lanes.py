@@ -81,3 +81,17 @@ def test_the_lane_answers_what_its_front_answers(triton: TritonServer) -> None:
         laned = client.embed_with_info(texts, priority=1)
     assert laned.served_by == shared.served_by  # the same encoder, version and precision
     assert float((laned.embeddings * shared.embeddings).sum()) > 0.9999
+
+
+@pytest.mark.parametrize("priority", ["1", "standard"])
+def test_the_openai_route_sends_x_priority_1_to_the_lane(
+        triton: TritonServer, door: FrontDoor, priority: str) -> None:
+    body = json.dumps({"model": "minilm", "input": fresh("an OpenAI client's query")})
+    before = {m: successes(triton, m) for m in (FRONT, LANE)}
+    status, answer = http_post(door.http_url, "/v1/embeddings", body.encode(),
+                               {**key(door), "Content-Type": "application/json",
+                                "x-priority": priority})
+    assert status == 200, answer
+    assert len(json.loads(answer)["data"][0]["embedding"]) == 384
+    moved = {m: successes(triton, m) - before[m] for m in (FRONT, LANE)}
+    assert moved == ({FRONT: 0, LANE: 1} if priority == "1" else {FRONT: 1, LANE: 0})
