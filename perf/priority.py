@@ -30,6 +30,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from client import NO_RETRY, AsyncClient
 from client.prometheus import samples
 from core.config_edit import Change
+from core.families.lanes import lane_name
 from perf import harness
 from perf.load import (
     capacity_rps,
@@ -158,19 +159,28 @@ def markdown(rows: dict, rate: float, capacity: float, args: argparse.Namespace)
     return "\n".join(lines)
 
 
-async def measure(url: str, metrics_url: str, args: argparse.Namespace) -> tuple[dict, float,
-                                                                                  float]:
-    capacity = await capacity_rps(url, seconds=10.0, protocol="http")
+async def measure(url: str, metrics_url: str, args: argparse.Namespace
+                  ) -> dict[str, tuple[dict, float, float]]:
+    """Per route of priority 1 (the shared front, as a raw client sending only the
+    standard priority reaches it; its interactive lane, as the SDK and the front door
+    route it), the three phases at one rate: a share of the shared front's capacity."""
+    capacity = await capacity_rps(url, seconds=10.0, protocol="http", priority=LOW)
     rate = capacity * args.interactive_share
     opener = sdk_bulk if args.bulk == "sdk" else http_bulk
-    async with opener(url, args.model) as bulk:
-        common = dict(url=url, metrics_url=metrics_url, seconds=args.seconds,
-                      clients=args.bulk_clients, texts_per_request=args.bulk_texts,
-                      model=args.model)
-        phases = [await run_phase("interactive alone", rate=rate, bulk=None, **common),
-                  await run_phase("bulk alone", rate=None, bulk=bulk, **common),
-                  await run_phase("mix", rate=rate, bulk=bulk, **common)]
-    return summary(phases, args.bulk_texts), rate, capacity
+    found = {}
+    for route, model in (("the shared front", args.model), ("the lane", lane_name(args.model))):
+        if route == "the lane" and not args.lane:
+            continue
+        async with opener(url, args.model) as bulk:
+            common = dict(url=url, metrics_url=metrics_url, seconds=args.seconds,
+                          clients=args.bulk_clients, texts_per_request=args.bulk_texts)
+            phases = [await run_phase("interactive alone", rate=rate, bulk=None, model=model,
+                                      **common),
+                      await run_phase("bulk alone", rate=None, bulk=bulk, model=model,
+                                      **common),
+                      await run_phase("mix", rate=rate, bulk=bulk, model=model, **common)]
+        found[f"priority 1 to {route}"] = (summary(phases, args.bulk_texts), rate, capacity)
+    return found
 
 
 def shape_edits(spec: str, front: str, encoder: str) -> list[tuple[str, Change]]:
@@ -201,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="*", default=[], metavar="IxB",
                         help="front shapes to compare, each on its own server: I instances, "
                              "preferred batch B (0: none); default: the repository as it is")
+    parser.add_argument("--no-lane", dest="lane", action="store_false",
+                        help="measure priority 1 to the shared front only, not to its lane")
     parser.add_argument("--url", help="HTTP host:port of a running server (default: start one)")
     parser.add_argument("--metrics-url", default=None)
     args = parser.parse_args(argv)
@@ -208,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     results, reports = {}, []
     if args.url:
         metrics = args.metrics_url or f"http://{args.url.split(':')[0]}:8002/metrics"
-        results["served"] = asyncio.run(measure(args.url, metrics, args))
+        for route, found in asyncio.run(measure(args.url, metrics, args)).items():
+            results[f"served, {route}"] = found
     for spec in args.variants or ["as shipped"]:
         model = text_model()
         edits = [] if spec == "as shipped" else shape_edits(
@@ -216,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="tmr-priority-") as tmp:
             repo = build_repository(Path(tmp), edits, text_only=True)
             with harness.server(repo, out / f"triton-{spec.replace(' ', '-')}.log") as srv:
-                results[spec] = asyncio.run(measure(srv.http_url, srv.metrics_url, args))
+                for route, found in asyncio.run(measure(srv.http_url, srv.metrics_url,
+                                                        args)).items():
+                    results[f"{spec}, {route}"] = found
     for name, (rows, rate, capacity) in results.items():
         reports.append(f"### {name}\n\n" + markdown(rows, rate, capacity, args))
     harness.write_report(out, "priority", "\n\n".join(reports), {
