@@ -31,6 +31,7 @@ from client import NO_RETRY, AsyncClient
 from client.prometheus import samples
 from core.config_edit import Change
 from core.families.lanes import lane_name
+from core.repository import put_parameter
 from perf import harness
 from perf.load import (
     capacity_rps,
@@ -211,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="*", default=[], metavar="IxB",
                         help="front shapes to compare, each on its own server: I instances, "
                              "preferred batch B (0: none); default: the repository as it is")
+    parser.add_argument("--shared-scheduling", choices=("normal", "idle", "nice"),
+                        default="normal", help="the shared front's and the encoders' "
+                        "cpu_scheduling on the served copy (the lane stays normal)")
     parser.add_argument("--no-lane", dest="lane", action="store_false",
                         help="measure priority 1 to the shared front only, not to its lane")
     parser.add_argument("--url", help="HTTP host:port of a running server (default: start one)")
@@ -228,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             spec, args.model, model.encoder(model.primary))
         with tempfile.TemporaryDirectory(prefix="tmr-priority-") as tmp:
             repo = build_repository(Path(tmp), edits, text_only=True)
+            if args.shared_scheduling != "normal":  # every model of the shared path
+                for name in (model.front, *model.encoders.values()):
+                    put_parameter(repo, str(name), "cpu_scheduling", args.shared_scheduling)
             with harness.server(repo, out / f"triton-{spec.replace(' ', '-')}.log") as srv:
                 for route, found in asyncio.run(measure(srv.http_url, srv.metrics_url,
                                                         args)).items():
