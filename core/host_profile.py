@@ -28,6 +28,7 @@ from typing import Any
 
 from core.files import write_atomically
 from core.hardware import host_cpu
+from core.settings import EVERY_CORE, LANE_SHARE
 from core.versions import HOST_PROFILE, read_config, served_version
 
 RECORD_FILE = "host_profile.json"  # at the repository's root, beside the model folders
@@ -36,6 +37,7 @@ DEFAULT_MEMORY_BUDGET_MB = 2048.0
 MIN_MARGIN = 0.02  # a gain under 2% is never taken, however steady the rounds
 MAX_ENCODER_INSTANCES = 4  # more instances than this buy less than more threads each
 MAX_FRONT_INSTANCES = 8
+LANE_MAX_THREADS = 4
 # Parameters that change while serving (a rollout's state) and do not make a profile stale.
 VOLATILE_PARAMETERS = ("rollout", "rollout_last")
 
@@ -65,6 +67,23 @@ def usable_cores(affinity: int, quota: float | None) -> int:
     a quota of 1.5 lets two threads run)."""
     cores = max(1, affinity)
     return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+def lane_threads(cores: int) -> int:
+    """An interactive lane's threads on `cores` usable cores: half of them, at least one,
+    at most LANE_MAX_THREADS (one text gains little from more). While the lane is
+    saturated the shared path keeps the rest: on one core, nothing (docs/serving.md)."""
+    return max(1, min(cores // 2, LANE_MAX_THREADS))
+
+
+def in_process_threads(setting: int, cores: int) -> int | None:
+    """The threads of a front's in-process primary for its `in_process_threads` setting
+    (core/settings.py) on `cores` usable cores; None: those of one encoder instance."""
+    if setting == EVERY_CORE:
+        return cores
+    if setting == LANE_SHARE:
+        return lane_threads(cores)
+    return setting or None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,13 @@ ENCODER_THREADS = 1
 # and the interactive lanes write them.
 IN_PROCESS_PARAMETER = "primary_in_process"
 IN_PROCESS_THREADS_PARAMETER = "in_process_threads"
+EVERY_CORE = -1  # in_process_threads: every core the process may use
+LANE_SHARE = -2  # in_process_threads: an interactive lane's share (core/host_profile.py)
+# ModelSettings.cpu_scheduling: its values, and what a front with an interactive lane
+# (the shared path) ships with: bulk work yields to the lane (docs/serving.md#priority-lanes).
+SCHEDULING_PARAMETER = "cpu_scheduling"
+SCHEDULINGS = ("normal", "idle", "nice")
+SHARED_SCHEDULING = "idle"
 
 
 def setting(default: Any, cast: Callable[[str], Any] | None = None, *,
@@ -110,8 +117,9 @@ class ModelSettings(ParameterSettings):
     # At most one structured batch line per this many seconds; 0 logs every batch.
     batch_log_interval_s: float = setting(10.0, written=False)
     # The stub's threads yield to normal ones: "idle" (SCHED_IDLE), "nice" (cpu_nice) or
-    # "normal" (python_backends/cpu_priority.py; the shared path of a front with a lane).
-    cpu_scheduling: str = setting("normal", one_of("normal", "idle", "nice"), written=False)
+    # "normal" (python_backends/cpu_priority.py). A front with a lane is written with
+    # SHARED_SCHEDULING, its lane with "normal" (core/families/lanes.py).
+    cpu_scheduling: str = setting("normal", one_of(*SCHEDULINGS), written=False)
     cpu_nice: int = setting(10, nice_value, written=False)
 
 
@@ -160,8 +168,8 @@ class LadderSettings(ParameterSettings):
     # The front runs its primary encoder's served version in its own process; BLS serves
     # the rest (python_backends/in_process.py). A host profile's choice, never a default.
     primary_in_process: bool = setting(False, written=False)
-    # Its threads: 0 those of one of the encoder's instances, -1 every core this process
-    # may use (an interactive lane's: core/families/lanes.py).
+    # Its threads: 0 those of one of the encoder's instances, EVERY_CORE, LANE_SHARE (an
+    # interactive lane's: core/host_profile.py in_process_threads), else that many.
     in_process_threads: int = setting(0, written=False)
 
     @property

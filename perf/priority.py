@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from collections import Counter
@@ -30,12 +31,17 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from client import NO_RETRY, AsyncClient
 from client.prometheus import samples
 from core.config_edit import Change
+from core.families import TEXT_EMBEDDING
 from core.families.lanes import lane_name
+from core.ports import free_ports
 from core.repository import put_parameter
+from core.settings import IN_PROCESS_THREADS_PARAMETER
 from perf import harness
 from perf.load import (
+    Send,
     capacity_rps,
     open_loop,
+    sdk_sender,
     standard_sender,
     standard_texts_sender,
     timed_call,
@@ -98,9 +104,9 @@ def per_request(before: dict[str, Counter], after: dict[str, Counter]) -> dict[s
     return times
 
 
-async def run_phase(name: str, url: str, metrics_url: str, seconds: float, rate: float | None,
-                    bulk: Bulk | None, clients: int, texts_per_request: int,
-                    model: str) -> Phase:
+async def run_phase(name: str, rate: float | None, send: Send | None, bulk: Bulk | None,
+                    metrics_url: str, seconds: float, clients: int,
+                    texts_per_request: int) -> Phase:
     phase, before = Phase(name, seconds), model_counters(metrics_url)
     pool = unique_texts(nonce=f"{name}-{time.monotonic_ns()}")
 
@@ -110,8 +116,7 @@ async def run_phase(name: str, url: str, metrics_url: str, seconds: float, rate:
             phase.bulk.append(await bulk([next(pool) for _ in range(texts_per_request)]))
 
     async def interactive() -> None:
-        async with standard_sender(url, model) as send:
-            phase.interactive = await open_loop(send, rate, seconds, high_share=1.0, texts=pool)
+        phase.interactive = await open_loop(send, rate, seconds, high_share=1.0, texts=pool)
 
     jobs = [bulk_client() for _ in range(clients if bulk else 0)]
     await asyncio.gather(*jobs, *([interactive()] if rate else []))
@@ -160,27 +165,80 @@ def markdown(rows: dict, rate: float, capacity: float, args: argparse.Namespace)
     return "\n".join(lines)
 
 
-async def measure(url: str, metrics_url: str, args: argparse.Namespace
-                  ) -> dict[str, tuple[dict, float, float]]:
-    """Per route of priority 1 (the shared front, as a raw client sending only the
-    standard priority reaches it; its interactive lane, as the SDK and the front door
-    route it), the three phases at one rate: a share of the shared front's capacity."""
-    capacity = await capacity_rps(url, seconds=10.0, protocol="http", priority=LOW)
+ROUTES = ("shared", "lane", "sdk-grpc", "front-door")
+ROUTE_NAMES = {"shared": "the shared front (raw HTTP, standard priority)",
+               "lane": "the lane (raw HTTP, named)",
+               "sdk-grpc": "the lane (async SDK over gRPC, priority=1)",
+               "front-door": "the lane (front door, JSON parameters.priority 1)"}
+
+
+@asynccontextmanager
+async def door_sender(url: str, key: str, model: str) -> AsyncIterator[Send]:
+    """One text a request through the front door, KServe JSON with only the standard
+    `parameters.priority`: the door routes priority 1 to the lane."""
+    import aiohttp
+
+    name = TEXT_EMBEDDING.front_inputs[0].name
+    async with aiohttp.ClientSession(headers={"x-api-key": key}) as session:
+        async def send(text: str, priority: int) -> Outcome:
+            body = {"inputs": [{"name": name, "shape": [1, 1], "datatype": "BYTES",
+                                "data": [text]}], "parameters": {"priority": priority}}
+            sent, error, status = time.monotonic(), None, ""
+            try:
+                async with session.post(f"http://{url}/v2/models/{model}/infer",
+                                        json=body) as r:
+                    await r.read()
+                    status = str(r.status)
+                    error = None if r.status == 200 else f"HTTP {r.status}"
+            except aiohttp.ClientError as exc:
+                error = type(exc).__name__
+            return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, status)
+        yield send
+
+
+@asynccontextmanager
+async def interactive_sender(route: str, srv: Servers, model: str) -> AsyncIterator[Send]:
+    """Priority 1's sender on `route` (ROUTES)."""
+    if route == "sdk-grpc":
+        async with sdk_sender(srv.grpc, protocol="grpc") as send:
+            yield send
+    elif route == "front-door":
+        async with door_sender(srv.door, srv.key, model) as send:
+            yield send
+    else:
+        async with standard_sender(srv.http, lane_name(model) if route == "lane"
+                                   else model) as send:
+            yield send
+
+
+@dataclass
+class Servers:
+    """Where one measured server answers: Triton's HTTP, gRPC and metrics, the door."""
+
+    http: str
+    grpc: str
+    metrics: str
+    door: str = ""
+    key: str = ""
+
+
+async def measure(srv: Servers, args: argparse.Namespace) -> dict[str, tuple[dict, float, float]]:
+    """The bulk job alone once, then per route of priority 1 (ROUTES) priority 1 alone and
+    under the bulk job, at one rate: a share of the shared front's capacity."""
+    capacity = await capacity_rps(srv.http, seconds=10.0, protocol="http", priority=LOW)
     rate = capacity * args.interactive_share
     opener = sdk_bulk if args.bulk == "sdk" else http_bulk
+    common = dict(metrics_url=srv.metrics, seconds=args.seconds, clients=args.bulk_clients,
+                  texts_per_request=args.bulk_texts)
     found = {}
-    for route, model in (("the shared front", args.model), ("the lane", lane_name(args.model))):
-        if route == "the lane" and not args.lane:
-            continue
-        async with opener(url, args.model) as bulk:
-            common = dict(url=url, metrics_url=metrics_url, seconds=args.seconds,
-                          clients=args.bulk_clients, texts_per_request=args.bulk_texts)
-            phases = [await run_phase("interactive alone", rate=rate, bulk=None, model=model,
-                                      **common),
-                      await run_phase("bulk alone", rate=None, bulk=bulk, model=model,
-                                      **common),
-                      await run_phase("mix", rate=rate, bulk=bulk, model=model, **common)]
-        found[f"priority 1 to {route}"] = (summary(phases, args.bulk_texts), rate, capacity)
+    async with opener(srv.http, args.model) as bulk:
+        alone = await run_phase("bulk alone", None, None, bulk, **common)
+        for route in args.routes:
+            async with interactive_sender(route, srv, args.model) as send:
+                phases = [await run_phase("interactive alone", rate, send, None, **common),
+                          alone, await run_phase("mix", rate, send, bulk, **common)]
+            found[f"priority 1 to {ROUTE_NAMES[route]}"] = (
+                summary(phases, args.bulk_texts), rate, capacity)
     return found
 
 
@@ -201,6 +259,38 @@ def shape_edits(spec: str, front: str, encoder: str) -> list[tuple[str, Change]]
     return [(front, front_change), *([(encoder, encoder_change)] if encoders else [])]
 
 
+def served(args: argparse.Namespace, spec: str, scheduling: str | None,
+           out: Path) -> dict[str, tuple[dict, float, float]]:
+    """Build the repository copy for one server (front shape `spec`, the shared path's
+    `scheduling`, the lane's threads), start it (and the front door), measure it."""
+    from server.front_door import FrontDoor
+    from server.settings import FrontDoorSettings
+
+    model = text_model()
+    edits = [] if spec == "as shipped" else shape_edits(
+        spec, args.model, model.encoder(model.primary))
+    with tempfile.TemporaryDirectory(prefix="tmr-priority-") as tmp:
+        repo = build_repository(Path(tmp), edits, text_only=True)
+        for name in (model.front, *model.encoders.values()) if scheduling else ():
+            put_parameter(repo, str(name), "cpu_scheduling", scheduling)
+        if args.lane_threads is not None:
+            put_parameter(repo, lane_name(args.model), IN_PROCESS_THREADS_PARAMETER,
+                          str(args.lane_threads))
+        tag = f"{spec}-{scheduling or 'shipped'}".replace(" ", "-")
+        with harness.server(repo, out / f"triton-{tag}.log") as triton:
+            ports, key = triton.opts.ports, "bench-" + "k" * 16
+            srv = Servers(triton.http_url, f"127.0.0.1:{ports.grpc}", triton.metrics_url)
+            if "front-door" not in args.routes:
+                return asyncio.run(measure(srv, args))
+            door_ports = free_ports(2)
+            with FrontDoor(f"127.0.0.1:{ports.http}", f"127.0.0.1:{ports.grpc}",
+                           FrontDoorSettings(http_port=door_ports[0], grpc_port=door_ports[1],
+                                             rate_per_minute=10_000_000),
+                           {"bench": key}, repository=repo) as door:
+                srv.door, srv.key = door.http_url, key
+                return asyncio.run(measure(srv, args))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -209,36 +299,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bulk-texts", type=int, default=16)
     parser.add_argument("--bulk", choices=("http", "sdk"), default="http")
     parser.add_argument("--model", default="embed")
+    parser.add_argument("--routes", nargs="+", choices=ROUTES, default=list(ROUTES),
+                        help="how priority 1 travels (default: every route)")
     parser.add_argument("--variants", nargs="*", default=[], metavar="IxB",
                         help="front shapes to compare, each on its own server: I instances, "
                              "preferred batch B (0: none); default: the repository as it is")
-    parser.add_argument("--shared-scheduling", choices=("normal", "idle", "nice"),
-                        default="normal", help="the shared front's and the encoders' "
-                        "cpu_scheduling on the served copy (the lane stays normal)")
-    parser.add_argument("--no-lane", dest="lane", action="store_false",
-                        help="measure priority 1 to the shared front only, not to its lane")
+    parser.add_argument("--shared-scheduling", nargs="*", default=[],
+                        choices=("normal", "idle", "nice"),
+                        help="each its own server: the shared front's and the encoders' "
+                        "cpu_scheduling (the lane stays normal); default: as configured")
+    parser.add_argument("--lane-threads", type=int, default=None,
+                        help="the lane's in_process_threads (default: as configured)")
+    parser.add_argument("--loadgen-nice", type=int, default=0,
+                        help="run this load generator at this nice value (0-19)")
     parser.add_argument("--url", help="HTTP host:port of a running server (default: start one)")
     parser.add_argument("--metrics-url", default=None)
     args = parser.parse_args(argv)
+    if args.loadgen_nice:
+        os.setpriority(os.PRIO_PROCESS, 0, args.loadgen_nice)
     out = harness.run_dir("priority")
     results, reports = {}, []
     if args.url:
         metrics = args.metrics_url or f"http://{args.url.split(':')[0]}:8002/metrics"
-        for route, found in asyncio.run(measure(args.url, metrics, args)).items():
-            results[f"served, {route}"] = found
+        args.routes = [r for r in args.routes if r in ("shared", "lane")]
+        found = asyncio.run(measure(Servers(args.url, "", metrics), args))
+        results |= {f"served, {route}": f for route, f in found.items()}
     for spec in args.variants or ["as shipped"]:
-        model = text_model()
-        edits = [] if spec == "as shipped" else shape_edits(
-            spec, args.model, model.encoder(model.primary))
-        with tempfile.TemporaryDirectory(prefix="tmr-priority-") as tmp:
-            repo = build_repository(Path(tmp), edits, text_only=True)
-            if args.shared_scheduling != "normal":  # every model of the shared path
-                for name in (model.front, *model.encoders.values()):
-                    put_parameter(repo, str(name), "cpu_scheduling", args.shared_scheduling)
-            with harness.server(repo, out / f"triton-{spec.replace(' ', '-')}.log") as srv:
-                for route, found in asyncio.run(measure(srv.http_url, srv.metrics_url,
-                                                        args)).items():
-                    results[f"{spec}, {route}"] = found
+        for scheduling in args.shared_scheduling or [None]:
+            found = served(args, spec, scheduling, out)
+            results |= {f"{spec}, shared path {scheduling or 'as configured'}, {route}": f
+                        for route, f in found.items()}
     for name, (rows, rate, capacity) in results.items():
         reports.append(f"### {name}\n\n" + markdown(rows, rate, capacity, args))
     harness.write_report(out, "priority", "\n\n".join(reports), {

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-NORMAL, IDLE, NICE = "normal", "idle", "nice"
+from core.settings import SCHEDULINGS
+
+NORMAL, IDLE, NICE = SCHEDULINGS
 TASKS = Path("/proc/self/task")
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from core import versions
+from core.host_profile import cgroup_cpu_limit, in_process_threads, usable_cores
 from python_backends.errors import ChildModelError
 from python_backends.runners import Runner, RunnerError
 from python_backends.tensor_model import served_runner
@@ -33,10 +34,10 @@ class LocalPrimary:
 
     def __init__(self, repository: Path, name: str, output: str, threads: int,
                  log: Callable[[str], None]) -> None:
-        """`threads`: 0 those of one of the encoder's instances, -1 every core this
-        process may use, else that many."""
+        """`threads`: the front's in_process_threads setting (core/settings.py)."""
         self.model_dir, self.name, self.output, self.log = repository / name, name, output, log
-        self.threads = len(os.sched_getaffinity(0)) if threads < 0 else threads or None
+        self.threads = in_process_threads(threads, usable_cores(len(os.sched_getaffinity(0)),
+                                                                 cgroup_cpu_limit()))
         self.version: int | None = None
         self.run: Runner | None = None
         self.lock = threading.Lock()  # one load at a time

@@ -25,7 +25,13 @@ from core.files import write_atomically
 from core.hardware import BF16, FP32
 from core.host_profile import Layout
 from core.params import IDLE_THREADS_PARAMETER
-from core.settings import ENCODER_THREADS, IN_PROCESS_PARAMETER, DynamicBatching
+from core.settings import (
+    ENCODER_THREADS,
+    IN_PROCESS_PARAMETER,
+    SCHEDULING_PARAMETER,
+    SHARED_SCHEDULING,
+    DynamicBatching,
+)
 from core.versions import config_files, parse_config, policy_line, read_config
 
 CPU, GPU = "cpu", "gpu"
@@ -134,7 +140,8 @@ def front_config(spec: FrontSpec, profile: str = CPU) -> mc.ModelConfig:
     the chosen primary has none (the openvino format runs on the CPU only)."""
     fam = family(spec.family)
     primary = fam.primary if profile == GPU else spec.primary or fam.primary
-    values = {**fam.front_parameters, **spec.parameters, "family": fam.name,
+    values = {**fam.front_parameters, SCHEDULING_PARAMETER: SHARED_SCHEDULING,
+              **spec.parameters, "family": fam.name,
               "primary_model": fam.encoder_name(spec.base, primary),
               "fallback_model": fam.encoder_name(spec.base, fam.fallback)}
     return json_format.ParseDict({

@@ -7,10 +7,13 @@ encoders, `<front>_interactive`, derived from each of the front's config files (
 reviewed one, the GPU profile, a host profile), so it runs the same family code, ladder,
 dedupe, rollout split and versions. What differs:
 
-- one instance, which runs the primary encoder's served version in its own process with
-  every core it may use (`primary_in_process`, `in_process_threads` -1): its own encoder
-  instance, so no bulk batch stands between it and the runtime. On the GPU profile the
-  encoder runs on the GPU and the lane calls it over BLS;
+- one instance, which runs the primary encoder's served version in its own process on
+  half the usable cores (`primary_in_process`, `in_process_threads` LANE_SHARE;
+  core/host_profile.py lane_threads): its own encoder instance, so no bulk batch stands
+  between it and the runtime, and a saturated lane leaves the shared path the other half.
+  On the GPU profile the encoder runs on the GPU and the lane calls it over BLS;
+- normal CPU scheduling, while its front's shared path is written with SHARED_SCHEDULING
+  (SCHED_IDLE): the kernel hands the lane a core the moment it wakes;
 - one queue, bounded (`LANE_QUEUE`): a request over it is refused at once (503 with
   Retry-After at the front door), so a flood of priority 1 cannot starve the shared path
   for longer than the lane's queue takes to drain.
@@ -24,14 +27,18 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from core.settings import IN_PROCESS_PARAMETER, IN_PROCESS_THREADS_PARAMETER
+from core.settings import (
+    IN_PROCESS_PARAMETER,
+    IN_PROCESS_THREADS_PARAMETER,
+    LANE_SHARE,
+    SCHEDULING_PARAMETER,
+)
 
 LANE_SUFFIX = "_interactive"
 INTERACTIVE_PRIORITY = 1  # the priority level the lane takes (Triton's highest)
 LANE_PARAMETER = "lane_of"  # a lane's config: the front it is the interactive lane of
 LANE_INSTANCES = 1
 LANE_QUEUE = 8  # requests that may wait for the lane; the next is refused (UNAVAILABLE)
-EVERY_CORE = "-1"  # in_process_threads: every core the process may use
 # What only the front answers to: the family's default front (core/families/catalog.py)
 # and the names the OpenAI route knows it by (server/openai_models.py).
 FRONT_ONLY = ("default_front", "openai_names")
@@ -55,12 +62,13 @@ def lane_config(front: mc.ModelConfig, gpu: bool = False) -> mc.ModelConfig:
     lane.dynamic_batching.preferred_batch_size.extend(preferred)
     lane.dynamic_batching.default_queue_policy.max_queue_size = LANE_QUEUE
     lane.parameters[LANE_PARAMETER].string_value = front.name
+    lane.parameters[SCHEDULING_PARAMETER].string_value = "normal"  # the shared path yields
     for key in (*FRONT_ONLY, *((IN_PROCESS_PARAMETER, IN_PROCESS_THREADS_PARAMETER) * gpu)):
         if key in lane.parameters:
             del lane.parameters[key]
     if not gpu:
         lane.parameters[IN_PROCESS_PARAMETER].string_value = "true"
-        lane.parameters[IN_PROCESS_THREADS_PARAMETER].string_value = EVERY_CORE
+        lane.parameters[IN_PROCESS_THREADS_PARAMETER].string_value = str(LANE_SHARE)
     return lane
 
 

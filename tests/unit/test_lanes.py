@@ -17,7 +17,15 @@ from core.families.lanes import (
     lane_config,
     lane_header,
 )
-from core.settings import IN_PROCESS_PARAMETER, LadderSettings
+from core.host_profile import LANE_MAX_THREADS, in_process_threads, lane_threads
+from core.settings import (
+    EVERY_CORE,
+    IN_PROCESS_PARAMETER,
+    LANE_SHARE,
+    SHARED_SCHEDULING,
+    LadderSettings,
+    ModelSettings,
+)
 from core.versions import config_files, parse_config
 from tests.conftest import REPOSITORY
 
@@ -55,5 +63,21 @@ def test_a_lane_has_one_instance_a_bounded_queue_and_its_primary_in_process(fron
     assert lane.parameters[IN_PROCESS_PARAMETER].string_value == "true"
     params = {"parameters": {k: {"string_value": v.string_value}
                              for k, v in lane.parameters.items()}}
-    assert LadderSettings.from_parameters(params).in_process_threads == -1
+    assert LadderSettings.from_parameters(params).in_process_threads == LANE_SHARE
+    assert ModelSettings.from_parameters(params).cpu_scheduling == "normal"
     assert "default_front" not in lane.parameters and "openai_names" not in lane.parameters
+    shared = parse_config((REPOSITORY / front / "config.pbtxt").read_text())
+    shared_params = {"parameters": {k: {"string_value": v.string_value}
+                                    for k, v in shared.parameters.items()}}
+    assert ModelSettings.from_parameters(shared_params).cpu_scheduling == SHARED_SCHEDULING
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4),
+                                                (64, LANE_MAX_THREADS)])
+def test_a_lane_takes_half_the_cores_so_a_saturated_lane_leaves_the_shared_path_the_rest(
+        cores: int, threads: int) -> None:
+    assert lane_threads(cores) == threads
+    assert in_process_threads(LANE_SHARE, cores) == threads
+    assert in_process_threads(EVERY_CORE, cores) == cores
+    assert in_process_threads(0, cores) is None  # those of one encoder instance
+    assert in_process_threads(3, cores) == 3

@@ -139,7 +139,7 @@ def test_dashboards_are_four_well_formed_files_with_unique_ids() -> None:
     for board in boards:
         ids = [p["id"] for p in board["panels"]]
         assert len(ids) == len(set(ids)), board["uid"]
-        assert all(p.get("targets") or p["type"] == "alertlist" for p in board["panels"])
+        assert all(p.get("targets") or p["type"] in ("alertlist", "row") for p in board["panels"])
 
 
 def test_every_dashboard_expr_parses_with_promtool(tmp_path: Path) -> None:
