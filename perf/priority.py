@@ -1,15 +1,19 @@
 """Priority under a bulk job: does an interactive request keep its latency?
 
-One run, one server. An interactive stream (priority 1, one text a request, open loop at
-`--interactive-share` of the measured capacity) runs alone, then a bulk job (priority 2,
-`--bulk-clients` closed-loop clients of `--bulk-texts` texts a request: plain tritonclient
-HTTP with the standard `priority`, or the async SDK's bulk call) runs alone, then both at
-once. Reported: priority 1's served share, p50 and p99 alone and under the bulk job (and
-their ratio, the target being <= 2), the bulk job's texts/s alone and in the mix (target:
->= 0.7), every answer's status, and per model Triton's average queue and compute time per
-request in each phase (from its Prometheus counters).
+Per server (one per `--shared-scheduling` value, each on a repository copy): the bulk job
+alone (priority 2, `--bulk-clients` closed-loop clients of `--bulk-texts` texts a request,
+plain tritonclient HTTP with the standard `priority` or the async SDK's bulk call), then
+per route of priority 1 (ROUTES: raw HTTP to the shared front, raw HTTP naming the lane,
+the async SDK over gRPC, the front door) an interactive stream (one text a request, open
+loop at `--interactive-share` of the measured capacity) alone and under the bulk job; for
+the lane, a last phase where `--saturate` clients flood it beside the bulk job (the
+starvation bound). Reported: priority 1's served share, p50 and p99 alone and under the
+bulk job (ratio target <= 2), the bulk job's texts/s in the mix over alone (>= 0.7), every
+answer's status, per model Triton's queue and compute ms per request in each phase, and
+the closed-loop capacity at 16 in flight of each server (the cost of the scheduling).
 
-    .venv/bin/python -m perf.priority [--seconds 20] [--bulk http|sdk] [--url host:port]
+    .venv/bin/python -m perf.priority [--seconds 20] [--shared-scheduling normal idle]
+        [--routes shared lane sdk-grpc front-door] [--loadgen-nice 19] [--bulk http|sdk]
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from perf import harness
 from perf.load import (
     Send,
     capacity_rps,
+    closed_loop,
     open_loop,
     sdk_sender,
     standard_sender,
@@ -106,7 +111,9 @@ def per_request(before: dict[str, Counter], after: dict[str, Counter]) -> dict[s
 
 async def run_phase(name: str, rate: float | None, send: Send | None, bulk: Bulk | None,
                     metrics_url: str, seconds: float, clients: int,
-                    texts_per_request: int) -> Phase:
+                    texts_per_request: int, flood: int = 0) -> Phase:
+    """Priority 1 open loop at `rate` (or `flood` closed-loop clients that pause 50 ms
+    after a refusal, as Retry-After asks) beside `clients` bulk clients, for `seconds`."""
     phase, before = Phase(name, seconds), model_counters(metrics_url)
     pool = unique_texts(nonce=f"{name}-{time.monotonic_ns()}")
 
@@ -115,11 +122,19 @@ async def run_phase(name: str, rate: float | None, send: Send | None, bulk: Bulk
         while time.monotonic() < deadline:
             phase.bulk.append(await bulk([next(pool) for _ in range(texts_per_request)]))
 
+    async def backing_off(text: str, priority: int) -> Outcome:
+        outcome = await send(text, priority)
+        if outcome.error:
+            await asyncio.sleep(0.05)
+        return outcome
+
     async def interactive() -> None:
-        phase.interactive = await open_loop(send, rate, seconds, high_share=1.0, texts=pool)
+        phase.interactive = await (
+            closed_loop(backing_off, [(HIGH, flood)], seconds, pool) if flood else
+            open_loop(send, rate, seconds, high_share=1.0, texts=pool))
 
     jobs = [bulk_client() for _ in range(clients if bulk else 0)]
-    await asyncio.gather(*jobs, *([interactive()] if rate else []))
+    await asyncio.gather(*jobs, *([interactive()] if rate or flood else []))
     phase.models = per_request(before, model_counters(metrics_url))
     return phase
 
@@ -237,6 +252,9 @@ async def measure(srv: Servers, args: argparse.Namespace) -> dict[str, tuple[dic
             async with interactive_sender(route, srv, args.model) as send:
                 phases = [await run_phase("interactive alone", rate, send, None, **common),
                           alone, await run_phase("mix", rate, send, bulk, **common)]
+                if route == "lane" and args.saturate:  # the starvation bound
+                    phases.append(await run_phase("lane saturated", None, send, bulk,
+                                                  flood=args.saturate, **common))
             found[f"priority 1 to {ROUTE_NAMES[route]}"] = (
                 summary(phases, args.bulk_texts), rate, capacity)
     return found
@@ -310,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                         "cpu_scheduling (the lane stays normal); default: as configured")
     parser.add_argument("--lane-threads", type=int, default=None,
                         help="the lane's in_process_threads (default: as configured)")
+    parser.add_argument("--saturate", type=int, default=24, metavar="N",
+                        help="a last phase: N clients flood the lane beside the bulk job "
+                        "(0: none)")
     parser.add_argument("--loadgen-nice", type=int, default=0,
                         help="run this load generator at this nice value (0-19)")
     parser.add_argument("--url", help="HTTP host:port of a running server (default: start one)")

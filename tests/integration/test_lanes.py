@@ -7,21 +7,28 @@ the session's server, which loads the lanes at start like every front."""
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
-from client import EmbedClient
+from client import NO_RETRY, EmbedClient, TritonClientError
 from client.prometheus import metric_value
+from core.families.catalog import catalog
 from core.families.lanes import lane_name
 from server.front_door import FrontDoor
-from server.launcher import TritonServer
+from server.launcher import TritonServer, stub_processes
+from tests.conftest import REPOSITORY
 from tests.integration.helpers import fresh, http_post
 from tests.integration.test_front_door import key, open_front_door, text_body
 
 pytestmark = pytest.mark.timeout(120)
 
 FRONT = "embed"
+FRONTS = [m.front for m in catalog(REPOSITORY) if m.front]
 LANE = lane_name(FRONT)
 
 
@@ -95,3 +102,59 @@ def test_the_openai_route_sends_x_priority_1_to_the_lane(
     assert len(json.loads(answer)["data"][0]["embedding"]) == 384
     moved = {m: successes(triton, m) - before[m] for m in (FRONT, LANE)}
     assert moved == ({FRONT: 0, LANE: 1} if priority == "1" else {FRONT: 1, LANE: 0})
+
+
+def scheduling_classes(pid: int) -> set[str]:
+    """The scheduling class of every thread of `pid` as `ps -Lo cls` names it (TS: normal,
+    IDL: SCHED_IDLE)."""
+    out = subprocess.run(["ps", "-Lo", "cls=", "-p", str(pid)], capture_output=True,
+                         text=True, check=True).stdout
+    return set(out.split())
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_the_shared_path_yields_to_the_kernel_and_its_lane_does_not(
+        triton: TritonServer, front: str) -> None:
+    stubs = stub_processes(triton.process.pid)
+    shared, lane = stubs.get(front, []), stubs.get(lane_name(front), [])
+    assert shared and lane, sorted(stubs)
+    assert {c for pid in shared for c in scheduling_classes(pid)} == {"IDL"}
+    assert {c for pid in lane for c in scheduling_classes(pid)} == {"TS"}
+
+
+def test_a_saturated_lane_refuses_its_overflow_and_bulk_work_still_completes(
+        triton: TritonServer) -> None:
+    """The starvation bound: priority 1 floods the lane (clients that wait 50 ms after a
+    refusal, as Retry-After asks); the lane refuses what its queue cannot hold at once,
+    and the shared path, on the cores the lane leaves, serves every bulk request within
+    priority 2's queue timeout."""
+    stop, lane = threading.Event(), Counter()
+
+    def flood() -> None:
+        with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
+            while not stop.is_set():
+                try:
+                    client.embed(fresh("a query in a flood"), priority=1)
+                    lane["served"] += 1
+                except TritonClientError as err:
+                    lane[type(err).__name__] += 1
+                    stop.wait(0.05)
+
+    flooders = [threading.Thread(target=flood, daemon=True) for _ in range(24)]
+    for thread in flooders:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not lane["QueueFullError"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert lane["QueueFullError"], f"the lane never refused: {lane}"
+        with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
+            bulk = [client.embed(fresh(*(f"bulk text {i}" for i in range(16))), priority=2)
+                    for _ in range(4)]
+    finally:
+        stop.set()
+        for thread in flooders:
+            thread.join(timeout=30)
+    assert [b.shape for b in bulk] == [(16, 384)] * 4  # none refused, none timed out
+    assert lane["served"] > 0, lane
+    assert set(lane) <= {"served", "QueueFullError"}, lane
