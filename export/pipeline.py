@@ -198,8 +198,9 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
         staged = find(staging, name)
         results = export_model(staging, staged, threads=threads, on_result=on_result,
                                sources_root=repository)
-        for folder in [*staged.encoders.values(), front]:  # the front last: it loads its
-            move_into(staging / folder, repository / folder)  # encoders' configs at start
+        # The front last: it loads its encoders' configs at start; its lane links to it.
+        for folder in [*staged.encoders.values(), *filter(None, [staged.lane]), front]:
+            move_into(staging / folder, repository / folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return results

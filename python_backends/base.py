@@ -42,9 +42,7 @@ class BaseModel:
         self.log = Log(f"{self.name}/{self.version}")
         dump_stacks_on_signal()  # kill -USR1: every thread's stack into the server log
         settings = ModelSettings.from_parameters(self.config)
-        lowered = lower(settings.cpu_scheduling, settings.cpu_nice)  # before setup's pools
-        if lowered:
-            self.log.info(f"cpu scheduling {settings.cpu_scheduling}: {len(lowered)} thread(s)")
+        self.scheduling = (settings.cpu_scheduling, settings.cpu_nice)
         self.batch_log = BatchLog(self.log, self.name, self.version,
                                   settings.batch_log_interval_s)
         self.batch = BatchFacts()
@@ -52,6 +50,16 @@ class BaseModel:
         self.setup(args)
         self.gc = GcMetrics(self.name, args.get("model_instance_name", "0"),
                             settings.gc_policy)
+        if not self.warmup.active:
+            self.yield_cpu()
+
+    def yield_cpu(self) -> None:
+        """Lower every thread of this stub to its `cpu_scheduling` (its runtime's pools
+        included; threads started later inherit it), once set up and warmed at normal
+        priority: a stub that loads while other work takes the cores still gets ready."""
+        lowered = lower(*self.scheduling)
+        if lowered:
+            self.log.info(f"cpu scheduling {self.scheduling[0]}: {len(lowered)} thread(s)")
 
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""
@@ -90,6 +98,8 @@ class BaseModel:
         metrics.flush()  # the batch's counters, one round trip each
         if warming:
             self.warmup.finished(len(requests), time.monotonic() - began)
+            if not self.warmup.active:
+                self.yield_cpu()
         return responses
 
     def degradation_level(self) -> int | None:

@@ -3,10 +3,12 @@
 Triton never preempts an execution, but the kernel does: a thread under `SCHED_IDLE`
 runs only on a core no normal thread wants, and a thread at a high nice value gets a
 smaller share of a contended core. A model whose config sets `cpu_scheduling` to "idle"
-or "nice" (ModelSettings) lowers every thread of its stub at initialize, before its
-runtime starts its pools (which inherit it), so an interactive lane's processes at
-normal priority (core/families/lanes.py) take the cores the moment they wake. Lowering
-one's own priority needs no privilege; raising it back would, so it is never undone.
+or "nice" (ModelSettings) lowers every thread of its stub, its runtime's pools included,
+once its instance is set up and warmed (python_backends/base.py `yield_cpu`; threads
+started later inherit it), so an interactive lane's processes at normal priority
+(core/families/lanes.py) take the cores the moment they wake, and a stub that loads
+while other work takes the cores still gets ready. Lowering one's own priority needs no
+privilege; raising it back would, so it is never undone.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from client import TritonClientError, UnavailableError
 from client.core import DEFAULT_MODEL
+from core.families.lanes import lane_name
 from core.messages import degraded_level
 from core.repository import set_parameter
 from core.served_by import OUTPUT as SERVED_BY
@@ -30,19 +31,26 @@ FORCED_LEVEL = "forced_level"  # the front's parameter that pins its ladder (-1:
 
 def force_level_explicit(url: str, level: int, model: str = DEFAULT_FRONT,
                          admin_key: str | None = None) -> None:
-    """Reload `model` through the load API with `forced_level` overridden (explicit mode).
+    """Reload `model`, and its interactive lane when the server has it, through the load
+    API with `forced_level` overridden (explicit mode): an operator's level holds for
+    priority 1 too.
 
     The override lives in the server only: `--level auto` sends it back as -1. The
     on-disk config.pbtxt stays the source of truth for the next start. Both calls are
     restricted APIs: they carry the admin key (client.auth).
     """
     with AdminClient(url, admin_key) as admin:
-        admin.reload(model, {FORCED_LEVEL: str(level)})
+        lane = lane_name(model)
+        for name in (model, *([lane] if lane in admin.ready_models() else [])):
+            admin.reload(name, {FORCED_LEVEL: str(level)})
 
 
 def force_level_poll(repository: Path, level: int, model: str = DEFAULT_FRONT) -> None:
-    """Edit config.pbtxt in place (poll mode): Triton reloads it on its next scan."""
-    set_parameter(repository, model, FORCED_LEVEL, str(level))
+    """Edit config.pbtxt in place (poll mode), the lane's too: Triton reloads them on its
+    next scan."""
+    for name in (model, lane_name(model)):
+        if (repository / name / "config.pbtxt").is_file():
+            set_parameter(repository, name, FORCED_LEVEL, str(level))
 
 
 @dataclass(frozen=True)

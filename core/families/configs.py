@@ -108,6 +108,9 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
     if profile == CPU:
         values |= {fmt.threads_parameter: str(spec.threads), **fmt.gate, **spec.gate,
                    **fmt.parameters}
+        # The shared path yields to the interactive lanes, which run their own copy of
+        # the primary (core/families/lanes.py); the GPU profile's lanes call the encoder.
+        values[SCHEDULING_PARAMETER] = SHARED_SCHEDULING
         # A lone request gets every core through a second session (docs/benchmarks.md).
         # Not the fallback's: the ladder sends it traffic only under load, when no instance
         # is idle, and its second session held a second copy of the weights for nothing.

@@ -120,9 +120,10 @@ class LoadGate:
         self.open.set()
 
 
-async def steady_high_priority_load(url: str, seconds: float,
-                                    gate: LoadGate | None = None) -> tuple[list, list]:
-    """Four workers sending high-priority requests back to back; (served_by, errors)."""
+async def steady_high_priority_load(url: str, seconds: float, gate: LoadGate | None = None,
+                                    priority: int = 1) -> tuple[list, list]:
+    """Four workers sending requests (by default high-priority ones, which the SDK sends to
+    the interactive lane) back to back; (served_by, errors)."""
     served, errors = [], []
     deadline = time.monotonic() + seconds
     gate = gate or LoadGate()
@@ -134,7 +135,8 @@ async def steady_high_priority_load(url: str, seconds: float,
             await gate.open.wait()
             gate.in_flight += 1
             try:
-                result = await client.embed_with_info([f"worker {n} request {i}"], priority=1)
+                result = await client.embed_with_info([f"worker {n} request {i}"],
+                                                      priority=priority)
                 served.extend(result.served_by)
             except Exception as err:  # every failure counts, whatever its type
                 errors.append(err)

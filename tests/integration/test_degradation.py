@@ -119,7 +119,7 @@ def test_deep_health_probes_every_model_with_a_real_inference(router) -> None:
     every = [name for model in catalog(REPOSITORY) for name in model.models]
     assert report["healthy"] is True and set(report["models"]) == set(every)
     out = tmr("health", "--url", router.http_url)
-    assert out.returncode == 0 and out.stdout.count("OK  ") == len(every) == 15, out.stdout
+    assert out.returncode == 0 and out.stdout.count("OK  ") == len(every) == 18, out.stdout
 
 
 def repository_call(url: str, action: str, model: str) -> None:
@@ -133,7 +133,10 @@ def repository_call(url: str, action: str, model: str) -> None:
 
 def test_unloading_the_primary_under_load_falls_back_without_failed_requests(router) -> None:
     async def scenario() -> tuple[list, list]:
-        load = asyncio.ensure_future(steady_high_priority_load(router.grpc_url, 6.0))
+        # Priority 2: the shared front calls its primary over BLS; the interactive lane
+        # runs its own copy in process, which unloading the encoder leaves serving.
+        load = asyncio.ensure_future(steady_high_priority_load(router.grpc_url, 6.0,
+                                                               priority=2))
         await asyncio.sleep(2.0)
         await asyncio.to_thread(repository_call, router.http_url, "unload_model", "minilm_onnx")
         return await load

@@ -8,6 +8,7 @@ winner (core.families.configs.write_variant), served with --model-config-name=ho
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,6 +149,30 @@ def test_the_readme_rollout_example_works_on_a_profile_that_routes_to_openvino(
         served = client.embed_with_info(["after the rollout"]).served_by
         laned = client.embed_with_info(["after the rollout, priority 1"], priority=1).served_by
     assert served == laned == [f"{ENCODER}:2:{profiled.precision}:L0"]  # the lane in step
+
+
+def test_the_lane_follows_a_rollback_and_a_promote(profiled) -> None:
+    """After the rollout above (v2 serves): `tmr promote` v1, then `tmr rollback` (to v2,
+    the version before it in the history) of the encoder the profile serves; each time
+    the front and its lane answer from the same version."""
+    repo, server = profiled.repo, profiled.server
+    assert v.served_version(repo / ENCODER) == 2, "runs after the rollout example"
+    args = ["--url", server.http_url, "--repository", str(repo)]
+    for command, version in ((["promote", ENCODER, "1", "--no-gate"], 1),
+                             (["rollback", ENCODER], 2)):
+        out = tmr(*command, *args)
+        assert out.returncode == 0, out.stdout + out.stderr
+        expected = [f"{ENCODER}:{version}:{profiled.precision}:L0"]
+        deadline = time.monotonic() + 30  # each front reads the served version every second
+        with EmbedClient(server.http_url) as client:
+            while True:
+                served = client.embed_with_info(["after " + command[0]]).served_by
+                laned = client.embed_with_info(["after " + command[0] + ", priority 1"],
+                                               priority=1).served_by
+                if served == laned == expected or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+        assert served == laned == expected, (command, served, laned)
 
 
 def test_the_profile_make_setup_tuned_here_fits_this_host() -> None:

@@ -115,9 +115,13 @@ def scheduling_classes(pid: int) -> set[str]:
 @pytest.mark.parametrize("front", FRONTS)
 def test_the_shared_path_yields_to_the_kernel_and_its_lane_does_not(
         triton: TritonServer, front: str) -> None:
+    """The shared path, the front and its encoders' stubs (every thread), under
+    SCHED_IDLE once warmed; the lane at normal priority."""
     stubs = stub_processes(triton.process.pid)
-    shared, lane = stubs.get(front, []), stubs.get(lane_name(front), [])
-    assert shared and lane, sorted(stubs)
+    model = next(m for m in catalog(REPOSITORY) if m.front == front)
+    shared = [pid for name in (front, *model.encoders.values()) for pid in stubs.get(name, [])]
+    lane = stubs.get(lane_name(front), [])
+    assert stubs.get(front) and lane, sorted(stubs)
     assert {c for pid in shared for c in scheduling_classes(pid)} == {"IDL"}
     assert {c for pid in lane for c in scheduling_classes(pid)} == {"TS"}
 

@@ -56,7 +56,10 @@ def test_killed_primary_stub_fails_over_and_the_watchdog_restores_it(fragile) ->
 
     async def scenario() -> tuple[list, list]:
         gate = LoadGate()
-        load = asyncio.ensure_future(steady_high_priority_load(fragile.grpc_url, 10.0, gate))
+        # Priority 2: the shared front calls minilm_onnx over BLS (the lane runs its own
+        # copy in process and never sees this stub die).
+        load = asyncio.ensure_future(steady_high_priority_load(fragile.grpc_url, 10.0, gate,
+                                                               priority=2))
         await asyncio.sleep(2.0)
         pids = stub_pids(fragile, "minilm_onnx")
         assert pids, "no minilm_onnx stub found"
