@@ -155,19 +155,21 @@ SendTexts = Callable[[Sequence[str], int], Awaitable[Outcome]]  # (texts, priori
 
 
 @asynccontextmanager
-async def standard_texts_sender(url: str, model: str,
-                                conn_limit: int = 512) -> AsyncIterator[SendTexts]:
-    """Send requests of one or more texts over tritonclient's HTTP asyncio client with only
-    Triton's standard request `priority` (0: the model's default), nothing
-    project-specific."""
+async def standard_texts_sender(url: str, model: str, conn_limit: int = 512,
+                                input_name: str | None = None) -> AsyncIterator[SendTexts]:
+    """Send requests of one or more rows (texts, or encoded images as bytes, to the front
+    input `input_name`: by default the text family's) over tritonclient's HTTP asyncio
+    client with only Triton's standard request `priority` (0: the model's default),
+    nothing project-specific."""
     import tritonclient.http.aio as httpaio
 
     client = httpaio.InferenceServerClient(url, conn_limit=conn_limit)
+    name = input_name or TEXT_EMBEDDING.front_inputs[0].name
 
-    def send(texts: Sequence[str], priority: int) -> Awaitable[Outcome]:
-        tensor = httpaio.InferInput(TEXT_EMBEDDING.front_inputs[0].name, [len(texts), 1],
-                                    "BYTES")
-        tensor.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
+    def send(rows: Sequence[str | bytes], priority: int) -> Awaitable[Outcome]:
+        tensor = httpaio.InferInput(name, [len(rows), 1], "BYTES")
+        tensor.set_data_from_numpy(np.array(
+            [[r.encode() if isinstance(r, str) else r] for r in rows], dtype=np.object_))
         return timed_call(priority, client.infer(model, [tensor], priority=priority))
 
     try:
@@ -177,9 +179,10 @@ async def standard_texts_sender(url: str, model: str,
 
 
 @asynccontextmanager
-async def standard_sender(url: str, model: str, conn_limit: int = 512) -> AsyncIterator[Send]:
-    """standard_texts_sender, one text a request."""
-    async with standard_texts_sender(url, model, conn_limit) as send:
+async def standard_sender(url: str, model: str, conn_limit: int = 512,
+                          input_name: str | None = None) -> AsyncIterator[Send]:
+    """standard_texts_sender, one row a request."""
+    async with standard_texts_sender(url, model, conn_limit, input_name) as send:
         yield lambda text, priority: send([text], priority)
 
 

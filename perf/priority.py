@@ -20,33 +20,38 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import io
+import itertools
 import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from client import NO_RETRY, AsyncClient
 from client.prometheus import samples
 from core.config_edit import Change
 from core.families import TEXT_EMBEDDING
+from core.families.catalog import FamilyModel
 from core.families.lanes import lane_name
+from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_ports
 from core.repository import put_parameter
 from core.settings import IN_PROCESS_THREADS_PARAMETER
 from perf import harness
 from perf.load import (
     Send,
-    capacity_rps,
     closed_loop,
     open_loop,
-    sdk_sender,
+    served_rate,
     standard_sender,
     standard_texts_sender,
     timed_call,
@@ -60,18 +65,43 @@ Bulk = Callable[[list[str]], Awaitable[Outcome]]
 
 
 @asynccontextmanager
-async def http_bulk(url: str, model: str) -> AsyncIterator[Bulk]:
-    """Bulk requests of several texts over tritonclient HTTP, standard `priority` only."""
-    async with standard_texts_sender(url, model, conn_limit=64) as send:
-        yield lambda texts: send(texts, LOW)
+async def http_bulk(url: str, model: FamilyModel) -> AsyncIterator[Bulk]:
+    """Bulk requests of several rows over tritonclient HTTP, standard `priority` only."""
+    async with standard_texts_sender(url, model.front, 64, input_of(model)) as send:
+        yield lambda rows: send(rows, LOW)
+
+
+def sdk_call(client: AsyncClient, model: FamilyModel) -> Callable[..., Awaitable[object]]:
+    """The SDK's call for the model's family: embed or classify."""
+    return client.embed if model.family is TEXT_EMBEDDING else client.classify
 
 
 @asynccontextmanager
-async def sdk_bulk(url: str, model: str) -> AsyncIterator[Bulk]:
-    """The async SDK's bulk call (it cuts the texts into chunks itself)."""
+async def sdk_bulk(url: str, model: FamilyModel) -> AsyncIterator[Bulk]:
+    """The async SDK's bulk call (it cuts the rows into chunks itself)."""
     async with AsyncClient(url, protocol="http", retry=NO_RETRY) as client:
-        await client.max_batch_size(model)
-        yield lambda texts: timed_call(LOW, client.embed(texts, model=model, priority=LOW))
+        await client.max_batch_size(model.front)
+        call = sdk_call(client, model)
+        yield lambda rows: timed_call(LOW, call(rows, model=model.front, priority=LOW))
+
+
+def input_of(model: FamilyModel) -> str:
+    return model.family.front_inputs[0].name
+
+
+def unique_rows(model: FamilyModel, nonce: str) -> Iterator[str | bytes]:
+    """Rows no cache can answer: texts, or the front's warmup photo at 256 x 256 with one
+    more pixel changed each row, as JPEG."""
+    if model.family is TEXT_EMBEDDING:
+        yield from unique_texts(nonce=nonce)
+        return
+    raw = (DEFAULT_REPOSITORY / model.front / "warmup" / input_of(model)).read_bytes()[4:]
+    pixels = np.asarray(Image.open(io.BytesIO(raw)).convert("RGB").resize((256, 256))).copy()
+    for i in itertools.count(hash(nonce) % 65536):
+        pixels[i // 256 % 256, i % 256] = (i % 251, i * 7 % 253, i * 13 % 255)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, "JPEG", quality=90)
+        yield buffer.getvalue()
 
 
 @dataclass
@@ -110,12 +140,12 @@ def per_request(before: dict[str, Counter], after: dict[str, Counter]) -> dict[s
 
 
 async def run_phase(name: str, rate: float | None, send: Send | None, bulk: Bulk | None,
-                    metrics_url: str, seconds: float, clients: int,
+                    model: FamilyModel, metrics_url: str, seconds: float, clients: int,
                     texts_per_request: int, flood: int = 0) -> Phase:
     """Priority 1 open loop at `rate` (or `flood` closed-loop clients that pause 50 ms
     after a refusal, as Retry-After asks) beside `clients` bulk clients, for `seconds`."""
     phase, before = Phase(name, seconds), model_counters(metrics_url)
-    pool = unique_texts(nonce=f"{name}-{time.monotonic_ns()}")
+    pool = unique_rows(model, nonce=f"{name}-{time.monotonic_ns()}")
 
     async def bulk_client() -> None:
         deadline = time.monotonic() + seconds
@@ -188,19 +218,19 @@ ROUTE_NAMES = {"shared": "the shared front (raw HTTP, standard priority)",
 
 
 @asynccontextmanager
-async def door_sender(url: str, key: str, model: str) -> AsyncIterator[Send]:
+async def door_sender(url: str, key: str, model: FamilyModel) -> AsyncIterator[Send]:
     """One text a request through the front door, KServe JSON with only the standard
     `parameters.priority`: the door routes priority 1 to the lane."""
     import aiohttp
 
-    name = TEXT_EMBEDDING.front_inputs[0].name
     async with aiohttp.ClientSession(headers={"x-api-key": key}) as session:
-        async def send(text: str, priority: int) -> Outcome:
-            body = {"inputs": [{"name": name, "shape": [1, 1], "datatype": "BYTES",
+        async def send(row: str | bytes, priority: int) -> Outcome:
+            text = row if isinstance(row, str) else base64.b64encode(row).decode()
+            body = {"inputs": [{"name": input_of(model), "shape": [1, 1], "datatype": "BYTES",
                                 "data": [text]}], "parameters": {"priority": priority}}
             sent, error, status = time.monotonic(), None, ""
             try:
-                async with session.post(f"http://{url}/v2/models/{model}/infer",
+                async with session.post(f"http://{url}/v2/models/{model.front}/infer",
                                         json=body) as r:
                     await r.read()
                     status = str(r.status)
@@ -212,18 +242,30 @@ async def door_sender(url: str, key: str, model: str) -> AsyncIterator[Send]:
 
 
 @asynccontextmanager
-async def interactive_sender(route: str, srv: Servers, model: str) -> AsyncIterator[Send]:
-    """Priority 1's sender on `route` (ROUTES)."""
+async def interactive_sender(route: str, srv: Servers, model: FamilyModel
+                             ) -> AsyncIterator[Send]:
+    """Priority 1's sender on `route` (ROUTES), one row a request."""
     if route == "sdk-grpc":
-        async with sdk_sender(srv.grpc, protocol="grpc") as send:
-            yield send
+        async with AsyncClient(srv.grpc, protocol="grpc", retry=NO_RETRY) as client:
+            await client.max_batch_size(model.front)  # its set-up is no request's latency
+            call = sdk_call(client, model)
+            yield lambda row, priority: timed_call(priority, call(
+                [row], model=model.front, priority=priority))
     elif route == "front-door":
         async with door_sender(srv.door, srv.key, model) as send:
             yield send
     else:
-        async with standard_sender(srv.http, lane_name(model) if route == "lane"
-                                   else model) as send:
+        target = lane_name(model.front) if route == "lane" else model.front
+        async with standard_sender(srv.http, target, input_name=input_of(model)) as send:
             yield send
+
+
+async def capacity(url: str, model: FamilyModel, seconds: float = 10.0) -> float:
+    """Served requests a second of one row each, 16 in flight, priority 2, no lane."""
+    async with standard_sender(url, model.front, input_name=input_of(model)) as send:
+        outcomes = await closed_loop(send, [(LOW, 16)], seconds,
+                                     unique_rows(model, "capacity"))
+    return served_rate(outcomes, seconds)
 
 
 @dataclass
@@ -240,23 +282,24 @@ class Servers:
 async def measure(srv: Servers, args: argparse.Namespace) -> dict[str, tuple[dict, float, float]]:
     """The bulk job alone once, then per route of priority 1 (ROUTES) priority 1 alone and
     under the bulk job, at one rate: a share of the shared front's capacity."""
-    capacity = await capacity_rps(srv.http, seconds=10.0, protocol="http", priority=LOW)
-    rate = capacity * args.interactive_share
+    model = text_model(name=args.model)
+    measured = await capacity(srv.http, model)
+    rate = measured * args.interactive_share
     opener = sdk_bulk if args.bulk == "sdk" else http_bulk
-    common = dict(metrics_url=srv.metrics, seconds=args.seconds, clients=args.bulk_clients,
-                  texts_per_request=args.bulk_texts)
+    common = dict(model=model, metrics_url=srv.metrics, seconds=args.seconds,
+                  clients=args.bulk_clients, texts_per_request=args.bulk_texts)
     found = {}
-    async with opener(srv.http, args.model) as bulk:
+    async with opener(srv.http, model) as bulk:
         alone = await run_phase("bulk alone", None, None, bulk, **common)
         for route in args.routes:
-            async with interactive_sender(route, srv, args.model) as send:
+            async with interactive_sender(route, srv, model) as send:
                 phases = [await run_phase("interactive alone", rate, send, None, **common),
                           alone, await run_phase("mix", rate, send, bulk, **common)]
                 if route == "lane" and args.saturate:  # the starvation bound
                     phases.append(await run_phase("lane saturated", None, send, bulk,
                                                   flood=args.saturate, **common))
             found[f"priority 1 to {ROUTE_NAMES[route]}"] = (
-                summary(phases, args.bulk_texts), rate, capacity)
+                summary(phases, args.bulk_texts), rate, measured)
     return found
 
 
@@ -284,11 +327,12 @@ def served(args: argparse.Namespace, spec: str, scheduling: str | None,
     from server.front_door import FrontDoor
     from server.settings import FrontDoorSettings
 
-    model = text_model()
+    model = text_model(name=args.model)
     edits = [] if spec == "as shipped" else shape_edits(
         spec, args.model, model.encoder(model.primary))
     with tempfile.TemporaryDirectory(prefix="tmr-priority-") as tmp:
-        repo = build_repository(Path(tmp), edits, text_only=True)
+        repo = build_repository(Path(tmp), edits,
+                                text_only=model.family is TEXT_EMBEDDING)
         for name in (model.front, *model.encoders.values()) if scheduling else ():
             put_parameter(repo, str(name), "cpu_scheduling", scheduling)
         if args.lane_threads is not None:
