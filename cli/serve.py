@@ -49,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--prometheus-port", type=int, default=PROMETHEUS_PORT)
     parser.add_argument("--front-door", action="store_true",
                         help="also run nginx in front: API keys, limits (docs/front_door.md)")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="more than 1: that many replicas (ports +10 each) behind the "
+                        "front door, restarted when one dies; SIGHUP restarts them one at a "
+                        "time (docs/scaling.md)")
     parser.add_argument("--front-door-http-port", type=int, default=door.http_port)
     parser.add_argument("--front-door-grpc-port", type=int, default=door.grpc_port)
     parser.add_argument("extra", nargs="*",

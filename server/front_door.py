@@ -19,11 +19,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from core.files import TemplateError, render_template
+from core.files import TemplateError, render_template, write_atomically
 from core.paths import DEFAULT_REPOSITORY
 from server.errors import FrontDoorError
 from server.launcher import stop_process
@@ -40,13 +40,13 @@ NJS_MODULE_DIRS = (Path("/usr/lib/nginx/modules"), Path("/etc/nginx/modules"))
 # Paths, upstreams and ports: what differs between the CPU path and compose.
 HOST_PLACEHOLDERS = (
     "NJS_MODULE_PATH", "NJS_SCRIPT", "OPENAI_NJS_SCRIPT", "OPENAI_MODELS", "NGINX_RUNTIME_DIR",
-    "NGINX_ERROR_LOG", "NGINX_ACCESS_LOG", "API_KEYS_MAP", "TRITON_HTTP_UPSTREAM",
-    "TRITON_GRPC_UPSTREAM", "FRONT_DOOR_HTTP_PORT", "FRONT_DOOR_GRPC_PORT",
+    "NGINX_ERROR_LOG", "NGINX_ACCESS_LOG", "API_KEYS_MAP", "TRITON_HTTP_SERVERS",
+    "TRITON_GRPC_SERVERS", "FRONT_DOOR_HTTP_PORT", "FRONT_DOOR_GRPC_PORT",
 )
 # Limits and timeouts, from FrontDoorSettings (see policy_values).
 POLICY_PLACEHOLDERS = (
     "MAX_BODY_BYTES", "MAX_GRPC_BODY_BYTES", "MAX_RESPONSE_BYTES", "RATE_PER_MINUTE", "BURST",
-    "CLIENT_TIMEOUT_S", "UPSTREAM_CONNECT_TIMEOUT_S", "UPSTREAM_TIMEOUT_S",
+    "CLIENT_TIMEOUT_S", "UPSTREAM_CONNECT_TIMEOUT_S", "UPSTREAM_TIMEOUT_S", "UPSTREAM_TRIES",
 )
 PLACEHOLDERS = HOST_PLACEHOLDERS + POLICY_PLACEHOLDERS  # every ${NAME} of the template
 STOP_TIMEOUT_S = 10.0
@@ -78,7 +78,16 @@ def policy_values(settings: FrontDoorSettings) -> dict[str, str]:
         "CLIENT_TIMEOUT_S": str(settings.client_timeout_s),
         "UPSTREAM_CONNECT_TIMEOUT_S": str(settings.upstream_connect_timeout_s),
         "UPSTREAM_TIMEOUT_S": str(settings.upstream_timeout_s),
+        "UPSTREAM_TRIES": str(settings.upstream_tries),
     }
+
+
+def server_lines(addresses: Sequence[str], fail_timeout_s: int) -> str:
+    """An upstream's `server` lines, one per replica's `host:port`."""
+    if not addresses:
+        raise FrontDoorError("an upstream needs at least one replica")
+    return "\n        ".join(f"server {a} max_fails=1 fail_timeout={fail_timeout_s}s;"
+                             for a in addresses)
 
 
 def parse_api_keys(spec: str) -> dict[str, str]:
@@ -122,6 +131,10 @@ def find_njs_module() -> Path:
                          "install it with `make apt` (Debian: libnginx-mod-http-js)")
 
 
+def listed(upstream: str | Sequence[str]) -> list[str]:
+    return [upstream] if isinstance(upstream, str) else list(upstream)
+
+
 class FrontDoor:
     """nginx on `settings`' ports in front of Triton's `http_upstream` and `grpc_upstream`.
 
@@ -130,13 +143,14 @@ class FrontDoor:
     a graceful SIGQUIT on exit.
     """
 
-    def __init__(self, http_upstream: str, grpc_upstream: str,
+    def __init__(self, http_upstream: str | Sequence[str], grpc_upstream: str | Sequence[str],
                  settings: FrontDoorSettings | None = None,
                  api_keys: Mapping[str, str] | None = None,
                  repository: Path = DEFAULT_REPOSITORY) -> None:
+        """Each upstream: one replica's `host:port`, or the replicas' (a fleet)."""
         self.settings = settings or FrontDoorSettings()
         self.repository = repository  # whose text-embedding models the OpenAI route serves
-        self.upstreams = (http_upstream, grpc_upstream)
+        self.upstreams = (listed(http_upstream), listed(grpc_upstream))
         self.api_keys = dict(api_keys) if api_keys is not None else api_keys_from_env()
         self.workdir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -173,8 +187,10 @@ class FrontDoor:
             "NGINX_ERROR_LOG": str(self.error_log),
             "NGINX_ACCESS_LOG": str(self.access_log),
             "API_KEYS_MAP": str(self._path("api_keys.map")),
-            "TRITON_HTTP_UPSTREAM": self.upstreams[0],
-            "TRITON_GRPC_UPSTREAM": self.upstreams[1],
+            "TRITON_HTTP_SERVERS": server_lines(self.upstreams[0],
+                                                self.settings.replica_fail_timeout_s),
+            "TRITON_GRPC_SERVERS": server_lines(self.upstreams[1],
+                                                self.settings.replica_fail_timeout_s),
             "FRONT_DOOR_HTTP_PORT": str(self.settings.http_port),
             "FRONT_DOOR_GRPC_PORT": str(self.settings.grpc_port),
             **policy_values(self.settings),
@@ -247,6 +263,14 @@ class FrontDoor:
 
     def error_log_text(self) -> str:
         return self.error_log.read_text(errors="replace") if self.error_log.exists() else ""
+
+    def route_to(self, http_upstreams: Sequence[str], grpc_upstreams: Sequence[str]) -> None:
+        """Send new requests to these replicas only (a planned stop takes one out first):
+        the config rewritten and reloaded; in-flight requests finish where they are."""
+        self.upstreams = (list(http_upstreams), list(grpc_upstreams))
+        conf = render(TEMPLATE.read_text(), self.template_values())
+        write_atomically(self._path("nginx.conf"), conf)
+        self.reload()
 
     def reload(self) -> None:
         """`nginx -s reload`: re-read the config; in-flight requests finish on the old

@@ -21,6 +21,7 @@ from core.probes import probe_target
 from core.startup import startup_models
 from core.versions import PROFILE_ENV, served_config
 from server.admin_client import AdminClient
+from server.fleet import Fleet
 from server.front_door import FrontDoor, FrontDoorError
 from server.launcher import HOME_DIR, ServerStartError, TritonServer
 from server.observability import (
@@ -65,6 +66,7 @@ class ServeOptions:
     front_door_http_port: int
     front_door_grpc_port: int
     load_all: bool  # every model at start, not core.startup's rule
+    replicas: int = 1  # more than one: a fleet behind the front door (server/fleet.py)
     reviewed: bool = False  # serve config.pbtxt even where a host profile fits
 
 
@@ -219,6 +221,8 @@ def serve(args: ServeOptions) -> int:
         print(f"error: no exported version for {', '.join(missing)}; run `tmr export NAME` "
               "for its model (or `make setup`) first", file=sys.stderr)
         return 2
+    if args.replicas > 1:
+        return serve_fleet(args, opts)
     server = TritonServer(opts)
     stopping = False
 
@@ -261,3 +265,50 @@ def serve(args: ServeOptions) -> int:
     if server.stop_report:
         print(server.stop_report, flush=True)
     return 0 if stopping else 1
+
+
+def fleet_banner(fleet: Fleet) -> str:
+    lines = [f"A fleet of {len(fleet.replicas)} Triton 2.51.0 replicas behind the front door"]
+    lines += [f"  replica {i}   HTTP {s.http_url}   gRPC {s.grpc_url}   metrics "
+              f"{s.metrics_url}   log {s.log_path}" for i, s in enumerate(fleet.replicas)]
+    name, key = next(iter(fleet.door.api_keys.items()))
+    lines += [f"  front door  http://{fleet.door.http_url}   gRPC {fleet.door.grpc_url}   "
+              f"(client {name}, key {key})",
+              f"  curl -s http://{fleet.door.http_url}/v2/models/{DEFAULT_MODEL}/infer -H "
+              f"'x-api-key: {key}' -d '{TEXT_BODY}' | head -c 200",
+              f"A replica that dies is started again; `kill -HUP {os.getpid()}` restarts them "
+              "one at a time without failing a request; Ctrl-C or SIGTERM stops the fleet."]
+    return "\n".join(lines)
+
+
+def serve_fleet(args: ServeOptions, opts: ServerOptions) -> int:
+    """`tmr serve --replicas N`: N replicas behind the front door, supervised."""
+    door = FrontDoorSettings(http_port=args.front_door_http_port,
+                             grpc_port=args.front_door_grpc_port)
+    fleet = Fleet(opts, args.replicas, HOME_DIR / "fleet", door)
+    events: list[str] = []
+    signal.signal(signal.SIGTERM, lambda *_: events.append("stop"))
+    signal.signal(signal.SIGINT, lambda *_: events.append("stop"))
+    signal.signal(signal.SIGHUP, lambda *_: events.append("rolling restart"))
+    try:
+        fleet.start()
+    except (ServerStartError, FrontDoorError) as err:
+        fleet.stop()
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(fleet_banner(fleet), flush=True)
+    while "stop" not in events:
+        for index in fleet.dead():
+            print(f"replica {index} exited with code {fleet.replicas[index].process.poll()}; "
+                  "starting it again", flush=True)
+            fleet.restart(index)
+        if "rolling restart" in events:
+            events.remove("rolling restart")
+            print("rolling restart: one replica at a time", flush=True)
+            fleet.rolling_restart()
+            print("rolling restart done", flush=True)
+        time.sleep(0.2)
+    print("stopping the front door, then every replica...", flush=True)
+    codes = fleet.stop()
+    print(f"replicas exited with codes {codes}", flush=True)
+    return 0

@@ -145,6 +145,11 @@ class FrontDoorSettings:
     client_timeout_s: int = 30  # client header, body and send timeouts
     upstream_connect_timeout_s: int = 5
     upstream_timeout_s: int = 60  # Triton's answer; high-priority queue timeout is 10 s
+    # A fleet (server/fleet.py): a request whose replica refuses or drops the connection
+    # goes to the next, at most this many replicas in all; a replica that failed is left
+    # alone for replica_fail_timeout_s, then tried again with one request.
+    upstream_tries: int = 3
+    replica_fail_timeout_s: int = 2
 
     @property
     def burst(self) -> int:

@@ -48,6 +48,28 @@ function laneUri(r) {
         ? "/v2/models/" + match[1] + LANE_SUFFIX + "/infer" : null;
 }
 
+// A replica that was sent SIGTERM outside a planned stop refuses new requests ("Server is
+// stopping", then, its models unloaded, "has no available versions") until it exits:
+// the request is sent again, and nginx's round robin picks the next replica, at most
+// REPLICA_TRIES times in all. A planned stop takes the replica out of the upstream
+// first (server/fleet.py), and a dead one is nginx's own proxy_next_upstream.
+const STOPPING = ["Server is stopping", "has no available versions"];
+const REPLICA_TRIES = 3;
+
+function stopping(reply) {
+    const text = reply.status === 503 || reply.status === 400 || reply.status === 404
+        ? reply.responseText || "" : "";
+    return STOPPING.some((marker) => text.indexOf(marker) !== -1);
+}
+
+async function send(r, uri, options) {
+    let reply = await r.subrequest(uri, options);
+    for (let tries = 1; tries < REPLICA_TRIES && stopping(reply); tries++) {
+        reply = await r.subrequest(uri, options);
+    }
+    return reply;
+}
+
 function noSuchLane(reply) {
     return (reply.status === 400 || reply.status === 404)
         && (reply.responseText || "").indexOf("unknown model") !== -1;
@@ -56,10 +78,10 @@ function noSuchLane(reply) {
 async function infer(r) {
     const options = {method: r.method, args: r.variables.args || ""};
     const lane = laneUri(r);
-    let reply = lane ? await r.subrequest("/_triton" + lane, options) : null;
+    let reply = lane ? await send(r, "/_triton" + lane, options) : null;
     const laned = reply !== null && !noSuchLane(reply);
     if (!laned) {
-        reply = await r.subrequest("/_triton" + r.uri, options);
+        reply = await send(r, "/_triton" + r.uri, options);
     }
     for (const name in reply.headersOut) {
         if (HOP_BY_HOP.indexOf(name.toLowerCase()) === -1) {

@@ -151,7 +151,7 @@ def test_bad_requests_get_the_openai_clients_typed_errors(door, options, error, 
     with client(door) as c, pytest.raises(error, match=message) as info:
         c.embeddings.create(**{"model": MODEL, **options})
     assert info.value.body["type"] == "invalid_request_error"
-    assert_serving(door.upstreams[0])
+    assert_serving(door.upstreams[0][0])
 
 
 def test_a_text_over_the_token_limit_is_named_by_its_index_in_the_request(door):
@@ -216,7 +216,7 @@ def test_a_chunked_request_of_many_long_texts_is_cut_under_the_windows_limit(doo
 def test_a_bad_truncate_or_overlap_is_a_bad_request(door, extra, message):
     with client(door) as c, pytest.raises(openai.BadRequestError, match=message):
         c.embeddings.create(model=MODEL, input=["x"], extra_body=extra)
-    assert_serving(door.upstreams[0])
+    assert_serving(door.upstreams[0][0])
 
 
 def test_an_unknown_key_is_an_authentication_error_and_x_api_key_works_too(door):

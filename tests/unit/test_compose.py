@@ -277,8 +277,9 @@ def test_nginx_values_are_the_front_door_settings() -> None:
     env, settings = service("nginx")["environment"], FrontDoorSettings()
     assert {k: env[k] for k in front_door.POLICY_PLACEHOLDERS} == front_door.policy_values(
         settings)
-    assert env["TRITON_HTTP_UPSTREAM"] == f"triton:{PORTS.http}"
-    assert env["TRITON_GRPC_UPSTREAM"] == f"triton:{PORTS.grpc}"
+    fail_s = settings.replica_fail_timeout_s
+    assert env["TRITON_HTTP_SERVERS"] == front_door.server_lines([f"triton:{PORTS.http}"], fail_s)
+    assert env["TRITON_GRPC_SERVERS"] == front_door.server_lines([f"triton:{PORTS.grpc}"], fail_s)
     assert (env["FRONT_DOOR_HTTP_PORT"], env["FRONT_DOOR_GRPC_PORT"]) == (
         str(settings.http_port), str(settings.grpc_port))
     published = {(int(p["published"]), p["target"]) for p in service("nginx")["ports"]}

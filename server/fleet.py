@@ -1,0 +1,121 @@
+"""A fleet on one machine: replicas of the real server behind the front door.
+
+Each replica is a `tritonserver` on ports of its own (`replica_ports`), all serving the
+same repository; the front door (nginx) sends requests to the replicas in service.
+What is planned goes through here and costs no request:
+- `drain(i)` takes replica i out of the front door's upstreams first (an nginx reload:
+  its in-flight requests finish where they are), then stops it with SIGTERM, which lets
+  the requests it accepted finish;
+- `restart(i)` starts it again on the same ports, waits until it is ready (every model
+  loaded and warmed), and only then puts it back;
+- `rolling_restart()` does both, one replica at a time.
+What is not planned is nginx's: a replica that dies (SIGKILL, a crash) refuses or drops
+its connections, and the request goes to the next replica (`proxy_next_upstream`); a
+replica sent SIGTERM by someone else is retried past by the front door's njs. The
+per-client rate limit is the front door's, so it holds across replicas; every queue
+bound, the interactive lanes included, is per replica (docs/scaling.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from server.front_door import FrontDoor
+from server.launcher import TritonServer
+from server.settings import FrontDoorSettings, Ports, ServerOptions
+
+PORT_STEP = 10  # replica i listens on the base ports + i * PORT_STEP (8000, 8010, ...)
+RELOAD_SETTLE_S = 1.0  # after an nginx reload, before the replica it dropped is stopped
+
+
+def replica_ports(base: Ports, index: int) -> Ports:
+    step = index * PORT_STEP
+    return Ports(http=base.http + step, grpc=base.grpc + step, metrics=base.metrics + step)
+
+
+class Fleet:
+    """`count` replicas of `options` (replica i on `ports[i]`, by default replica_ports of
+    the options' ports) and a front door over them; a context manager."""
+
+    def __init__(self, options: ServerOptions, count: int, log_dir: Path,
+                 door: FrontDoorSettings | None = None,
+                 api_keys: Mapping[str, str] | None = None,
+                 ports: list[Ports] | None = None) -> None:
+        if count < 1:
+            raise ValueError(f"a fleet needs at least one replica, not {count}")
+        self.options, self.log_dir = options, log_dir
+        self.ports = ports or [replica_ports(options.ports, i) for i in range(count)]
+        self.starts = [0] * count  # how many times each replica was started (its log name)
+        self.replicas = [self._server(i) for i in range(count)]
+        self.in_service: list[int] = []
+        self.door = FrontDoor([], [], door, api_keys, repository=options.repository)
+
+    def _server(self, index: int) -> TritonServer:
+        self.starts[index] += 1
+        log = self.log_dir / f"replica-{index}-start-{self.starts[index]}.log"
+        return TritonServer(replace(self.options, ports=self.ports[index]), log_path=log)
+
+    def upstreams(self) -> tuple[list[str], list[str]]:
+        """The HTTP and gRPC addresses of the replicas in service."""
+        return ([f"127.0.0.1:{self.ports[i].http}" for i in self.in_service],
+                [f"127.0.0.1:{self.ports[i].grpc}" for i in self.in_service])
+
+    def start(self) -> None:
+        """Every replica started at once, each waited for, then the front door over them."""
+        for server in self.replicas:
+            server.start()
+        for server in self.replicas:
+            server.wait_ready()
+        self.in_service = list(range(len(self.replicas)))
+        self.door.upstreams = self.upstreams()
+        self.door.start()
+        self.door.wait_ready()
+
+    def drain(self, index: int) -> int | None:
+        """Out of the front door, then SIGTERM: replica `index` stops without failing a
+        request; its exit code."""
+        if self.in_service == [index]:
+            raise ValueError("the last replica in service cannot be drained")
+        self.in_service = [i for i in self.in_service if i != index]
+        self.door.route_to(*self.upstreams())
+        time.sleep(RELOAD_SETTLE_S)  # nginx's new workers take over from the old ones
+        return self.replicas[index].stop()
+
+    def restart(self, index: int) -> None:
+        """Replica `index` started again (after a drain or a death), ready, back in."""
+        self.replicas[index].stop()  # reaps a dead process; a no-op when already stopped
+        self.replicas[index] = self._server(index)
+        self.replicas[index].start()
+        self.replicas[index].wait_ready()
+        self.in_service = sorted({*self.in_service, index})
+        self.door.route_to(*self.upstreams())
+
+    def dead(self) -> list[int]:
+        """The replicas in service whose process has exited (killed, crashed)."""
+        return [i for i in self.in_service
+                if self.replicas[i].process is not None
+                and self.replicas[i].process.poll() is not None]
+
+    def rolling_restart(self) -> None:
+        for index in range(len(self.replicas)):
+            self.drain(index)
+            self.restart(index)
+
+    def stop(self) -> list[int | None]:
+        """The front door first (it drains its connections), then every replica."""
+        self.door.close()
+        return [server.stop() for server in self.replicas]
+
+    def __enter__(self) -> Fleet:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,119 @@
+"""A fleet on one machine (server/fleet.py): two real replicas behind the real nginx front
+door. A replica killed with SIGKILL under load, and a rolling restart of both, cost no
+client request; a replica back in service takes requests again. Counted with each
+replica's own Triton metrics."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from client.prometheus import metric_value
+from server.fleet import Fleet
+from server.settings import FrontDoorSettings, ServerOptions
+from tests.conftest import free_ports
+from tests.integration.helpers import fresh, http_post, repository_of
+from tests.integration.test_front_door import new_keys, text_body
+
+pytestmark = pytest.mark.timeout(420)
+
+MODELS = ("embed", "embed_interactive", "minilm_onnx", "minilm_int8")
+EMBED = "/v2/models/embed/infer"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    root = tmp_path_factory.mktemp("fleet")
+    repo = repository_of(root, *MODELS)
+    ports, door_ports = [free_ports(), free_ports()], free_ports()
+    door = FrontDoorSettings(http_port=door_ports.http, grpc_port=door_ports.grpc,
+                             rate_per_minute=10_000_000)  # the load, not the limit
+    fleet = Fleet(ServerOptions(repository=repo, ports=ports[0]), 2, root, door, new_keys(),
+                  ports=ports)
+    with fleet:
+        yield fleet
+
+
+class Load:
+    """Clients sending one text each through the front door, as fast as answered, until
+    stopped; every answer's status counted."""
+
+    def __init__(self, fleet: Fleet, clients: int = 6) -> None:
+        self.url = fleet.door.http_url
+        self.headers = {"x-api-key": next(iter(fleet.door.api_keys.values()))}
+        self.statuses: Counter = Counter()
+        self.errors: list[str] = []
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.client, daemon=True)
+                        for _ in range(clients)]
+
+    def client(self) -> None:
+        while not self.stopping.is_set():
+            status, answer = http_post(self.url, EMBED, text_body(*fresh("a fleet's query")),
+                                       self.headers)
+            self.statuses[status] += 1
+            if status != 200:
+                self.errors.append(f"{status}: {answer[:200]!r}")
+
+    def __enter__(self) -> Load:
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+def served(fleet: Fleet, index: int) -> float:
+    """Requests the front `embed` of replica `index` served so far."""
+    url = fleet.replicas[index].metrics_url
+    return metric_value(url, "nv_inference_request_success", model="embed")
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_both_replicas_serve_through_the_front_door(fleet: Fleet) -> None:
+    before = [served(fleet, i) for i in range(2)]
+    with Load(fleet) as load:
+        wait_until(lambda: all(served(fleet, i) > before[i] for i in range(2)), 60,
+                   "both replicas to serve")
+    assert load.errors == [], load.errors[:5]
+
+
+def test_a_replica_killed_under_load_costs_no_request_and_serves_again_after_restart(
+        fleet: Fleet) -> None:
+    with Load(fleet) as load:
+        wait_until(lambda: load.statuses[200] >= 50, 60, "steady load")
+        os.kill(fleet.replicas[1].process.pid, signal.SIGKILL)
+        killed_at = sum(load.statuses.values())
+        wait_until(lambda: sum(load.statuses.values()) >= killed_at + 100, 60,
+                   "100 more requests after the kill")
+        fleet.restart(1)
+        back = served(fleet, 1)
+        wait_until(lambda: served(fleet, 1) > back, 60, "the restarted replica to serve")
+    assert load.errors == [], load.errors[:5]
+    assert load.statuses[200] > 150
+
+
+def test_a_rolling_restart_under_load_costs_no_request(fleet: Fleet) -> None:
+    with Load(fleet) as load:
+        wait_until(lambda: load.statuses[200] >= 50, 60, "steady load")
+        fleet.rolling_restart()
+        after = [served(fleet, i) for i in range(2)]
+        wait_until(lambda: all(served(fleet, i) > after[i] for i in range(2)), 60,
+                   "both replicas to serve after the restart")
+    assert load.errors == [], load.errors[:5]
+    assert [fleet.starts[i] >= 2 for i in range(2)] == [True, True]
