@@ -60,9 +60,10 @@ class AsyncClient(ClientBase):
                  model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None,
                  seed: int | None = None, *, api_key: str | None = None,
                  admin_key: str | None = None, max_batch_size: int | None = None,
-                 max_in_flight: int | None = None) -> None:
+                 max_in_flight: int | None = None, lanes: bool = True) -> None:
         super().__init__(url, protocol, model, retry, seed, aio=True,
-                         access=Access(api_key, admin_key, max_batch_size, max_in_flight))
+                         access=Access(api_key, admin_key, max_batch_size, max_in_flight,
+                                       lanes))
         self._client = self._module.InferenceServerClient(self.url)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -197,6 +198,10 @@ class AsyncClient(ClientBase):
                                         headers=self._headers(),
                                         **call.infer_kwargs(request_id))
             except TritonClientError as err:
+                overflow = self._overflow(call, err)
+                if overflow is not None:  # the same request to the lane's front, at once
+                    call = overflow
+                    continue
                 delay = self._retry_delay(attempt, err, call.deadline)
                 if delay is None:
                     raise

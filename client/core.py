@@ -23,7 +23,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from client.auth import key_headers, resolve_admin_key, resolve_api_key
-from client.errors import InvalidInputError, TritonClientError
+from client.errors import InvalidInputError, QueueFullError, TritonClientError
 from client.limits import MAX_REQUEST_BYTES
 from client.retry import RetryPolicy, next_delay
 from core import settings
@@ -316,6 +316,9 @@ class Access:
     admin_key: str | None = None
     max_batch_size: int | None = None
     max_in_flight: int | None = None  # chunks of one call at once; None: from the config
+    # Priority 1 goes to the model's interactive lane (docs/serving.md#priority-lanes);
+    # False: to the model itself, ordered by Triton's priority queue.
+    lanes: bool = True
 
     def info(self, config: Any) -> ModelInfo:
         body = config_dict(config)
@@ -522,9 +525,18 @@ class ClientBase:
         """The interactive lane a priority-1 call goes to, if its model has one: None for
         any other call (the shared front orders it by priority). Whether the lane is
         loaded is asked once per model (`_lanes`)."""
-        if call.options.priority != INTERACTIVE_PRIORITY or call.model.endswith(LANE_SUFFIX):
+        if (not self.access.lanes or call.options.priority != INTERACTIVE_PRIORITY
+                or call.model.endswith(LANE_SUFFIX)):
             return None
         return lane_name(call.model)
+
+    @staticmethod
+    def _overflow(call: Call, err: TritonClientError) -> Call | None:
+        """A lane whose queue is full: the call again on its front, where priority 1 waits
+        ahead of bulk in Triton's queue (never refused for the lane's short queue)."""
+        if isinstance(err, QueueFullError) and call.model.endswith(LANE_SUFFIX):
+            return replace(call, model=call.model.removesuffix(LANE_SUFFIX))
+        return None
 
     def _routed(self, call: Call, lane_ready: bool) -> Call:
         lane = self._lane_of(call)

@@ -48,9 +48,11 @@ class Client(ClientBase):
                  model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None,
                  network_timeout_s: float = 60.0, seed: int | None = None, *,
                  api_key: str | None = None, admin_key: str | None = None,
-                 max_batch_size: int | None = None, max_in_flight: int | None = None) -> None:
+                 max_batch_size: int | None = None, max_in_flight: int | None = None,
+                 lanes: bool = True) -> None:
         super().__init__(url, protocol, model, retry, seed, aio=False,
-                         access=Access(api_key, admin_key, max_batch_size, max_in_flight))
+                         access=Access(api_key, admin_key, max_batch_size, max_in_flight,
+                                       lanes))
         if protocol == "http":
             self._client = self._module.InferenceServerClient(
                 self.url, network_timeout=network_timeout_s, connection_timeout=network_timeout_s)
@@ -189,6 +191,10 @@ class Client(ClientBase):
                 return self._call(self._client.infer, call.model, inputs, outputs=outputs,
                                   headers=self._headers(), **call.infer_kwargs(request_id))
             except TritonClientError as err:
+                overflow = self._overflow(call, err)
+                if overflow is not None:  # the same request to the lane's front, at once
+                    call = overflow
+                    continue
                 delay = self._retry_delay(attempt, err, call.deadline)
                 if delay is None:
                     raise

@@ -54,6 +54,7 @@ class EncoderSpec:
     gate: Mapping[str, str] = field(default_factory=dict)  # overrides of the family's
     precision: str = FP32  # a host-precision format's (core.hardware.inference_precision)
     idle_session: bool = True  # where the format has one: False leaves it out (memory)
+    scheduling: str | None = None  # cpu_scheduling: a host profile's shared path sets it
 
     @property
     def name(self) -> str:
@@ -108,9 +109,8 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
     if profile == CPU:
         values |= {fmt.threads_parameter: str(spec.threads), **fmt.gate, **spec.gate,
                    **fmt.parameters}
-        # The shared path yields to the interactive lanes, which run their own copy of
-        # the primary (core/families/lanes.py); the GPU profile's lanes call the encoder.
-        values[SCHEDULING_PARAMETER] = SHARED_SCHEDULING
+        if spec.scheduling:  # a host profile's shared path (write_variant)
+            values[SCHEDULING_PARAMETER] = spec.scheduling
         # A lone request gets every core through a second session (docs/benchmarks.md).
         # Not the fallback's: the ladder sends it traffic only under load, when no instance
         # is idle, and its second session held a second copy of the weights for nothing.
@@ -143,8 +143,7 @@ def front_config(spec: FrontSpec, profile: str = CPU) -> mc.ModelConfig:
     the chosen primary has none (the openvino format runs on the CPU only)."""
     fam = family(spec.family)
     primary = fam.primary if profile == GPU else spec.primary or fam.primary
-    values = {**fam.front_parameters, SCHEDULING_PARAMETER: SHARED_SCHEDULING,
-              **spec.parameters, "family": fam.name,
+    values = {**fam.front_parameters, **spec.parameters, "family": fam.name,
               "primary_model": fam.encoder_name(spec.base, primary),
               "fallback_model": fam.encoder_name(spec.base, fam.fallback)}
     return json_format.ParseDict({
@@ -181,7 +180,8 @@ def encoder_spec(config: mc.ModelConfig) -> EncoderSpec:
         version=list(policy.specific.versions)[-1] if policy.HasField("specific") else None,
         instances=sum(cpu) or 1, threads=int(p.get(fmt.threads_parameter, ENCODER_THREADS)),
         gate=gate, precision=p.get(PRECISION_PARAMETER, FP32))
-    return replace(spec, idle_session=IDLE_THREADS_PARAMETER in p or not has_idle_session(spec))
+    return replace(spec, idle_session=IDLE_THREADS_PARAMETER in p or not has_idle_session(spec),
+                   scheduling=p.get(SCHEDULING_PARAMETER))
 
 
 def front_spec(config: mc.ModelConfig) -> FrontSpec:
@@ -312,13 +312,16 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], pro
         alone = layout.in_process and spec.format == primary  # BLS calls only: one instance
         spec = replace(spec, instances=1 if alone else layout.encoder_instances,
                        threads=layout.encoder_threads, idle_session=layout.idle_session,
-                       precision=precision if fmt.host_precision else spec.precision)
+                       precision=precision if fmt.host_precision else spec.precision,
+                       scheduling=SHARED_SCHEDULING)
         path = repository / name / "configs" / f"{profile}.pbtxt"
         write_atomically(path, render(encoder_config(spec), profile_header(name, profile, why)))
         written.append(path)
     spec = front_spec(read_config(repository / front))
     fam = family(spec.family)
     parameters = {k: v for k, v in spec.parameters.items() if k != IN_PROCESS_PARAMETER}
+    # The host's shared path yields to its interactive lanes (docs/serving.md#priority-lanes).
+    parameters[SCHEDULING_PARAMETER] = SHARED_SCHEDULING
     if layout.in_process:
         parameters[IN_PROCESS_PARAMETER] = "true"
     spec = replace(spec, primary=None if primary == fam.primary else primary,

@@ -70,6 +70,11 @@ async function send(r, uri, options) {
     return reply;
 }
 
+function queueFull(reply) {
+    return reply.status === 503
+        && (reply.responseText || "").indexOf("Exceeds maximum queue size") !== -1;
+}
+
 function noSuchLane(reply) {
     return (reply.status === 400 || reply.status === 404)
         && (reply.responseText || "").indexOf("unknown model") !== -1;
@@ -79,7 +84,9 @@ async function infer(r) {
     const options = {method: r.method, args: r.variables.args || ""};
     const lane = laneUri(r);
     let reply = lane ? await send(r, "/_triton" + lane, options) : null;
-    const laned = reply !== null && !noSuchLane(reply);
+    // A lane whose short queue is full: the request goes to the front itself, where
+    // priority 1 waits ahead of bulk in Triton's queue instead of being refused.
+    const laned = reply !== null && !noSuchLane(reply) && !queueFull(reply);
     if (!laned) {
         reply = await send(r, "/_triton" + r.uri, options);
     }

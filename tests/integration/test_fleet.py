@@ -18,12 +18,14 @@ from client.prometheus import metric_value
 from server.fleet import Fleet
 from server.settings import FrontDoorSettings, ServerOptions
 from tests.conftest import free_ports
-from tests.integration.helpers import fresh, http_post, repository_of
+from tests.integration.helpers import add_version, fresh, http_post, repository_of, tmr
 from tests.integration.test_front_door import new_keys, text_body
+from tests.integration.test_rollout import LENIENT
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = pytest.mark.timeout(480)
 
-MODELS = ("embed", "embed_interactive", "minilm_onnx", "minilm_int8")
+ENCODER = "minilm_onnx"
+MODELS = ("embed", "embed_interactive", ENCODER, "minilm_int8")
 EMBED = "/v2/models/embed/infer"
 
 
@@ -31,6 +33,7 @@ EMBED = "/v2/models/embed/infer"
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     root = tmp_path_factory.mktemp("fleet")
     repo = repository_of(root, *MODELS)
+    add_version(repo / ENCODER, 2, (repo / ENCODER / "1" / "model.onnx").resolve())
     ports, door_ports = [free_ports(), free_ports()], free_ports()
     door = FrontDoorSettings(http_port=door_ports.http, grpc_port=door_ports.grpc,
                              rate_per_minute=10_000_000)  # the load, not the limit
@@ -117,3 +120,19 @@ def test_a_rolling_restart_under_load_costs_no_request(fleet: Fleet) -> None:
                    "both replicas to serve after the restart")
     assert load.errors == [], load.errors[:5]
     assert [fleet.starts[i] >= 2 for i in range(2)] == [True, True]
+
+
+def test_a_rollout_across_both_replicas_promotes_both_without_a_failed_request(
+        fleet: Fleet) -> None:
+    """One controller for the fleet (docs/scaling.md): each replica's counters summed, each
+    step applied to both, v2 promoted on both, under load through the front door."""
+    from server.release import serves
+
+    args = ["--repository", str(fleet.options.repository), *LENIENT]
+    for replica in fleet.replicas:
+        args += ["--url", replica.http_url, "--metrics-url", replica.metrics_url]
+    with Load(fleet) as load:
+        done = tmr("rollout", ENCODER, "2", *args, timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load.errors == [], load.errors[:5]
+    assert all(serves(replica.http_url, ENCODER, 2) for replica in fleet.replicas)

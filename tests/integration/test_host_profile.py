@@ -8,6 +8,7 @@ winner (core.families.configs.write_variant), served with --model-config-name=ho
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from core.families.catalog import find
 from core.families.configs import write_variant
 from core.hardware import host_precision
 from core.startup import startup_models
-from server.launcher import TritonServer
+from server.launcher import TritonServer, stub_processes
 from server.profile import status
 from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server, stop_cleanly
 from tests.integration.helpers import repository_of, tmr
@@ -173,6 +174,25 @@ def test_the_lane_follows_a_rollback_and_a_promote(profiled) -> None:
                     break
                 time.sleep(0.5)
         assert served == laned == expected, (command, served, laned)
+
+
+def scheduling_classes(pid: int) -> set[str]:
+    """The scheduling class of every thread of `pid` as `ps -Lo cls` names it (TS: normal,
+    IDL: SCHED_IDLE)."""
+    out = subprocess.run(["ps", "-Lo", "cls=", "-p", str(pid)], capture_output=True,
+                         text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_the_shared_path_yields_to_the_kernel_and_its_lane_does_not(profiled) -> None:
+    """The profile's shared path, the front and its encoders' stubs (every thread), under
+    SCHED_IDLE once warmed; the lane at normal priority (docs/serving.md#priority-lanes)."""
+    stubs = stub_processes(profiled.server.process.pid)
+    shared = [pid for name in ("embed", "minilm_int8") for pid in stubs.get(name, [])]
+    lane = stubs.get("embed_interactive", [])
+    assert stubs.get("embed") and stubs.get("minilm_int8") and lane, sorted(stubs)
+    assert {c for pid in shared for c in scheduling_classes(pid)} == {"IDL"}
+    assert {c for pid in lane for c in scheduling_classes(pid)} == {"TS"}
 
 
 def test_the_profile_make_setup_tuned_here_fits_this_host() -> None:

@@ -119,7 +119,8 @@ def referenced_metrics() -> set[str]:
 @pytest.mark.timeout(180)
 def test_p99_and_batch_size_series_are_sane_under_load(triton: TritonServer,
                                                        prometheus: PrometheusServer) -> None:
-    served, errors = asyncio.run(steady_high_priority_load(triton.grpc_url, 3.0))
+    # Priority 2: the shared front's batches (priority 1 goes to the lane)
+    served, errors = asyncio.run(steady_high_priority_load(triton.grpc_url, 3.0, priority=2))
     assert served and not errors, errors[:3]
     p99 = wait_for(prometheus,
                    'model_quantile:tmr_request_latency_ms:max{model="embed",quantile="0.99"} > 0')
@@ -182,7 +183,7 @@ def test_overload_drives_the_queue_alerts_through_pending_to_firing(
 
 def test_backend_batch_log_lines_are_json_with_the_documented_fields(
         triton: TritonServer) -> None:
-    asyncio.run(steady_high_priority_load(triton.grpc_url, 0.5))
+    asyncio.run(steady_high_priority_load(triton.grpc_url, 0.5, priority=2))
     records = [r for r in map(parse_line, triton.log_text().splitlines())
                if r and r.get("event") == "batch"]
     models = {r["model"] for r in records}

@@ -19,6 +19,8 @@ from tests.integration.helpers import assert_serving, reset_router
 
 TEXT = "priority queues shed low value work first when the server is overloaded"
 HIGH, LOW = 1, 2
+# Triton's own ordering on the shared front: the SDK's lanes=False keeps priority 1 there
+# (with lanes, it goes to the model's interactive lane: tests/integration/test_lanes.py).
 # The SDK cuts each call of 64 short texts into requests of the front's preferred batch
 # (one execution each), at most one per instance in flight, so a call's requests queue
 # behind other calls' at their priority. Short texts keep the whole backlog well inside
@@ -44,7 +46,7 @@ async def timed(coro) -> tuple[float, object]:
 
 
 async def backlog_then_high(url: str) -> tuple[list, list]:
-    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as client:
         await client.max_batch_size()
         lows = [asyncio.ensure_future(timed(client.embed(full_batch(f"low {i}"), priority=LOW)))
                 for i in range(BACKLOG)]
@@ -66,7 +68,7 @@ async def queue_is_full(lows: list[asyncio.Future], limit_s: float = 30.0) -> No
 
 
 async def flood_with_expiring_highs(url: str) -> tuple[list, list]:
-    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as client:
         await client.max_batch_size()
         lows = [asyncio.ensure_future(timed(client.embed([f"{TEXT} {i}"], priority=LOW)))
                 for i in range(FLOOD)]

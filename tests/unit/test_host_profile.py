@@ -18,7 +18,12 @@ from core.families.catalog import find, served_encoder
 from core.families.configs import write_variant
 from core.families.lanes import LANE_INSTANCES
 from core.paths import DEFAULT_REPOSITORY
-from core.settings import IN_PROCESS_PARAMETER, LadderSettings
+from core.settings import (
+    IN_PROCESS_PARAMETER,
+    SCHEDULING_PARAMETER,
+    SHARED_SCHEDULING,
+    LadderSettings,
+)
 from core.startup import startup_models
 from core.versions import HOST_PROFILE, PROFILE_ENV, served_config
 from perf.tune import MODES, kinds
@@ -165,6 +170,14 @@ def test_a_host_variant_differs_from_its_reviewed_config_only_in_instances_and_p
     assert "idle_intra_op_thread_count" not in openvino
     front = served_config(configs / "embed", HOST_PROFILE).parameters
     assert front["primary_model"].string_value == "minilm_openvino"
+    # The host's shared path yields to its lane; the reviewed configs keep normal.
+    shared = ["embed", "minilm_onnx", "minilm_torchscript", "minilm_int8", "minilm_openvino"]
+    assert {served_config(configs / name, HOST_PROFILE).parameters[SCHEDULING_PARAMETER]
+            .string_value for name in shared} == {SHARED_SCHEDULING}
+    lane = served_config(configs / "embed_interactive", HOST_PROFILE).parameters
+    assert lane[SCHEDULING_PARAMETER].string_value == "normal"
+    assert all(SCHEDULING_PARAMETER not in parse(configs / name / "config.pbtxt").parameters
+               for name in shared)
 
 
 def test_an_in_process_variant_has_the_front_run_the_primary_and_keeps_one_encoder_instance(

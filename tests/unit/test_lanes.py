@@ -22,7 +22,6 @@ from core.settings import (
     EVERY_CORE,
     IN_PROCESS_PARAMETER,
     LANE_SHARE,
-    SHARED_SCHEDULING,
     LadderSettings,
     ModelSettings,
 )
@@ -66,10 +65,6 @@ def test_a_lane_has_one_instance_a_bounded_queue_and_its_primary_in_process(fron
     assert LadderSettings.from_parameters(params).in_process_threads == LANE_SHARE
     assert ModelSettings.from_parameters(params).cpu_scheduling == "normal"
     assert "default_front" not in lane.parameters and "openai_names" not in lane.parameters
-    shared = parse_config((REPOSITORY / front / "config.pbtxt").read_text())
-    shared_params = {"parameters": {k: {"string_value": v.string_value}
-                                    for k, v in shared.parameters.items()}}
-    assert ModelSettings.from_parameters(shared_params).cpu_scheduling == SHARED_SCHEDULING
 
 
 @pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4),
