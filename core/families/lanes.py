@@ -14,9 +14,9 @@ dedupe, rollout split and versions. What differs:
   On the GPU profile the encoder runs on the GPU and the lane calls it over BLS;
 - normal CPU scheduling, while its front's shared path is written with SHARED_SCHEDULING
   (SCHED_IDLE): the kernel hands the lane a core the moment it wakes;
-- one queue, bounded (`LANE_QUEUE`): a request over it is refused at once (503 with
-  Retry-After at the front door), so a flood of priority 1 cannot starve the shared path
-  for longer than the lane's queue takes to drain.
+- one queue, bounded (`LANE_QUEUE`): a request over it is refused at once, and the SDK
+  and the front door send it to the front itself at priority 1 instead, so a flood of
+  priority 1 never holds the lane's cores beyond its threads and never loses a request.
 
 Its version folder and warmup are links to the front's; `lane_of` names the front.
 """
