@@ -218,7 +218,7 @@ class Window:
     candidate_rows: float = 0.0  # answered or shadowed
     shadow_rows: float = 0.0  # rows shadowed
     agreement_rows: float = 0.0  # rows compared (a shadow call in flight is not yet)
-    agreement_sum: float = 0.0
+    disagreement_sum: float = 0.0  # sum of the compared rows' 1 - agreement
     below_min_rows: float = 0.0
     paired_calls: float = 0.0
     # latency buckets ({le: calls}) of each side: the shadow step compares the paired
@@ -251,7 +251,7 @@ class Window:
             "error_rate": self.candidate_errors / self.candidate_calls
             if self.candidate_calls else 0.0,
             "shadow_rows": self.shadow_rows,
-            "mean_agreement": self.agreement_sum / self.agreement_rows
+            "mean_agreement": 1.0 - self.disagreement_sum / self.agreement_rows
             if self.agreement_rows else None,
             "below_min_rows": self.below_min_rows,
             "paired_calls": self.paired_calls,
@@ -368,9 +368,9 @@ def window_from(samples: Sequence[Any], encoder: str, state: RolloutState) -> Wi
                     and (want_path is None or path == want_path) \
                     and version == (candidate if role == ROLE_CANDIDATE else stable):
                 setattr(window, attr, getattr(window, attr) + s.value)
-        if version == candidate and name in ("tmr_rollout_agreement_sum",
-                                             "tmr_rollout_agreement_sum_total"):
-            window.agreement_sum += s.value
+        if version == candidate and name in ("tmr_rollout_disagreement_sum",
+                                             "tmr_rollout_disagreement_sum_total"):
+            window.disagreement_sum += s.value
         if version == candidate and name.startswith("tmr_rollout_agreement_below"):
             window.below_min_rows += s.value
         if version == candidate and name.startswith("tmr_rollout_agreement_rows"):
@@ -392,7 +392,7 @@ def minus(now: Window, base: Window) -> Window | None:
     counters from zero): the step's window starts again."""
     delta = Window()
     for attr in ("candidate_calls", "candidate_errors", "candidate_rows", "shadow_rows",
-                 "agreement_rows", "agreement_sum", "below_min_rows", "paired_calls"):
+                 "agreement_rows", "disagreement_sum", "below_min_rows", "paired_calls"):
         value = getattr(now, attr) - getattr(base, attr)
         if value < -1e-9:
             return None

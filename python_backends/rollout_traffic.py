@@ -89,19 +89,22 @@ class RolloutMetrics:
         pair = self.agreement.get(str(version))
         if pair is None:
             labels = {**self.base, "version": str(version)}
-            pair = (Counter(f"{self.PREFIX}_agreement_sum",
-                            "Sum of shadowed rows' agreement with the served version", labels),
+            pair = (Counter(f"{self.PREFIX}_disagreement_sum",
+                            "Sum of shadowed rows' 1 - agreement with the served version",
+                            labels),
                     Counter(f"{self.PREFIX}_agreement_below_total",
                             "Shadowed rows under the minimum agreement (gate_min_cosine)",
                             labels),
                     Counter(f"{self.PREFIX}_agreement_rows_total",
                             "Shadowed rows compared with the served version", labels))
             self.agreement[str(version)] = pair
-        # The sum is sent before the rows (metrics.flush keeps this order): a scrape between
-        # the two sees a mean a call too high, never one a call too low, which judged a
-        # copy of the served version under gate_mean_cosine (0.9953 = 851/855 rows).
-        pair[0].inc(float(scores.sum()))
+        # The disagreement (1 - agreement), not the agreement, is summed: a scrape between
+        # the two counters' updates (a step's baseline, or its end) then shifts the mean by
+        # one call's disagreement, about 0 for a faithful candidate, where a summed
+        # agreement shifted it by a whole call (a copy of the served version judged at
+        # 69/70 = 0.98571, under gate_mean_cosine).
         pair[2].inc(float(scores.size))
+        pair[0].inc(float(np.clip(1.0 - scores, 0.0, None).sum()))  # a cosine may pass 1
         if min_agreement is not None:
             pair[1].inc(float((scores < min_agreement).sum()))
 

@@ -44,7 +44,7 @@ GPU_ONLY_METRICS = {"nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes",
 ROLLOUT_ONLY_METRICS = {"tmr_rollout_calls_total", "tmr_rollout_call_errors_total",
                         "tmr_rollout_rows_total", "tmr_rollout_call_seconds_bucket",
                         "tmr_rollout_call_seconds_count", "tmr_rollout_call_seconds_sum",
-                        "tmr_rollout_agreement_sum", "tmr_rollout_agreement_rows_total",
+                        "tmr_rollout_disagreement_sum", "tmr_rollout_agreement_rows_total",
                         "tmr_rollout_agreement_below_total"}
 # Both priorities far above the ~220 infer/s this machine serves, for long enough to fill
 # both queues (512 + 128) past 80%.

@@ -115,7 +115,7 @@ def test_percentile_of_cumulative_buckets() -> None:
 
 def window(**values: float) -> r.Window:
     base = dict(candidate_calls=50, candidate_rows=200, shadow_rows=100, agreement_rows=100,
-                agreement_sum=100.0, paired_calls=25)
+                disagreement_sum=0.0, paired_calls=25)
     w = r.Window(**{**base, **values})
     w.stable_paired = {0.01: 24.0, 0.02: 25.0}
     w.candidate_shadow = {0.01: 24.0, 0.02: 25.0}
@@ -136,7 +136,7 @@ def test_breaches_roll_back_at_once() -> None:
     assert errors.action == "rollback" and "error rate 4.0%" in errors.reason
     below = r.judge(STATE, window(below_min_rows=1), TEXT, elapsed_s=1)
     assert below.action == "rollback" and "under 0.999" in below.reason
-    drift = r.judge(STATE, window(agreement_sum=99.9), TEXT, elapsed_s=1)
+    drift = r.judge(STATE, window(disagreement_sum=0.1), TEXT, elapsed_s=1)
     assert drift.action == "rollback" and "mean agreement 0.99900" in drift.reason
     slow = window()
     slow.candidate_shadow = {0.01: 0.0, 0.02: 0.0, 0.05: 25.0}
@@ -166,7 +166,7 @@ def test_a_canary_step_compares_the_calls_each_version_answered() -> None:
 
 
 def test_mean_and_p99_wait_for_enough_pairs() -> None:
-    few = window(paired_calls=3, agreement_sum=99.0)
+    few = window(paired_calls=3, disagreement_sum=1.0)
     assert r.judge(STATE, few, TEXT, elapsed_s=1).action == "wait"
 
 
@@ -200,8 +200,8 @@ METRICS = "\n".join([
     "# TYPE tmr_rollout_rows_total counter",
     sample("tmr_rollout_rows_total", 120, "2", "candidate", "shadow"),
     sample("tmr_rollout_rows_total", 12, "2", "candidate", "served"),
-    "# TYPE tmr_rollout_agreement_sum counter",
-    sample("tmr_rollout_agreement_sum", 119.5, "2"),
+    "# TYPE tmr_rollout_disagreement_sum counter",
+    sample("tmr_rollout_disagreement_sum", 0.5, "2"),
     "# TYPE tmr_rollout_agreement_rows_total counter",
     sample("tmr_rollout_agreement_rows_total", 120, "2"),
     "# TYPE tmr_rollout_agreement_below_total counter",
@@ -222,7 +222,7 @@ def test_the_window_is_read_from_prometheus_samples() -> None:
     w = r.window_from(parsed(METRICS), "minilm_onnx", STATE)
     assert (w.candidate_calls, w.candidate_errors, w.candidate_rows) == (40, 1, 132)
     assert (w.shadow_rows, w.paired_calls, w.below_min_rows) == (120, 30, 1)
-    assert w.agreement_sum == 119.5 and w.agreement_rows == 120
+    assert w.disagreement_sum == 0.5 and w.agreement_rows == 120
     assert w.stable_paired == {0.01: 29, 0.02: 30} and w.candidate_shadow[0.02] == 30
     assert w.figures()["p99_ratio"] == 2.0  # at q = 1 - 1/30: 0.02 s against 0.01 s
 
