@@ -4,7 +4,7 @@ Triton runs a config's `model_warmup` samples on each instance right after `init
 and before the model reports READY, on that instance's own thread and before any request
 (core r24.10, `TritonModelInstance::WarmUp`). So the first `executions(config)` batches an
 instance executes are its warmup: `WarmupRuns` counts them and logs one line for each
-("warmup 1/4 on minilm_onnx_0_1: ..."), the record of each instance warmed before READY.
+("warmup 1/4 on <model>_0_1: ..."), the record of each instance warmed before READY.
 What a model does differently for them: an encoder with an idle session runs both of its
 sessions (python_backends/tensor_model.py), a front calls its encoder only once the
 server has started (python_backends/front_warmup.py, `server_started`).
