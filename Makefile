@@ -12,12 +12,12 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv lock export tune serve serve-full test test-mpnet unit lint bench soak peers locust clean
+.PHONY: help setup apt venv traces lock export tune serve serve-full test test-mpnet unit lint bench soak peers locust clean
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: apt venv export tune ## install apt packages, the venv, the model exports and the host profile (idempotent)
+setup: apt venv traces export tune ## install apt packages, the venvs, the model exports and the host profile (idempotent)
 
 # RUNLEVEL=1: the packages' services (nginx on :80, prometheus on :9090) are not started;
 # the project runs its own instances on free ports.
@@ -49,6 +49,16 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
 
+# The trace backend (Arize Phoenix) in its own venv: it needs protobuf >= 5, tritonclient
+# 2.51 < 5 (server/traces.py). `tmr serve --trace` starts it.
+TRACES_VENV := .venv-traces
+TRACES_LOCK := requirements-traces.lock
+traces: $(TRACES_VENV)/.installed ## the trace backend's venv (tmr serve --trace)
+$(TRACES_VENV)/.installed: $(TRACES_LOCK)
+	@[ -x $(TRACES_VENV)/bin/python ] || $(PYTHON) -m venv $(TRACES_VENV)
+	$(TRACES_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(TRACES_LOCK)
+	@touch $@
+
 LOCK_VENV := .lock-venv
 lock: ## refresh requirements.lock: resolve pyproject.toml afresh in a scratch venv and freeze it
 	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
@@ -71,8 +81,8 @@ tune: export ## fit the server to this host: tmr tune, when the profile is missi
 serve: setup ## start the CPU Triton server: fronts and their encoders (SERVE_ARGS=--load-all for every model)
 	$(TMR) serve $(SERVE_ARGS)
 
-serve-full: setup ## serve behind the nginx front door, plus Prometheus and its alert rules
-	$(TMR) serve --front-door --prometheus $(SERVE_ARGS)
+serve-full: setup ## serve behind the nginx front door, plus Prometheus, its alert rules and traces (Phoenix)
+	$(TMR) serve --front-door --prometheus --trace $(SERVE_ARGS)
 
 test: setup ## run the whole suite against a real tritonserver
 	$(PY) -m pytest $(PYTEST_ARGS)

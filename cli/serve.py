@@ -7,7 +7,8 @@ import argparse
 from cli.options import add_command, add_control_mode, add_repository, options
 from server.observability import PROMETHEUS_PORT
 from server.serve import ServeOptions
-from server.settings import FrontDoorSettings, Ports
+from server.settings import TRACE_RATE, FrontDoorSettings, Ports
+from server.traces import PHOENIX_PORT
 
 
 def make_options(args: argparse.Namespace) -> ServeOptions:
@@ -53,6 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="more than 1: that many replicas (ports +10 each) behind the "
                         "front door, restarted when one dies; SIGHUP restarts them one at a "
                         "time (docs/scaling.md)")
+    parser.add_argument("--trace", action="store_true",
+                        help="OpenTelemetry traces to Phoenix on --trace-port (make traces "
+                        "installs it; docs/observability.md)")
+    parser.add_argument("--trace-rate", type=int, default=TRACE_RATE,
+                        help="trace 1 request in N (0: only those that carry a W3C "
+                        "traceparent, which are always traced; default %(default)s)")
+    parser.add_argument("--trace-port", type=int, default=PHOENIX_PORT,
+                        help="Phoenix's UI and API (default %(default)s)")
     parser.add_argument("--front-door-http-port", type=int, default=door.http_port)
     parser.add_argument("--front-door-grpc-port", type=int, default=door.grpc_port)
     parser.add_argument("extra", nargs="*",

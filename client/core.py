@@ -26,6 +26,7 @@ from client.auth import key_headers, resolve_admin_key, resolve_api_key
 from client.errors import InvalidInputError, QueueFullError, TritonClientError
 from client.limits import MAX_REQUEST_BYTES
 from client.retry import RetryPolicy, next_delay
+from client.tracing import trace_headers
 from core import settings
 from core.families import IMAGE_CLASSIFICATION
 from core.families.image_classification import IMAGE
@@ -497,9 +498,11 @@ class ClientBase:
         return info.in_flight if info else (self.access.max_in_flight or DEFAULT_IN_FLIGHT)
 
     def _headers(self, admin: bool = False) -> dict[str, str]:
-        """A fresh header dict for one call (tritonclient's HTTP client adds to it)."""
-        return key_headers(self.protocol, api_key=self._api_key, admin=admin,
-                           admin_key=self._admin_key)
+        """A fresh header dict for one call (tritonclient's HTTP client adds to it): the
+        keys, and the caller's trace context when OpenTelemetry is installed."""
+        return {**trace_headers(),
+                **key_headers(self.protocol, api_key=self._api_key, admin=admin,
+                              admin_key=self._admin_key)}
 
     def _start(self, model: str | None, rows: np.ndarray, input_name: str,
                wanted: Sequence[str], options: CallOptions,

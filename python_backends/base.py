@@ -19,7 +19,7 @@ import numpy as np
 
 from core.settings import ModelSettings
 from core.stacks import dump_stacks_on_signal
-from python_backends import metrics
+from python_backends import bls, metrics
 from python_backends.cpu_priority import lower
 from python_backends.errors import ModelError
 from python_backends.gc_pauses import GcPauses, apply_policy
@@ -83,6 +83,7 @@ class BaseModel:
         began = time.monotonic()
         self.batch = BatchFacts()
         warming = self.warmup.active
+        bls.follow(requests)
         try:
             responses = self.execute_requests(requests)
         except Exception as err:  # the one place every failure of a batch is answered

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +20,20 @@ UNAVAILABLE_KINDS = frozenset({messages.QUEUE_FULL, messages.TIMEOUT, messages.N
                                messages.SERVER_STOPPING})
 
 
+# The trace the current batch's BLS calls join (`follow`): with tracing on (`tmr serve
+# --trace`), each encoder call is a child span of that request's front span.
+_TRACE: ContextVar[Any] = ContextVar("bls_trace", default=None)
+
+
+def follow(requests: Sequence[Any]) -> None:
+    """Make the batch's BLS calls children of its first traced request. A batched call has
+    one parent: the other requests of the batch keep their own request, model and compute
+    spans, without the encoder's (docs/observability.md, "Traces")."""
+    traces = [r.trace() for r in requests if hasattr(r, "trace")]
+    traced = [t for t in traces if getattr(t, "get_context", lambda: None)()]
+    _TRACE.set((traced or traces or [None])[0])
+
+
 def child_failure(model: str, message: str) -> ChildModelError:
     """A typed child failure: its kind, and UNAVAILABLE or INTERNAL as its code."""
     kind = messages.kind_of(message)
@@ -28,11 +44,13 @@ def child_failure(model: str, message: str) -> ChildModelError:
 def bls_infer(model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],
               version: int = -1) -> dict[str, np.ndarray]:
     """Run `model` on `inputs` and return the requested outputs, or raise ChildModelError."""
+    trace = _TRACE.get()
     request = pb_utils.InferenceRequest(
         model_name=model,
         model_version=version,
         requested_output_names=list(outputs),
         inputs=[pb_utils.Tensor(name, array) for name, array in inputs.items()],
+        **({} if trace is None else {"trace": trace}),
     )
     response = request.exec()
     if response.has_error():

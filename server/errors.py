@@ -2,7 +2,8 @@
 
     ServerStartError       the server cannot start
     ├── PortInUseError     something listens on one of its ports
-    └── ModelLoadError     Triton reported a model that failed to load (named, with why)
+    ├── ModelLoadError     Triton reported a model that failed to load (named, with why)
+    └── TraceBackendError  the trace backend (Phoenix) is not installed or did not start
     DistributionError      the Triton binary or a Python stub for this interpreter is missing
     FrontDoorError         nginx is missing, refuses its config, or did not start or stop
     PrometheusError        Prometheus did not start, or answered a query with an error
@@ -35,6 +36,10 @@ class ModelLoadError(ServerStartError):
         self.failures = failures
         lines = "; ".join(f"model '{m}': {why}" for m, why in failures.items())
         super().__init__(f"{lines} (full log: {log_path})")
+
+
+class TraceBackendError(ServerStartError):
+    """Raised when `tmr serve --trace` finds no Phoenix in .venv-traces, or it did not start."""
 
 
 class DistributionError(RuntimeError):

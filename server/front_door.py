@@ -47,6 +47,7 @@ HOST_PLACEHOLDERS = (
 POLICY_PLACEHOLDERS = (
     "MAX_BODY_BYTES", "MAX_GRPC_BODY_BYTES", "MAX_RESPONSE_BYTES", "RATE_PER_MINUTE", "BURST",
     "CLIENT_TIMEOUT_S", "UPSTREAM_CONNECT_TIMEOUT_S", "UPSTREAM_TIMEOUT_S", "UPSTREAM_TRIES",
+    "TRACE_SAMPLING",
 )
 PLACEHOLDERS = HOST_PLACEHOLDERS + POLICY_PLACEHOLDERS  # every ${NAME} of the template
 STOP_TIMEOUT_S = 10.0
@@ -79,6 +80,7 @@ def policy_values(settings: FrontDoorSettings) -> dict[str, str]:
         "UPSTREAM_CONNECT_TIMEOUT_S": str(settings.upstream_connect_timeout_s),
         "UPSTREAM_TIMEOUT_S": str(settings.upstream_timeout_s),
         "UPSTREAM_TRIES": str(settings.upstream_tries),
+        "TRACE_SAMPLING": settings.trace_sampling,
     }
 
 

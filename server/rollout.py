@@ -227,7 +227,10 @@ def scrape(replicas: list[Replica], encoder: str, state: r.RolloutState,
     and path of the rows so far is appended to that CSV (perf/rollout_plot.py draws it)."""
     every: list = []
     for replica in replicas:
-        every += samples(replica.metrics_url)
+        try:
+            every += samples(replica.metrics_url)
+        except OSError as err:  # one replica down holds the step: no verdict on part of it
+            raise OSError(f"{replica.metrics_url} unreachable ({err})") from err
     if trace is not None:
         rows: dict[tuple[str, str], float] = {}
         for s in every:
@@ -314,7 +317,12 @@ class Controller:
                 totals = scrape(self.replicas, self.model, state,
                                 self.model_dir / TRACE_FILE)
             except OSError as err:
-                unreachable_since = unreachable_since or time.monotonic()
+                if unreachable_since is None:
+                    unreachable_since = time.monotonic()
+                    record(self.model_dir, "held", state,
+                           f"{err}: the step waits, unjudged, until every replica answers "
+                           f"(at most {self.server_timeout_s:.0f} s)", {},
+                           logging.WARNING)
                 if time.monotonic() - unreachable_since > self.server_timeout_s:
                     raise ReleaseError(f"servers unreachable for {self.server_timeout_s:.0f} "
                                        f"s ({err}); the rollout holds at "

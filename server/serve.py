@@ -33,11 +33,13 @@ from server.observability import (
 from server.settings import (
     ALL_MODELS,
     API_KEYS_ENV,
+    TRACE_RATE,
     ControlMode,
     FrontDoorSettings,
     Ports,
     ServerOptions,
 )
+from server.traces import PHOENIX_PORT, TraceBackend, TraceBackendError
 from server.watchdog import Watchdog
 
 WATCHDOG_PORT_OFFSET = 100  # metrics 8002 -> watchdog 8102
@@ -68,6 +70,9 @@ class ServeOptions:
     load_all: bool  # every model at start, not core.startup's rule
     replicas: int = 1  # more than one: a fleet behind the front door (server/fleet.py)
     reviewed: bool = False  # serve config.pbtxt even where a host profile fits
+    trace: bool = False  # Triton's OpenTelemetry traces to Phoenix (server/traces.py)
+    trace_rate: int = TRACE_RATE
+    trace_port: int = PHOENIX_PORT
 
 
 def server_options(args: ServeOptions) -> ServerOptions:
@@ -179,12 +184,19 @@ def start_prometheus(server: TritonServer, args: ServeOptions) -> PrometheusServ
     return prometheus
 
 
+def door_settings(args: ServeOptions) -> FrontDoorSettings:
+    """The front door's ports, and with `--trace` the share of requests it starts a
+    trace for (the same 1 in N as Triton's own sampling)."""
+    return FrontDoorSettings(http_port=args.front_door_http_port,
+                             grpc_port=args.front_door_grpc_port,
+                             trace_rate=args.trace_rate if args.trace else 0)
+
+
 def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | None:
     """`--front-door`: nginx with API keys, limits and the 400 mapping (docs/front_door.md)."""
     if not getattr(args, "front_door", False):
         return None
-    settings = FrontDoorSettings(http_port=args.front_door_http_port,
-                                 grpc_port=args.front_door_grpc_port)
+    settings = door_settings(args)
     ports = server.opts.ports
     front_door = FrontDoor(f"127.0.0.1:{ports.http}", f"127.0.0.1:{ports.grpc}", settings,
                            repository=server.opts.repository)
@@ -201,6 +213,17 @@ def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | No
         f"'{API_KEY_HEADER}: {key}' -d '{TEXT_BODY}' | head -c 200   # as {name}",
     ]), flush=True)
     return front_door
+
+
+def start_traces(args: ServeOptions) -> TraceBackend | None:
+    """`--trace`: Phoenix and the OTLP relay, before the server that sends them spans."""
+    if not args.trace:
+        return None
+    backend = TraceBackend(HOME_DIR / "traces", port=args.trace_port)
+    backend.start()
+    print(f"  traces      {backend.url}  (Phoenix: 1 request in {args.trace_rate}, and every "
+          f"request with a traceparent; OTLP {backend.otlp_url})", flush=True)
+    return backend
 
 
 def serve(args: ServeOptions) -> int:
@@ -221,8 +244,22 @@ def serve(args: ServeOptions) -> int:
         print(f"error: no exported version for {', '.join(missing)}; run `tmr export NAME` "
               "for its model (or `make setup`) first", file=sys.stderr)
         return 2
-    if args.replicas > 1:
-        return serve_fleet(args, opts)
+    try:
+        traces = start_traces(args)
+    except TraceBackendError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if traces is not None:
+        opts = replace(opts, trace_url=traces.otlp_url, trace_rate=args.trace_rate)
+    try:
+        return serve_fleet(args, opts) if args.replicas > 1 else serve_one(args, opts)
+    finally:
+        if traces is not None:
+            traces.stop()
+
+
+def serve_one(args: ServeOptions, opts: ServerOptions) -> int:
+    """One server in the foreground, with what runs beside it, until a signal."""
     server = TritonServer(opts)
     stopping = False
 
@@ -283,9 +320,7 @@ def fleet_banner(fleet: Fleet) -> str:
 
 def serve_fleet(args: ServeOptions, opts: ServerOptions) -> int:
     """`tmr serve --replicas N`: N replicas behind the front door, supervised."""
-    door = FrontDoorSettings(http_port=args.front_door_http_port,
-                             grpc_port=args.front_door_grpc_port)
-    fleet = Fleet(opts, args.replicas, HOME_DIR / "fleet", door)
+    fleet = Fleet(opts, args.replicas, HOME_DIR / "fleet", door_settings(args))
     events: list[str] = []
     signal.signal(signal.SIGTERM, lambda *_: events.append("stop"))
     signal.signal(signal.SIGINT, lambda *_: events.append("stop"))

@@ -38,6 +38,11 @@ RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statist
                    "logging")
 admin_key = default_admin_key
 
+# Traces (docs/observability.md "Traces"): Triton's OpenTelemetry mode, OTLP/HTTP.
+TRACE_RATE = 100  # 1 request in TRACE_RATE; a request that carries a traceparent always
+TRACE_EXPORT_DELAY_MS = 1000  # the batch span processor's export interval
+TRACE_SERVICE = "tritonserver"  # the spans' service.name
+
 
 @dataclass(frozen=True)
 class Ports:
@@ -67,6 +72,8 @@ class ServerOptions:
     # The models explicit mode loads at start ("*": every one; core.startup.startup_models
     # is `tmr serve`'s rule). Poll mode loads every model whatever this says: it rescans.
     load_models: tuple[str, ...] = ALL_MODELS
+    trace_url: str | None = None  # OTLP/HTTP traces endpoint; None: tracing off
+    trace_rate: int = TRACE_RATE
 
 
 def server_flags(opts: ServerOptions) -> list[str]:
@@ -89,7 +96,20 @@ def server_flags(opts: ServerOptions) -> list[str]:
     flags += restricted_api_flags(opts.admin_key)
     if opts.model_config_name:
         flags.append(f"--model-config-name={opts.model_config_name}")
+    if opts.trace_url:
+        flags += trace_flags(opts.trace_url, opts.trace_rate)
     return flags + list(opts.extra)
+
+
+def trace_flags(url: str, rate: int) -> list[str]:
+    """Triton's OpenTelemetry tracing to `url`: 1 request in `rate` (0: only the requests
+    that carry a W3C traceparent, which Triton always traces), timestamps, no count limit."""
+    if rate < 0:
+        raise ValueError(f"the trace rate is 1 request in N, N >= 0; got {rate}")
+    return [f"--trace-config={setting}" for setting in (
+        "mode=opentelemetry", f"rate={rate}", "level=TIMESTAMPS", "count=-1",
+        f"opentelemetry,url={url}", f"opentelemetry,resource=service.name={TRACE_SERVICE}",
+        f"opentelemetry,bsp_schedule_delay={TRACE_EXPORT_DELAY_MS}")]
 
 
 def control_mode_flags(mode: ControlMode, load_models: tuple[str, ...] = ALL_MODELS
@@ -150,6 +170,16 @@ class FrontDoorSettings:
     # alone for replica_fail_timeout_s, then tried again with one request.
     upstream_tries: int = 3
     replica_fail_timeout_s: int = 2
+    # Requests without a traceparent that the front door starts a trace for: 1 in
+    # trace_rate (its request id as the trace id); 0: none (tracing off).
+    trace_rate: int = 0
+
+    @property
+    def trace_sampling(self) -> str:
+        """The body of the template's split_clients: 1 for the sampled share, else 0."""
+        if self.trace_rate <= 0:
+            return "* 0;"
+        return f"{100 / self.trace_rate:.4g}% 1; * 0;"
 
     @property
     def burst(self) -> int:

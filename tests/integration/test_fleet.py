@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -15,6 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from client.prometheus import metric_value
+from core.paths import PROJECT_ROOT
+from core.rollout import PROMOTED
 from server.fleet import Fleet
 from server.settings import FrontDoorSettings, ServerOptions
 from tests.conftest import free_ports
@@ -136,3 +140,51 @@ def test_a_rollout_across_both_replicas_promotes_both_without_a_failed_request(
     assert done.returncode == 0, done.stdout + done.stderr
     assert load.errors == [], load.errors[:5]
     assert all(serves(replica.http_url, ENCODER, 2) for replica in fleet.replicas)
+
+
+def test_a_replica_that_dies_mid_rollout_holds_it_and_comes_back_at_the_step_on_disk(
+        fleet: Fleet) -> None:
+    """SIGKILL one replica during a rollout: the controller holds the step and says so in
+    the decision log; the replica started again loads the step on disk (both versions),
+    its counters start a new window, and the rollout promotes on both, under load through
+    the front door without a failed request."""
+    from server import rollout as ctl
+    from server.admin_client import AdminClient
+    from server.release import serves
+
+    model_dir = fleet.options.repository / ENCODER
+    add_version(model_dir, 3, (model_dir / "1" / "model.onnx").resolve())
+    args = ["--repository", str(fleet.options.repository), *LENIENT, "--min-seconds", "4"]
+    for replica in fleet.replicas:
+        args += ["--url", replica.http_url, "--metrics-url", replica.metrics_url]
+
+    def events() -> list[str]:
+        log = ctl.read_log(model_dir)
+        return [d["event"] for d in ctl.read_log(model_dir, log[-1]["rollout"])] if log else []
+
+    with Load(fleet) as load:
+        controller = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "rollout", ENCODER, "3", *args],
+            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_until(lambda: "advance" in events(), 120, "the first step to pass")
+            os.kill(fleet.replicas[1].process.pid, signal.SIGKILL)
+            wait_until(lambda: "held" in events(), 30, "the controller to hold")
+            assert controller.poll() is None  # held, not ended
+            fleet.restart(1)
+            with AdminClient(fleet.replicas[1].http_url) as admin:
+                ready = {n for n, (s, _) in ctl.states_of(admin, ENCODER).items()
+                         if s == "READY"}
+            assert ready == {2, 3}  # the step on disk: stable and candidate
+            output, _ = controller.communicate(timeout=240)
+        finally:
+            if controller.poll() is None:
+                controller.kill()
+    assert controller.returncode == 0, output
+    held = [d for d in ctl.read_log(model_dir, ctl.read_log(model_dir)[-1]["rollout"])
+            if d["event"] == "held"]
+    assert fleet.replicas[1].metrics_url.rsplit("/", 1)[0] in held[0]["reason"]
+    seen = events()
+    assert "window restarted" in seen and seen[-1] == PROMOTED, seen
+    assert load.errors == [], load.errors[:5]
+    assert all(serves(replica.http_url, ENCODER, 3) for replica in fleet.replicas)
