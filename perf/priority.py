@@ -217,26 +217,42 @@ ROUTE_NAMES = {"shared": "the shared front (raw HTTP, standard priority)",
                "front-door": "the lane (front door, JSON parameters.priority 1)"}
 
 
+# aiohttp's errors for a kept-alive connection closed or reset by the server
+RESET_ERRORS = ("ClientOSError", "ServerDisconnectedError")
+RESENT = "resent after a reset"
+
+
 @asynccontextmanager
-async def door_sender(url: str, key: str, model: FamilyModel) -> AsyncIterator[Send]:
+async def door_sender(url: str, key: str, model: FamilyModel,
+                      resend_resets: bool = False) -> AsyncIterator[Send]:
     """One text a request through the front door, KServe JSON with only the standard
-    `parameters.priority`: the door routes priority 1 to the lane."""
+    `parameters.priority`: the door routes priority 1 to the lane. `resend_resets`: a
+    request whose kept-alive connection the door closed under it (nginx closes its old
+    workers' idle client connections when it reloads) is sent once more, as an HTTP
+    client may for a request that is safe to repeat; its status says so."""
     import aiohttp
 
     async with aiohttp.ClientSession(headers={"x-api-key": key}) as session:
+        async def post(body: dict) -> tuple[str | None, str]:
+            try:
+                async with session.post(f"http://{url}/v2/models/{model.front}/infer",
+                                        json=body) as r:
+                    answer = await r.read()
+                    return (None if r.status == 200 else
+                            f"HTTP {r.status}: {answer[:120].decode(errors='replace')}",
+                            str(r.status))
+            except aiohttp.ClientError as exc:
+                return type(exc).__name__, ""
+
         async def send(row: str | bytes, priority: int) -> Outcome:
             text = row if isinstance(row, str) else base64.b64encode(row).decode()
             body = {"inputs": [{"name": input_of(model), "shape": [1, 1], "datatype": "BYTES",
                                 "data": [text]}], "parameters": {"priority": priority}}
-            sent, error, status = time.monotonic(), None, ""
-            try:
-                async with session.post(f"http://{url}/v2/models/{model.front}/infer",
-                                        json=body) as r:
-                    await r.read()
-                    status = str(r.status)
-                    error = None if r.status == 200 else f"HTTP {r.status}"
-            except aiohttp.ClientError as exc:
-                error = type(exc).__name__
+            sent = time.monotonic()
+            error, status = await post(body)
+            if resend_resets and error in RESET_ERRORS:
+                error, status = await post(body)
+                status = f"{status} {RESENT}"
             return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, status)
         yield send
 
