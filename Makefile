@@ -131,4 +131,4 @@ lint: venv ## ruff
 	$(VENV)/bin/ruff check .
 
 clean: ## remove the venv, the server home and caches (not the exports)
-	rm -rf $(VENV) .triton .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(TRACES_VENV) .triton .pytest_cache .ruff_cache
