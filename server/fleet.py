@@ -23,12 +23,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from server.front_door import FrontDoor
+from server.front_door import RELOAD_SETTLE_S, FrontDoor
 from server.launcher import TritonServer
 from server.settings import FrontDoorSettings, Ports, ServerOptions
 
 PORT_STEP = 10  # replica i listens on the base ports + i * PORT_STEP (8000, 8010, ...)
-RELOAD_SETTLE_S = 1.0  # after an nginx reload, before the replica it dropped is stopped
 
 
 def replica_ports(base: Ports, index: int) -> Ports:
@@ -105,9 +104,13 @@ class Fleet:
             self.restart(index)
 
     def stop(self) -> list[int | None]:
-        """The front door first (it drains its connections), then every replica."""
+        """Readiness first: the front door answers 503 to new requests while those in
+        flight finish, then every replica stops, then the door."""
+        if self.door.process is not None and self.door.process.poll() is None:
+            self.door.refuse_new()
+        codes = [server.stop() for server in self.replicas]
         self.door.close()
-        return [server.stop() for server in self.replicas]
+        return codes
 
     def __enter__(self) -> Fleet:
         try:

@@ -51,6 +51,8 @@ POLICY_PLACEHOLDERS = (
 )
 PLACEHOLDERS = HOST_PLACEHOLDERS + POLICY_PLACEHOLDERS  # every ${NAME} of the template
 STOP_TIMEOUT_S = 10.0
+REFUSED = "127.0.0.1:1 down"  # an upstream marked down: nginx answers 502, the door 503
+RELOAD_SETTLE_S = 1.0  # after an nginx reload, until its new workers take every new request
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _KEY = re.compile(r"[A-Za-z0-9_.~+/=-]{8,}")
 
@@ -273,6 +275,13 @@ class FrontDoor:
         conf = render(TEMPLATE.read_text(), self.template_values())
         write_atomically(self._path("nginx.conf"), conf)
         self.reload()
+
+    def refuse_new(self) -> None:
+        """A stop, readiness first: every new request (readiness too) gets 503 with
+        Retry-After while the requests in flight finish on the old workers, which then
+        close their connections to Triton, so that its own stop does not wait on them."""
+        self.route_to([REFUSED], [REFUSED])
+        time.sleep(RELOAD_SETTLE_S)
 
     def reload(self) -> None:
         """`nginx -s reload`: re-read the config; in-flight requests finish on the old

@@ -329,7 +329,13 @@ class Controller:
                                        f"{state.current.describe()}: `tmr rollout resume "
                                        f"{self.model}` continues it") from err
                 continue
-            unreachable_since = None
+            if unreachable_since is not None:  # every replica answers again
+                unreachable_since = None
+                record(self.model_dir, "window restarted", state,
+                       "every replica answers again: the step is measured afresh (a "
+                       "replica that restarted counts from zero)")
+                base, began = totals, time.monotonic()
+                continue
             if state.step != step:  # resumed elsewhere, or a new step
                 base, began, step, rechecking = None, time.monotonic(), state.step, False
             delta = r.minus(totals, base) if base is not None else None

@@ -189,7 +189,8 @@ def door_settings(args: ServeOptions) -> FrontDoorSettings:
     trace for (the same 1 in N as Triton's own sampling)."""
     return FrontDoorSettings(http_port=args.front_door_http_port,
                              grpc_port=args.front_door_grpc_port,
-                             trace_rate=args.trace_rate if args.trace else 0)
+                             trace_rate=args.trace_rate if getattr(args, "trace", False)
+                             else 0)
 
 
 def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | None:
@@ -294,10 +295,12 @@ def serve_one(args: ServeOptions, opts: ServerOptions) -> int:
         watchdog.stop()
     if prometheus is not None:
         prometheus.stop()
-    if front_door is not None:
-        print(f"stopping the front door: nginx exited with code {front_door.close()}", flush=True)
+    if front_door is not None:  # readiness first: new requests get 503 from now on
+        front_door.refuse_new()
     print("stopping tritonserver (waiting for in-flight requests)...", flush=True)
     code = server.stop()
+    if front_door is not None:
+        print(f"stopping the front door: nginx exited with code {front_door.close()}", flush=True)
     print(f"tritonserver exited with code {code}", flush=True)
     if server.stop_report:
         print(server.stop_report, flush=True)

@@ -400,3 +400,31 @@ def test_with_triton_down_callers_get_a_json_503_not_nginxs_page(path):
     assert status == 503, body
     assert json.loads(body) == {"error": "the inference server behind the front door is "
                                          "unavailable (not running or not answering); retry later"}
+
+
+def test_a_stopping_door_refuses_new_requests_with_503_readiness_first(triton):
+    """`tmr serve` and a fleet stop readiness first (FrontDoor.refuse_new): from then on
+    every new request, readiness included, gets the JSON 503 with Retry-After, while
+    Triton, still running, is no longer sent anything."""
+    import urllib.error
+    import urllib.request
+
+    door = open_front_door(triton)
+    try:
+        assert http_post(door.http_url, EMBED, text_body(*fresh("before")), key(door))[0] == 200
+        door.refuse_new()
+        for path in (EMBED, "/v2/health/ready"):
+            request = urllib.request.Request(
+                f"http://{door.http_url}{path}", headers=key(door),
+                data=text_body("after") if path == EMBED else None)
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            refused.value.close()  # its socket
+            assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
+        with EmbedClient(door.grpc_url, protocol="grpc", retry=NO_RETRY,
+                         api_key=door.api_keys["bob"], max_batch_size=64) as client, \
+                pytest.raises(UnavailableError, match="behind the front door is unavailable"):
+            client.embed(["after"])
+    finally:
+        assert door.close() == 0
+    assert_serving(triton.http_url)
