@@ -126,6 +126,10 @@ def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(10)
+    # What it left behind in its group: a Triton killed with SIGKILL leaves its Python
+    # stubs running, orphaned (each holding its model's memory) until this.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     if log is not None:
         log.close()
     return process.returncode
