@@ -32,24 +32,26 @@ import contextlib
 import gc
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
+from tmr_client.core import DEFAULT_MODEL
 
-from client.core import DEFAULT_MODEL
-from client.prometheus import samples
 from core.paths import DEFAULT_REPOSITORY
-from perf import harness
+from perf import harness, host_cpu
 from perf.load import capacity_rps, open_loop, sdk_sender, short_texts
 from perf.memory import server_memory
+from perf.stamp import save_figure
 from perf.stats import Outcome, percentile
 from python_backends.gc_pauses import GcPauses, apply_policy
 from server.launcher import TritonServer
+from server.prometheus import samples
 from server.watchdog import Watchdog
 
+NO_SHARE = host_cpu.CpuShare(0.0, 0.0, 0.0, 0.0)
 TRITON_TIMES = ("nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
                 "nv_inference_request_success")
 
@@ -81,6 +83,7 @@ class Sample:
     watchdog_reloads: int
     queue_us: float  # Triton's queue time per successful embed request in the window
     compute_us: float
+    cpu: host_cpu.CpuShare = NO_SHARE  # who used the host's cores in the window
 
     @property
     def total_rss_mb(self) -> float:
@@ -127,10 +130,12 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         began = last = time.monotonic()
         before = triton_times(self.server.metrics_url)
+        cpu_before = host_cpu.read(self.server.process.pid)
         while not self.stop_event.wait(self.period_s):
             done, self.window[0] = self.window[0], Window()
             now = time.monotonic()
             after = triton_times(self.server.metrics_url)
+            cpu_after = host_cpu.read(self.server.process.pid)
             served = after["nv_inference_request_success"] - before["nv_inference_request_success"]
             self.samples.append(Sample(
                 t_s=round(now - began, 1), served_rps=len(done.latencies_ms) / (now - last),
@@ -140,12 +145,15 @@ class Sampler(threading.Thread):
                 watchdog_reloads=len(self.watchdog.events),
                 queue_us=per_request(after, before, "nv_inference_queue_duration_us", served),
                 compute_us=per_request(after, before, "nv_inference_compute_infer_duration_us",
-                                       served)))
-            before, last = after, now
+                                       served),
+                cpu=host_cpu.share(cpu_before, cpu_after)))
+            before, last, cpu_before = after, now, cpu_after
             p = self.samples[-1]
             print(f"  {p.t_s:>6.0f}/{self.total_s:.0f} s  {p.served_rps:5.0f}/s  p50 "
                   f"{p.p50_ms:6.1f}  p99 {p.p99_ms:6.1f} ms  errors {sum(p.errors.values())}  "
-                  f"RSS {p.total_rss_mb:7.1f} MB  reloads {p.watchdog_reloads}", flush=True)
+                  f"RSS {p.total_rss_mb:7.1f} MB  reloads {p.watchdog_reloads}  cores: server "
+                  f"{p.cpu.server_cores:.2f} other {p.cpu.other_cores:.2f} steal "
+                  f"{p.cpu.steal_pct:.1f}%", flush=True)
 
 
 def live_status(points: Sequence[Sample], minute_s: float = 60.0) -> str:
@@ -198,10 +206,45 @@ class Verdict:
     """The soak's targets, each with its measured value and whether it held."""
 
     checks: dict[str, tuple[float, str, bool]]  # name -> (measured, target, held)
+    drift: dict[str, tuple[float, float]] = field(default_factory=dict)  # first, last stretch
+    control: Control | None = None
 
     @property
     def passed(self) -> bool:
         return all(held for _, _, held in self.checks.values())
+
+
+@dataclass(frozen=True)
+class Control:
+    """p99 of interleaved windows at the soak's rate, on the soaked server and on a fresh
+    one started after the soak (ABBA order): a drift that is the server's own stays with the
+    soaked server; one that is the host's shows on both."""
+
+    soaked_p99_ms: tuple[float, ...]
+    fresh_p99_ms: tuple[float, ...]
+
+    @property
+    def ratio(self) -> float:
+        return float(np.median(self.soaked_p99_ms) / np.median(self.fresh_p99_ms))
+
+    @property
+    def finding(self) -> str:
+        return ("the soaked server is slower: the drift is the server's" if self.ratio > 1.2
+                else "the soaked server is as fast as a fresh one: the drift is not the server's")
+
+
+def drift(first: list[Sample], last: list[Sample]) -> dict[str, tuple[float, float]]:
+    """Medians of the first and last stretch for what tells host from server: latency,
+    Triton's own queue and compute per request, and the cores others took."""
+    def pair(value: Callable[[Sample], float]) -> tuple[float, float]:
+        return (float(np.median([value(p) for p in first])),
+                float(np.median([value(p) for p in last])))
+    return {"p99 ms": pair(lambda p: p.p99_ms),
+            "Triton queue us per request": pair(lambda p: p.queue_us),
+            "Triton compute us per request": pair(lambda p: p.compute_us),
+            "server cores": pair(lambda p: p.cpu.server_cores),
+            "other processes' cores": pair(lambda p: p.cpu.other_cores),
+            "steal %": pair(lambda p: p.cpu.steal_pct)}
 
 
 def rss_growth(steady: list[Sample]) -> float:
@@ -239,7 +282,7 @@ def verdict(points: list[Sample], warmup_s: float, stretch_s: float) -> Verdict:
         "throughput last / first stretch": (rps_ratio, "0.9 .. 1.1", 0.9 <= rps_ratio <= 1.1),
         "errors": (errors, "0", errors == 0),
         "watchdog reloads": (reloads, "0", reloads == 0),
-    })
+    }, drift(first, last))
 
 
 def markdown(points: list[Sample], result: Verdict, capacity: float, rate: float) -> str:
@@ -248,12 +291,24 @@ def markdown(points: list[Sample], result: Verdict, capacity: float, rate: float
              "| target | measured | goal | |", "| --- | ---: | --- | --- |"]
     lines += [f"| {name} | {value:.2f} | {goal} | {'held' if held else 'MISSED'} |"
               for name, (value, goal, held) in result.checks.items()]
+    lines += ["", "Host or server? Medians of the first and the last stretch:", "",
+              "| | first | last | last / first |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {name} | {a:.2f} | {b:.2f} | {b / a if a else float('nan'):.2f} |"
+              for name, (a, b) in result.drift.items()]
+    if result.control is not None:
+        c = result.control
+        lines += ["", f"Control, interleaved windows at the same rate: p99 soaked server "
+                  f"{', '.join(f'{v:.1f}' for v in c.soaked_p99_ms)} ms, fresh server "
+                  f"{', '.join(f'{v:.1f}' for v in c.fresh_p99_ms)} ms; median ratio "
+                  f"{c.ratio:.2f}: {c.finding}."]
     lines += ["", "| t s | served/s | p50 ms | p99 ms | errors | RSS MB (all) | tritonserver |"
-              " queue us | compute us | reloads |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              " queue us | compute us | server cores | other cores | steal % | reloads |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+              "| ---: |"]
     lines += [f"| {p.t_s:.0f} | {p.served_rps:.0f} | {p.p50_ms:.1f} | {p.p99_ms:.1f} | "
               f"{sum(p.errors.values())} | {p.total_rss_mb:.1f} | "
               f"{p.rss_mb.get('tritonserver', 0):.1f} | {p.queue_us:.0f} | {p.compute_us:.0f} | "
+              f"{p.cpu.server_cores:.2f} | {p.cpu.other_cores:.2f} | {p.cpu.steal_pct:.1f} | "
               f"{p.watchdog_reloads} |" for p in points]
     return "\n".join(lines)
 
@@ -275,7 +330,7 @@ def plot(points: list[Sample], path: Path) -> None:
     bottom.set(xlabel="minutes of load", ylabel="latency ms")
     bottom.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, 100)
 
 
 @contextlib.contextmanager
@@ -293,9 +348,37 @@ def quiet_caller_heap() -> Iterator[GcPauses]:
         pauses.remove()
 
 
+def window_p99(server: TritonServer, rate_rps: float, seconds: float) -> float:
+    """p99 of `seconds` of the soak's load on `server`."""
+    window = [Window()]
+    urls = {"http": server.http_url, "grpc": server.grpc_url}
+    with quiet_caller_heap():
+        asyncio.run(steady_load(urls, rate_rps, seconds, window))
+    return percentile(window[0].latencies_ms, 99)
+
+
+def control(soaked: TritonServer, out: Path, repository: Path, rate_rps: float, rounds: int,
+            window_s: float) -> Control:
+    """Start a fresh server beside the soaked one and alternate windows between them."""
+    stage(f"control: a fresh server, then {rounds} x 2 windows of {window_s:g} s, alternating")
+    soaked_p99: list[float] = []
+    fresh_p99: list[float] = []
+    with harness.served_copy(out / "tritonserver-fresh.log", [repository]) as fresh:
+        window_p99(fresh, rate_rps, window_s)  # its first batches of every shape: not counted
+        for i in range(rounds):
+            for server in ((soaked, fresh) if i % 2 == 0 else (fresh, soaked)):
+                p99 = window_p99(server, rate_rps, window_s)
+                (soaked_p99 if server is soaked else fresh_p99).append(p99)
+                print(f"  {'soaked' if server is soaked else 'fresh '} p99 {p99:6.1f} ms",
+                      flush=True)
+    return Control(tuple(soaked_p99), tuple(fresh_p99))
+
+
 def soak(minutes: float, sample_s: float, load: float, out: Path,
-         repository: Path = DEFAULT_REPOSITORY) -> tuple[list[Sample], Verdict, float, float]:
-    """Run the soak on a server of its own; (samples, verdict, capacity, offered rate)."""
+         repository: Path = DEFAULT_REPOSITORY,
+         control_rounds: int = 0) -> tuple[list[Sample], Verdict, float, float]:
+    """Run the soak on a server of its own; (samples, verdict, capacity, offered rate).
+    With `control_rounds`, the verdict carries a Control against a fresh server."""
     stage("starting the server and the watchdog")
     with harness.served_copy(out / "tritonserver.log", [repository]) as server:
         watchdog = Watchdog(server.http_url, server.metrics_url, interval_s=5.0)
@@ -315,11 +398,16 @@ def soak(minutes: float, sample_s: float, load: float, out: Path,
                   f"{pauses.longest_s * 1000:.0f} ms")
             sampler.stop_event.set()
             sampler.join()
+            checked = None
+            if control_rounds:
+                checked = control(server, out, repository, load * capacity, control_rounds,
+                                  max(sample_s, 30.0))
         finally:
             watchdog.stop()
     warmup = min(60.0, minutes * 60 / 4)
     stretch = min(300.0, minutes * 60 / 4)
-    return sampler.samples, verdict(sampler.samples, warmup, stretch), capacity, load * capacity
+    result = replace(verdict(sampler.samples, warmup, stretch), control=checked)
+    return sampler.samples, result, capacity, load * capacity
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,15 +415,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--sample-s", type=float, default=30.0)
     parser.add_argument("--load", type=float, default=0.7, help="x measured capacity")
+    parser.add_argument("--control-rounds", type=int, default=3,
+                        help="after the soak, alternate this many pairs of windows between "
+                             "the soaked server and a fresh one (0: none)")
     args = parser.parse_args(argv)
     out = harness.run_dir("soak")
     print(f"soak: {args.minutes:g} min at {args.load:g}x capacity, a sample every "
           f"{args.sample_s:g} s; results in {out}", flush=True)
-    points, result, capacity, rate = soak(args.minutes, args.sample_s, args.load, out)
+    points, result, capacity, rate = soak(args.minutes, args.sample_s, args.load, out,
+                                          control_rounds=args.control_rounds)
     plot(points, out / "soak.png")
     harness.write_report(out, "soak", markdown(points, result, capacity, rate), {
         "capacity_rps": capacity, "offered_rps": rate, "passed": result.passed,
-        "checks": result.checks, "samples": [asdict(p) for p in points]})
+        "checks": result.checks, "drift": result.drift,
+        "control": asdict(result.control) if result.control else None,
+        "samples": [asdict(p) for p in points]})
     return 0 if result.passed else 1
 
 
