@@ -8,12 +8,14 @@ launcher (`server.launcher`) and `docker-compose.yml` both use exactly these fla
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from client.auth import ADMIN_KEY_ENV, ADMIN_KEY_HEADER, default_admin_key
-from client.limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_BODY_BYTES
+from tmr_client.auth import ADMIN_KEY_ENV, ADMIN_KEY_HEADER
+from tmr_client.limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_BODY_BYTES
+
 from core.paths import DEFAULT_REPOSITORY
 
 TRITON_VERSION = "2.51.0"
@@ -36,12 +38,24 @@ ALL_MODELS = ("*",)  # `--load-model=*`: every model of the repository
 # the admin key (HTTP 403, gRPC UNAVAILABLE). Inference, metadata and health stay open.
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace",
                    "logging")
-admin_key = default_admin_key
+DEV_ADMIN_KEY = "tmr-dev-admin-key"  # the CPU dev server's key when TMR_ADMIN_KEY is unset
+
+
+def admin_key() -> str:
+    """The key this host's servers are started with: TMR_ADMIN_KEY, or the dev default
+    (compose requires the variable). The operator tools (server/, perf/, cli/, the tests)
+    pass it to the SDK explicitly; the SDK itself never falls back to it."""
+    return os.environ.get(ADMIN_KEY_ENV) or DEV_ADMIN_KEY
 
 # Traces (docs/observability.md "Traces"): Triton's OpenTelemetry mode, OTLP/HTTP.
 TRACE_RATE = 100  # 1 request in TRACE_RATE; a request that carries a traceparent always
 TRACE_EXPORT_DELAY_MS = 1000  # the batch span processor's export interval
 TRACE_SERVICE = "tritonserver"  # the spans' service.name
+# In a cluster (server/k8s/triton.yaml): an OpenTelemetry Collector, which takes Triton's
+# OTLP/JSON as it is; rate 0 traces only the requests that arrive with a traceparent (the
+# front door's TRACE_SAMPLING starts them), and the trace API changes the rate live.
+CLUSTER_TRACE_URL = "http://otel-collector.observability.svc:4318/v1/traces"
+CLUSTER_TRACE_RATE = 0
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from server import front_door
 from server.healthcheck import DRAIN_FILE
 from server.serve import WATCHDOG_PORT_OFFSET
 from server.settings import (
+    CLUSTER_TRACE_RATE,
+    CLUSTER_TRACE_URL,
     EXIT_TIMEOUT_S,
     NGINX_IMAGE,
     FrontDoorSettings,
@@ -70,7 +72,9 @@ def test_the_validator_refuses_an_unknown_field_offline() -> None:
 def test_triton_runs_the_compose_flags_with_the_admin_key_from_the_secret() -> None:
     triton = container("triton", "triton")
     expected = server_flags(ServerOptions(repository=Path("/models"), model_config_name="gpu",
-                                          admin_key="$(TMR_ADMIN_KEY)"))
+                                          admin_key="$(TMR_ADMIN_KEY)",
+                                          trace_url=CLUSTER_TRACE_URL,
+                                          trace_rate=CLUSTER_TRACE_RATE))
     assert [*triton["command"], *triton["args"]] == ["tritonserver", *expected]
     key = next(e for e in triton["env"] if e["name"] == "TMR_ADMIN_KEY")
     assert key["valueFrom"]["secretKeyRef"] == {"name": "tmr-secrets", "key": "admin-key"}
