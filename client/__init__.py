@@ -1,19 +1,18 @@
 """Thin SDK over `tritonclient` for the repository's front models: sync and asyncio, HTTP
-and gRPC, typed errors, retries, bounded bulk calls.
+and gRPC, typed errors, deadlines, retries, bounded bulk calls (docs/sdk.md).
 
-    from client import Client
-    with Client("localhost:8000", protocol="http") as c:
-        vectors = c.embed(["a sentence", "another"], priority=1, timeout_ms=500)
+    from tmr_client import Client
+    with Client("http://localhost:8000", timeout=5) as c:
+        vectors = c.embed(["a sentence", "another"], priority=1)
         best = c.classify([jpeg_bytes], model=image_front).predictions[0][0]
 
 `model=` names the front model (per client or per call): any front of the repository,
 whatever its family; the SDK knows none of them by name but its default, `embed`.
 
-`EmbedClient` and `AsyncEmbedClient` are the old names of `Client` and `AsyncClient`
-(kept for one release).
-
-Names are imported on first use, so `core.messages` (the table of Triton's error
-messages, which the Python backend shares) imports nothing else.
+It installs on its own (`pip install ./client`: tritonclient and numpy only). Names are
+imported on first use, so `tmr_client.contract` and `tmr_client.messages` (the wire
+contract and Triton's error messages, which the project's `core` re-exports for the
+Python backend) import nothing else.
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see
-    from client.aio import AsyncClient, AsyncEmbedClient
-    from client.core import ClassifyResult, EmbedResult, InferResult, Prediction
-    from client.errors import (
+    from tmr_client.aio import AsyncClient
+    from tmr_client.core import ClassifyResult, EmbedResult, InferResult, Prediction
+    from tmr_client.errors import (
         AccessDeniedError,
         DeadlineExceededError,
         InvalidInputError,
@@ -38,21 +37,19 @@ if TYPE_CHECKING:  # what type checkers and editors see
         TritonClientError,
         UnavailableError,
     )
-    from client.retry import NO_RETRY, RetryPolicy
-    from client.sync import Client, EmbedClient
+    from tmr_client.retry import NO_RETRY, RetryPolicy
+    from tmr_client.sync import Client
 
 _EXPORTS = {
-    "AsyncClient": "client.aio",
-    "AsyncEmbedClient": "client.aio",
-    "Client": "client.sync",
-    "EmbedClient": "client.sync",
-    "EmbedResult": "client.core",
-    "ClassifyResult": "client.core",
-    "InferResult": "client.core",
-    "Prediction": "client.core",
-    "NO_RETRY": "client.retry",
-    "RetryPolicy": "client.retry",
-    **{name: "client.errors" for name in (
+    "AsyncClient": "tmr_client.aio",
+    "Client": "tmr_client.sync",
+    "EmbedResult": "tmr_client.core",
+    "ClassifyResult": "tmr_client.core",
+    "InferResult": "tmr_client.core",
+    "Prediction": "tmr_client.core",
+    "NO_RETRY": "tmr_client.retry",
+    "RetryPolicy": "tmr_client.retry",
+    **{name: "tmr_client.errors" for name in (
         "AccessDeniedError", "DeadlineExceededError", "InvalidInputError",
         "ModelNotFoundError", "ModelNotReadyError", "QueueFullError", "RateLimitedError",
         "RequestTooLargeError", "ServerError", "ServerUnreachableError", "TritonClientError",
@@ -63,11 +60,9 @@ __all__ = [
     "NO_RETRY",
     "AccessDeniedError",
     "AsyncClient",
-    "AsyncEmbedClient",
     "ClassifyResult",
     "Client",
     "DeadlineExceededError",
-    "EmbedClient",
     "EmbedResult",
     "InferResult",
     "InvalidInputError",
@@ -87,5 +82,5 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'client' has no attribute {name!r}")
+        raise AttributeError(f"module 'tmr_client' has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)

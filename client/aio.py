@@ -9,8 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from client.core import (
+from tmr_client.core import (
     DEFAULT_MODEL,
     Access,
     Call,
@@ -27,13 +26,12 @@ from client.core import (
     embed_result,
     infer_result,
 )
-from client.errors import (
+from tmr_client.errors import (
     AccessDeniedError,
     ServerUnreachableError,
     TritonClientError,
-    from_exception,
 )
-from client.retry import RetryPolicy
+from tmr_client.retry import RetryPolicy
 
 
 async def first_error_cancels_all(calls: list[Any]) -> list[Any]:
@@ -54,31 +52,32 @@ async def first_error_cancels_all(calls: list[Any]) -> list[Any]:
 
 
 class AsyncClient(ClientBase):
-    """The asyncio twin of `Client` (same keys, fallback and results); `async with`."""
+    """The asyncio twin of `Client` (same URL rules, keys, `timeout=`, fallback and
+    results); `async with`. Over HTTP a call past its deadline is cancelled."""
 
-    def __init__(self, url: str | None = None, protocol: Protocol = "http",
-                 model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None,
-                 seed: int | None = None, *, api_key: str | None = None,
-                 admin_key: str | None = None, max_batch_size: int | None = None,
-                 max_in_flight: int | None = None, lanes: bool = True) -> None:
+    def __init__(self, url: str | None = None, protocol: Protocol | None = None,
+                 model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None, *,
+                 timeout: float | None = None, seed: int | None = None,
+                 api_key: str | None = None, admin_key: str | None = None,
+                 max_batch_size: int | None = None, max_in_flight: int | None = None,
+                 lanes: bool = True) -> None:
         super().__init__(url, protocol, model, retry, seed, aio=True,
                          access=Access(api_key, admin_key, max_batch_size, max_in_flight,
-                                       lanes))
-        self._client = self._module.InferenceServerClient(self.url)
+                                       lanes), timeout=timeout)
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return await fn(*args, **kwargs)
         except Exception as exc:  # tritonclient and its transports raise many types
-            raise from_exception(exc) from exc
+            raise self._typed(exc) from exc
 
     async def is_ready(self, model: str | None = None) -> bool:
         try:
             if model is None:
                 return bool(await self._call(self._client.is_server_ready,
-                                             headers=self._headers()))
+                                             headers=self._headers(), **self._control_kwargs()))
             return bool(await self._call(self._client.is_model_ready, model,
-                                         headers=self._headers()))
+                                         headers=self._headers(), **self._control_kwargs()))
         except TritonClientError:
             return False
 
@@ -92,15 +91,15 @@ class AsyncClient(ClientBase):
 
     async def metadata(self, model: str | None = None) -> Any:
         return await self._call(self._client.get_model_metadata, model or self.model,
-                                headers=self._headers())
+                                headers=self._headers(), **self._control_kwargs())
 
     async def model_config(self, model: str | None = None) -> Any:
         """The model config: a restricted API, sent with the admin key."""
         return await self._call(self._client.get_model_config, model or self.model,
-                                headers=self._headers(admin=True))
+                                headers=self._headers(admin=True), **self._control_kwargs())
 
     async def info(self, model: str | None = None) -> ModelInfo:
-        """As EmbedClient.info: from the config, else the metadata; once per model."""
+        """As Client.info: from the config, else the metadata; once per model."""
         model = model or self.model
         if model not in self._infos:
             self._infos[model] = await self._read_info(model)
@@ -121,37 +120,40 @@ class AsyncClient(ClientBase):
                     priority: int | None = None, timeout_ms: float | None = None,
                     model_version: int | None = None, rollout_key: str | None = None,
                     truncate: Truncate = None, chunk_overlap: int | None = None,
-                    on_progress: Progress | None = None) -> np.ndarray:
-        """As Client.embed (`truncate`: True, False, "chunk" or None)."""
+                    on_progress: Progress | None = None,
+                    timeout: float | None = None) -> np.ndarray:
+        """As Client.embed (`truncate`: True, False, "chunk" or None; `timeout`: the
+        call's deadline in seconds, `timeout_ms`: Triton's queue timeout per request)."""
         result = await self.embed_with_info(texts, model=model, priority=priority,
                                             timeout_ms=timeout_ms, model_version=model_version,
                                             rollout_key=rollout_key, truncate=truncate,
                                             chunk_overlap=chunk_overlap,
-                                            on_progress=on_progress)
+                                            on_progress=on_progress, timeout=timeout)
         return result.embeddings
 
     async def embed_with_info(self, texts: list[str], *, model: str | None = None,
                               priority: int | None = None, timeout_ms: float | None = None,
                               model_version: int | None = None, rollout_key: str | None = None,
                               truncate: Truncate = None, chunk_overlap: int | None = None,
-                              on_progress: Progress | None = None) -> EmbedResult:
-        """As EmbedClient.embed_with_info, the chunks concurrently (bounded); the first
+                              on_progress: Progress | None = None,
+                              timeout: float | None = None) -> EmbedResult:
+        """As Client.embed_with_info, the chunks concurrently (bounded); the first
         failed chunk cancels the rest and is raised."""
         call = self._start_embed(texts, model, truncate, chunk_overlap,
-                                 CallOptions(priority, timeout_ms, model_version, rollout_key),
-                                 on_progress)
+                                 CallOptions(priority, timeout_ms, model_version, rollout_key,
+                                             timeout), on_progress)
         answers, ids = await self._send(call)
         return embed_result(answers, ids)
 
     async def classify(self, images: list[bytes | str], *, model: str | None = None,
                        top_k: int | None = None, priority: int | None = None,
                        timeout_ms: float | None = None, model_version: int | None = None,
-                       rollout_key: str | None = None,
-                       on_progress: Progress | None = None) -> ClassifyResult:
-        """As EmbedClient.classify, the chunks concurrently (bounded)."""
+                       rollout_key: str | None = None, on_progress: Progress | None = None,
+                       timeout: float | None = None) -> ClassifyResult:
+        """As Client.classify, the chunks concurrently (bounded)."""
         call = self._start_classify(images, model, top_k,
-                                    CallOptions(priority, timeout_ms, model_version, rollout_key),
-                                    on_progress)
+                                    CallOptions(priority, timeout_ms, model_version, rollout_key,
+                                                timeout), on_progress)
         answers, ids = await self._send(call)
         return classify_result(answers, ids)
 
@@ -159,11 +161,12 @@ class AsyncClient(ClientBase):
                     model: str | None = None, priority: int | None = None,
                     timeout_ms: float | None = None, model_version: int | None = None,
                     parameters: Mapping[str, Any] | None = None,
-                    on_progress: Progress | None = None) -> InferResult:
+                    on_progress: Progress | None = None,
+                    timeout: float | None = None) -> InferResult:
         """The generic call under embed() and classify() (see Client.infer)."""
         call = self._start(model, rows, input_name, outputs,
-                           CallOptions(priority, timeout_ms, model_version), on_progress,
-                           parameters)
+                           CallOptions(priority, timeout_ms, model_version, timeout=timeout),
+                           on_progress, parameters)
         answers, ids = await self._send(call)
         return infer_result(answers, ids, call.wanted)
 
@@ -174,7 +177,12 @@ class AsyncClient(ClientBase):
         if lane is not None and lane not in self._lanes:
             self._lanes[lane] = await self.is_ready(lane)
         call = self._routed(call, bool(lane and self._lanes[lane]))
-        info = await self.info(call.model)
+        try:
+            info = await self.info(call.model)
+        except TritonClientError as err:
+            if call.expired():
+                raise call.deadline_error() from err
+            raise
         gate, done = asyncio.Semaphore(info.in_flight), [0]
         pieces = call.chunks(info)
 
@@ -194,10 +202,10 @@ class AsyncClient(ClientBase):
         while True:
             attempt += 1
             try:
-                return await self._call(self._client.infer, call.model, inputs, outputs=outputs,
-                                        headers=self._headers(),
-                                        **call.infer_kwargs(request_id))
+                return await self._infer_once(call, inputs, outputs, request_id)
             except TritonClientError as err:
+                if call.expired():
+                    raise call.deadline_error() from err
                 overflow = self._overflow(call, err)
                 if overflow is not None:  # the same request to the lane's front, at once
                     call = overflow
@@ -206,6 +214,24 @@ class AsyncClient(ClientBase):
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
+
+    async def _infer_once(self, call: Call, inputs: list[Any], outputs: list[Any],
+                          request_id: str) -> Any:
+        """One request, within the call's deadline: gRPC's own client deadline, or over
+        HTTP the request cancelled when the time left runs out."""
+        kwargs = {"outputs": outputs, "headers": self._headers(),
+                  **call.infer_kwargs(request_id)}
+        remaining = call.remaining()
+        if remaining is None:
+            return await self._call(self._client.infer, call.model, inputs, **kwargs)
+        if self.protocol == "grpc":
+            return await self._call(self._client.infer, call.model, inputs,
+                                    client_timeout=remaining, **kwargs)
+        try:
+            async with asyncio.timeout(remaining):  # in this task: Retry-After stays visible
+                return await self._call(self._client.infer, call.model, inputs, **kwargs)
+        except TimeoutError as err:
+            raise call.deadline_error() from err
 
     async def close(self) -> None:
         await self._client.close()
@@ -216,5 +242,3 @@ class AsyncClient(ClientBase):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-
-AsyncEmbedClient = AsyncClient  # the old name; deprecated, kept for one release

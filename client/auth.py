@@ -3,7 +3,9 @@
     API key     header `x-api-key` (gRPC metadata too); from the caller, else TMR_API_KEY,
                 else none (a server without the front door needs none)
     admin key   HTTP header `admin-key`, gRPC metadata `triton-grpc-protocol-admin-key`;
-                from the caller, else TMR_ADMIN_KEY, else the CPU dev server's default
+                from the caller, else TMR_ADMIN_KEY, else none: the SDK never presents
+                an admin credential it was not given (the dev server's own key lives
+                with the server, server/settings.py)
 
 An empty string means "send none". Every call returns a fresh dict: tritonclient's HTTP
 client adds its own headers to the dict it is given.
@@ -20,12 +22,6 @@ API_KEY_ENV = "TMR_API_KEY"  # the one key a client (the SDK, `tmr`) sends
 ADMIN_KEY_HEADER = "admin-key"
 GRPC_ADMIN_KEY_HEADER = f"triton-grpc-protocol-{ADMIN_KEY_HEADER}"
 ADMIN_KEY_ENV = "TMR_ADMIN_KEY"
-DEV_ADMIN_KEY = "tmr-dev-admin-key"  # the CPU dev server's key when TMR_ADMIN_KEY is unset
-
-
-def default_admin_key() -> str:
-    """The admin key: TMR_ADMIN_KEY, or the dev default (compose requires the variable)."""
-    return os.environ.get(ADMIN_KEY_ENV) or DEV_ADMIN_KEY
 
 
 def admin_key_header(protocol: str) -> str:
@@ -38,7 +34,8 @@ def resolve_api_key(api_key: str | None = None) -> str:
 
 
 def resolve_admin_key(admin_key: str | None = None) -> str:
-    return default_admin_key() if admin_key is None else admin_key
+    """The caller's admin key, else TMR_ADMIN_KEY, else "" (none is sent)."""
+    return os.environ.get(ADMIN_KEY_ENV, "") if admin_key is None else admin_key
 
 
 def key_headers(protocol: str = "http", *, api_key: str | None = None, admin: bool = False,

@@ -7,6 +7,16 @@ one request (`request_for`), retried by `retry_delay` when the failure allows it
 answers are put back together by the family's result builder (`embed_result`). Only how
 the chunks are sent differs: one after another (sync), or at most `max_in_flight` at a
 time (asyncio). Nothing here imports the server side: the SDK ships alone.
+
+Two timeouts, not to be confused:
+
+    timeout=     seconds, per client or per call: the client-side deadline of the whole
+                 call, across its chunks and retries, on HTTP and gRPC, sync and asyncio.
+                 When it passes the call raises DeadlineExceededError.
+    timeout_ms=  milliseconds, per call: Triton's queue timeout, sent with each chunk's
+                 request. The server drops a request still queued after it (if the model's
+                 queue policy allows overriding), answering "Request timeout expired",
+                 also a DeadlineExceededError. It bounds queueing, not the whole call.
 """
 
 from __future__ import annotations
@@ -21,32 +31,40 @@ from typing import Any, Literal
 
 import numpy as np
 from google.protobuf import json_format
+from tmr_client import contract
+from tmr_client.auth import key_headers, resolve_admin_key, resolve_api_key
+from tmr_client.contract import INTERACTIVE_PRIORITY, LANE_SUFFIX, ROLLOUT_KEY, lane_name
+from tmr_client.endpoint import (  # noqa: F401  (DEFAULT_PORTS, default_url: re-exported)
+    DEFAULT_PORTS,
+    Protocol,
+    default_url,
+    endpoint,
+)
+from tmr_client.errors import (
+    DeadlineExceededError,
+    InvalidInputError,
+    QueueFullError,
+    TritonClientError,
+    from_exception,
+)
+from tmr_client.limits import MAX_REQUEST_BYTES
+from tmr_client.retry import RetryPolicy, next_delay
+from tmr_client.served_by import ServedBy
+from tmr_client.tracing import trace_headers
+from tmr_client.transport import retry_after, triton_client
 
-from client.auth import key_headers, resolve_admin_key, resolve_api_key
-from client.errors import InvalidInputError, QueueFullError, TritonClientError
-from client.limits import MAX_REQUEST_BYTES
-from client.retry import RetryPolicy, next_delay
-from client.tracing import trace_headers
-from core import settings
-from core.families import IMAGE_CLASSIFICATION
-from core.families.image_classification import IMAGE
-from core.families.lanes import INTERACTIVE_PRIORITY, LANE_SUFFIX, lane_name
-from core.families.spec import SERVED_BY
-from core.families.text_embedding import EMBEDDING, TEXT, TOKENS, TRUNCATED_TOKENS, WINDOWS
-from core.served_by import ServedBy
-
-Protocol = Literal["http", "grpc"]
-DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 DEFAULT_MODEL = "embed"  # the repository's first text-embedding front model
-# The families' tensors, named once in core/families/.
-TEXT_INPUT = TEXT.name
-EMBEDDING_OUTPUT = EMBEDDING.name
-SERVED_BY_OUTPUT = SERVED_BY.name
-TOKENS_OUTPUT = TOKENS.name
-TRUNCATED_OUTPUT = TRUNCATED_TOKENS.name
-WINDOWS_OUTPUT = WINDOWS.name
-IMAGE_INPUT = IMAGE.name
-CLASSIFY_OUTPUTS = tuple(t.name for t in IMAGE_CLASSIFICATION.front_outputs)
+# The families' tensors, named once in tmr_client.contract (core/families/ reads them).
+TEXT_INPUT = contract.TEXT
+EMBEDDING_OUTPUT = contract.EMBEDDING
+SERVED_BY_OUTPUT = contract.SERVED_BY
+TOKENS_OUTPUT = contract.TOKENS
+TRUNCATED_OUTPUT = contract.TRUNCATED_TOKENS
+WINDOWS_OUTPUT = contract.WINDOWS
+IMAGE_INPUT = contract.IMAGE
+CLASSIFY_OUTPUTS = (contract.CLASS_IDS, contract.LABELS, contract.PROBABILITIES,
+                    contract.SERVED_BY)
+RETRY_AFTER_STATUSES = ("429", "503")  # HTTP answers whose Retry-After the client honours
 DEFAULT_IN_FLIGHT = 4  # chunks a bulk call keeps in flight when the config is unknown
 ENVELOPE_BYTES = 64 * 1024  # the request's header (names, shapes, parameters), generously
 
@@ -68,10 +86,6 @@ def protocol_module(protocol: Protocol, aio: bool = False) -> ModuleType:
     else:
         raise ValueError(f"unknown protocol {protocol!r}; expected 'http' or 'grpc'")
     return module
-
-
-def default_url(protocol: Protocol, host: str = "localhost") -> str:
-    return f"{host}:{DEFAULT_PORTS[protocol]}"
 
 
 def type_name(value: object) -> str:
@@ -157,18 +171,24 @@ def image_tensor(images: Iterable[bytes | str]) -> np.ndarray:
     return bytes_rows(images, IMAGES, encode)
 
 
-ROLLOUT_KEY = "rollout_key"  # the request parameter the front models split a rollout by
+def check_timeout(timeout: object) -> float | None:
+    """A `timeout=` in seconds (> 0), or None; anything else is an InvalidInputError."""
+    if timeout is not None and not (is_number(timeout) and timeout > 0):
+        raise InvalidInputError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    return None if timeout is None else float(timeout)
 
 
 @dataclass(frozen=True)
 class CallOptions:
-    """Per-call options: priority level (1 = highest), queue timeout, pinned version, and
-    the key that keeps a caller on one version during a rollout (`rollout_key`)."""
+    """Per-call options: priority level (1 = highest), Triton's queue timeout per request
+    (`timeout_ms`), pinned version, the key that keeps a caller on one version during a
+    rollout (`rollout_key`), and the call's client-side deadline (`timeout`, seconds)."""
 
     priority: int | None = None
     timeout_ms: float | None = None
     model_version: int | None = None
     rollout_key: str | None = None
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         """Refuse what Triton would misread, before anything is sent."""
@@ -181,10 +201,11 @@ class CallOptions:
         if self.model_version is not None and not is_int_at_least(self.model_version, 1):
             raise InvalidInputError("model_version must be an integer >= 1, got "
                                     f"{self.model_version!r}")
+        check_timeout(self.timeout)
 
     def deadline(self) -> float | None:
-        """Monotonic time by which retries must stop (None: no deadline)."""
-        return None if self.timeout_ms is None else time.monotonic() + self.timeout_ms / 1000
+        """Monotonic time by which the call must end (None: no deadline)."""
+        return None if self.timeout is None else time.monotonic() + self.timeout
 
     def infer_kwargs(self, request_id: str) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"request_id": request_id}
@@ -210,7 +231,7 @@ def byte_chunks(sizes: Sequence[int], max_rows: int, max_bytes: int,
     """Consecutive slices of rows, each at most `max_rows` rows whose encoded sizes (plus
     4 bytes each, the BYTES length prefix) fit `max_bytes` less the envelope. A row that
     cannot fit alone raises RequestTooLargeError naming its index and the limit."""
-    from client.errors import RequestTooLargeError
+    from tmr_client.errors import RequestTooLargeError
 
     budget = max_bytes - ENVELOPE_BYTES
     slices, start, used = [], 0, 0
@@ -279,11 +300,11 @@ def config_dict(config: Any) -> dict[str, Any]:
 
 
 def request_rows(config: Any) -> int:
-    """Rows of one request of a bulk call (core.settings.request_rows: the model's
+    """Rows of one request of a bulk call (contract.request_rows: the model's
     preferred batch when it has one, else its max_batch_size), from the config over HTTP
     (a dict) or gRPC (protobuf): a bulk call is then many short executions that higher
     priorities can pass."""
-    return settings.request_rows(config_dict(config))
+    return contract.request_rows(config_dict(config))
 
 
 def instance_count(config: Any) -> int | None:
@@ -306,7 +327,7 @@ def in_flight_limit(instances: int | None) -> int:
 
 @dataclass(frozen=True)
 class Access:
-    """Keys and what to do without the admin key (see client.auth).
+    """Keys and what to do without the admin key (see tmr_client.auth).
 
     The model config (max_batch_size, outputs, instances) is a restricted API. With
     `max_batch_size` given, or when the config is refused, the client reads the open
@@ -327,8 +348,8 @@ class Access:
         return ModelInfo(self.max_batch_size or max_batch_size(config),
                          tuple(output_names(config)),
                          self.max_in_flight or in_flight_limit(instance_count(config)),
-                         rows, min(rows, settings.chunk_request_rows(body)),
-                         settings.chunks_by_default(body))
+                         rows, min(rows, contract.chunk_request_rows(body)),
+                         contract.chunks_by_default(body))
 
     def info_without_config(self, metadata: Any) -> ModelInfo:
         rows = self.max_batch_size or 1
@@ -355,11 +376,28 @@ class Call:
         request rows (its preferred batch, else max_batch_size; fewer when its texts are
         chunked into windows), and never over the protocol's request size limit."""
         sizes = [len(row[0]) for row in self.rows]
-        truncate = self.parameters.get("truncate")
+        truncate = self.parameters.get(contract.TRUNCATE)
         chunked = truncate == "chunk" or (truncate is None and info.chunks_by_default)
         return [(rows, new_request_id()) for rows in byte_chunks(
             sizes, info.chunk_rows if chunked else info.request_rows,
             MAX_REQUEST_BYTES[self.protocol], self.protocol, self.input_name)]
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None: no deadline); raises
+        DeadlineExceededError once it has passed."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self.deadline_error()
+        return left
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def deadline_error(self) -> DeadlineExceededError:
+        return DeadlineExceededError(f"deadline exceeded: the call to {self.model!r} took "
+                                     f"more than its timeout of {self.options.timeout:g} s")
 
     def progress(self, done: int) -> None:
         if self.on_progress is not None:
@@ -471,25 +509,45 @@ def infer_result(answers: Sequence[Any], request_ids: list[str],
 class ClientBase:
     """State and decisions shared by the sync and asyncio clients (no I/O here)."""
 
-    def __init__(self, url: str | None, protocol: Protocol, model: str,
+    def __init__(self, url: str | None, protocol: Protocol | None, model: str,
                  retry: RetryPolicy | None, seed: int | None, aio: bool,
-                 access: Access | None = None) -> None:
+                 access: Access | None = None, timeout: float | None = None) -> None:
         access = access or Access()
         for name in ("max_batch_size", "max_in_flight"):
             value = getattr(access, name)
             if value is not None and not is_int_at_least(value, 1):
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        self.protocol = protocol
-        self.url = url or default_url(protocol)
+                raise InvalidInputError(f"{name} must be an integer >= 1, got {value!r}")
+        self.endpoint = endpoint(url, protocol)
+        self.protocol: Protocol = self.endpoint.protocol
+        self.url = self.endpoint.address
+        self.timeout = check_timeout(timeout)
         self.model = model
         self.retry = retry or RetryPolicy()
         self.access = access
-        self._module = protocol_module(protocol, aio=aio)
+        self._module = protocol_module(self.protocol, aio=aio)
         self._rng = random.Random(seed)
         self._api_key = resolve_api_key(access.api_key)
         self._admin_key = resolve_admin_key(access.admin_key)
         self._infos: dict[str, ModelInfo] = {}
         self._lanes: dict[str, bool] = {}  # lane -> loaded on the server (asked once)
+        try:
+            self._client = triton_client(self.endpoint, aio, self.timeout)
+        except Exception as exc:  # tritonclient refuses an address with many types
+            raise from_exception(exc) from exc
+
+    def _typed(self, exc: Exception) -> TritonClientError:
+        """A tritonclient or transport failure as a typed error, with the answer's
+        Retry-After (HTTP) when it is one to retry."""
+        err = from_exception(exc)
+        if err.status in RETRY_AFTER_STATUSES and err.retry_after_s is None:
+            err.retry_after_s = retry_after(self._client)
+        return err
+
+    def _control_kwargs(self) -> dict[str, Any]:
+        """The client's `timeout=` on a gRPC control call (HTTP's is the socket's)."""
+        if self.protocol == "grpc" and self.timeout is not None:
+            return {"client_timeout": self.timeout}
+        return {}
 
     @property
     def max_in_flight(self) -> int:
@@ -508,6 +566,8 @@ class ClientBase:
                wanted: Sequence[str], options: CallOptions,
                on_progress: Progress | None = None,
                parameters: Mapping[str, Any] | None = None) -> Call:
+        if options.timeout is None and self.timeout is not None:
+            options = replace(options, timeout=self.timeout)
         return Call(model or self.model, rows, input_name, tuple(wanted), options,
                     options.deadline(), on_progress, dict(parameters or {}), self.protocol)
 
@@ -522,7 +582,7 @@ class ClientBase:
         if top_k is not None and not is_int_at_least(top_k, 1):
             raise InvalidInputError(f"top_k must be an integer >= 1, got {top_k!r}")
         return self._start(model, image_tensor(images), IMAGE_INPUT, CLASSIFY_OUTPUTS, options,
-                           on_progress, {} if top_k is None else {"top_k": int(top_k)})
+                           on_progress, {} if top_k is None else {contract.TOP_K: int(top_k)})
 
     def _lane_of(self, call: Call) -> str | None:
         """The interactive lane a priority-1 call goes to, if its model has one: None for
@@ -561,7 +621,7 @@ EMBED_OUTPUTS = (EMBEDDING_OUTPUT, SERVED_BY_OUTPUT, TOKENS_OUTPUT, TRUNCATED_OU
 # True cuts it, False refuses it (400), "chunk" embeds it in windows pooled into one
 # vector; None leaves it to the model's overlength_policy.
 Truncate = bool | Literal["reject", "truncate", "chunk"] | None
-TRUNCATE_CHOICES = ("reject", "truncate", "chunk")
+TRUNCATE_CHOICES = contract.OVERLENGTH_POLICIES
 
 
 def text_parameters(truncate: Truncate, chunk_overlap: int | None) -> dict[str, Any]:
@@ -571,12 +631,12 @@ def text_parameters(truncate: Truncate, chunk_overlap: int | None) -> dict[str, 
         if not isinstance(truncate, bool) and truncate not in TRUNCATE_CHOICES:
             raise InvalidInputError("truncate must be True, False, None or one of "
                                     f"{', '.join(TRUNCATE_CHOICES)}; got {truncate!r}")
-        parameters["truncate"] = truncate
+        parameters[contract.TRUNCATE] = truncate
     if chunk_overlap is not None:
         if not is_int_at_least(chunk_overlap, 0):
             raise InvalidInputError(f"chunk_overlap must be an integer >= 0, got "
                                     f"{chunk_overlap!r}")
-        parameters["chunk_overlap"] = int(chunk_overlap)
+        parameters[contract.CHUNK_OVERLAP] = int(chunk_overlap)
     return parameters
 
 
@@ -604,8 +664,8 @@ def classify_result(answers: Sequence[Any], request_ids: list[str]) -> ClassifyR
     """One ClassifyResult from the InferResults of the chunks, in order."""
     predictions = []
     for answer in answers:
-        ids, labels = answer.as_numpy("CLASS_IDS"), answer.as_numpy("LABELS")
-        probabilities = answer.as_numpy("PROBABILITIES")
+        ids, labels = answer.as_numpy(contract.CLASS_IDS), answer.as_numpy(contract.LABELS)
+        probabilities = answer.as_numpy(contract.PROBABILITIES)
         for row in range(len(ids)):
             predictions.append([Prediction(int(i), label.decode(), float(p)) for i, label, p
                                 in zip(ids[row], labels[row], probabilities[row])])

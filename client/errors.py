@@ -1,7 +1,9 @@
 """Typed client errors, mapped from what Triton answers over HTTP and gRPC.
 
-    TritonClientError              base class; `.status` and `.message` keep Triton's own
-    ├── InvalidInputError          the request was refused as malformed (HTTP 400, INVALID_ARGUMENT)
+    TritonClientError              base class; `.status` and `.message` keep Triton's own,
+    │                              `.retry_after_s` the server's Retry-After (HTTP only)
+    ├── InvalidInputError          refused as malformed (HTTP 400, INVALID_ARGUMENT), or by
+    │                              the SDK before sending; also a `ValueError`
     │   └── RequestTooLargeError   over the front door's body limit (HTTP 413, RESOURCE_EXHAUSTED)
     ├── AccessDeniedError          no or a wrong API key (HTTP 401, UNAUTHENTICATED), or a
     │                              restricted admin API without the admin key (HTTP 403,
@@ -11,20 +13,22 @@
     ├── UnavailableError           the server cannot take the request now (HTTP 503)  [retriable]
     │   ├── QueueFullError         "Exceeds maximum queue size" for this priority     [retriable]
     │   └── RateLimitedError       the front door's per-key rate (HTTP 429)            [retriable]
-    ├── DeadlineExceededError      queue timeout ("Request timeout expired") or client deadline
+    ├── DeadlineExceededError      the call's `timeout=` passed (client side, any protocol),
+    │                              or Triton's queue timeout (`timeout_ms`) expired
     ├── ServerUnreachableError     connection refused, reset, or the call cancelled   [retriable]
     └── ServerError                anything else, including HTTP 500
 """
 
 from __future__ import annotations
 
-from core import messages as messages
+from tmr_client import messages
 
 
 class TritonClientError(Exception):
     """An inference or control call failed; `status` is Triton's code, `message` its text."""
 
     retriable = False
+    retry_after_s: float | None = None  # the answer's Retry-After (HTTP 429/503), if any
 
     def __init__(self, message: str, status: str | None = None) -> None:
         super().__init__(message if status is None else f"[{status}] {message}")
@@ -32,8 +36,9 @@ class TritonClientError(Exception):
         self.status = status
 
 
-class InvalidInputError(TritonClientError):
-    """The server refused the input: wrong dtype or shape, bad text, batch too large."""
+class InvalidInputError(TritonClientError, ValueError):
+    """The input or an option is wrong: refused by the SDK before sending, or by the server
+    (wrong dtype or shape, bad text, batch too large). Also a `ValueError`."""
 
 
 class RequestTooLargeError(InvalidInputError):
@@ -69,7 +74,7 @@ class RateLimitedError(UnavailableError):
 
 
 class DeadlineExceededError(TritonClientError):
-    """The request timed out in the server's queue or passed the caller's deadline."""
+    """The call's `timeout=` passed, or the request timed out in the server's queue."""
 
 
 class ServerUnreachableError(TritonClientError):

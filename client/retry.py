@@ -1,11 +1,17 @@
-"""Retry with exponential backoff and full jitter, only for retriable errors, within a deadline."""
+"""Retry with exponential backoff and full jitter, only for retriable errors, within a deadline.
+
+A server's `Retry-After` (HTTP 429 and 503 at the front door; `TritonClientError.retry_after_s`)
+is a floor: the next try waits at least that long. One longer than the time left before the
+call's deadline, or than `max_retry_after_s`, is not waited: the error is raised at once.
+gRPC answers carry no Retry-After, so gRPC retries back off by the policy alone.
+"""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-from client.errors import TritonClientError
+from tmr_client.errors import TritonClientError
 
 
 @dataclass(frozen=True)
@@ -15,6 +21,7 @@ class RetryPolicy:
     attempts: int = 3
     base_delay_s: float = 0.05
     max_delay_s: float = 1.0
+    max_retry_after_s: float = 30.0  # a longer Retry-After raises instead of waiting
 
     def backoff(self, retry_index: int, rng: random.Random) -> float:
         """Full-jitter delay before retry number `retry_index` (0-based)."""
@@ -30,11 +37,16 @@ def next_delay(policy: RetryPolicy, attempt: int, error: TritonClientError,
     """The delay before another try, or None to give up and raise `error`.
 
     `attempt` is the number of tries made so far; `remaining_s` is the caller's
-    deadline budget left (None: no deadline).
+    deadline budget left (None: no deadline). The delay is at least the error's
+    Retry-After.
     """
     if not error.retriable or attempt >= policy.attempts:
         return None
     delay = policy.backoff(attempt - 1, rng)
+    if error.retry_after_s is not None:
+        if error.retry_after_s > policy.max_retry_after_s:
+            return None
+        delay = max(delay, error.retry_after_s)
     if remaining_s is not None and delay >= remaining_s:
         return None
     return delay

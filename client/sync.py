@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from client.core import (
+from tmr_client.core import (
     DEFAULT_MODEL,
     Access,
     Call,
@@ -25,51 +24,61 @@ from client.core import (
     embed_result,
     infer_result,
 )
-from client.errors import (
+from tmr_client.errors import (
     AccessDeniedError,
     ServerUnreachableError,
     TritonClientError,
-    from_exception,
 )
-from client.retry import RetryPolicy
+from tmr_client.retry import RetryPolicy
 
 
 class Client(ClientBase):
     """The client of every front model: `embed(texts) -> (n, dim)` for a text-embedding
     one, `classify(images)` for an image-classification one, plus readiness and metadata
-    calls. (`EmbedClient` is the same class under its old name, kept for one release.)
+    calls.
 
-    `api_key` goes to the front door, `admin_key` to the model config (see client.auth);
-    `max_batch_size` spares the config call, which a client without the admin key cannot
-    make (see client.core.Access). `model` is the default front model of every call.
+    `url`: `"localhost:8000"`, `"http://host:8000"`, `"https://host"`, `"grpc://host:8001"`
+    or None for TMR_URL (else localhost:8000). Without `protocol=`, the scheme decides
+    (http/https: HTTP, grpc/grpcs: gRPC), else the port (8001: gRPC, any other: HTTP); an
+    explicit `protocol=` always wins (tmr_client.endpoint has the rules).
+
+    `timeout`: seconds, the client-side deadline of each call (its chunks and retries
+    together; a call's own `timeout=` overrides it), on HTTP and gRPC; past it a call
+    raises DeadlineExceededError. Over HTTP it is also the socket timeout (60 s without
+    it), so a call's own `timeout=` can shorten the client's there, not lengthen it. A
+    call's `timeout_ms` is something else: Triton's queue timeout per request. Over sync
+    HTTP, a request cut off by its deadline still finishes on the server, and the
+    client's next call waits for its connection.
+
+    `api_key` goes to the front door (else TMR_API_KEY); `admin_key` to the model config
+    (else TMR_ADMIN_KEY, else none: see tmr_client.auth); `max_batch_size` spares the
+    config call, which a client without the admin key cannot make (see
+    tmr_client.core.Access). `model` is the default front model of every call.
     """
 
-    def __init__(self, url: str | None = None, protocol: Protocol = "http",
-                 model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None,
-                 network_timeout_s: float = 60.0, seed: int | None = None, *,
+    def __init__(self, url: str | None = None, protocol: Protocol | None = None,
+                 model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None, *,
+                 timeout: float | None = None, seed: int | None = None,
                  api_key: str | None = None, admin_key: str | None = None,
                  max_batch_size: int | None = None, max_in_flight: int | None = None,
                  lanes: bool = True) -> None:
         super().__init__(url, protocol, model, retry, seed, aio=False,
                          access=Access(api_key, admin_key, max_batch_size, max_in_flight,
-                                       lanes))
-        if protocol == "http":
-            self._client = self._module.InferenceServerClient(
-                self.url, network_timeout=network_timeout_s, connection_timeout=network_timeout_s)
-        else:
-            self._client = self._module.InferenceServerClient(self.url)
+                                       lanes), timeout=timeout)
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:  # tritonclient and its transports raise many types
-            raise from_exception(exc) from exc
+            raise self._typed(exc) from exc
 
     def is_ready(self, model: str | None = None) -> bool:
         try:
             if model is None:
-                return bool(self._call(self._client.is_server_ready, headers=self._headers()))
-            return bool(self._call(self._client.is_model_ready, model, headers=self._headers()))
+                return bool(self._call(self._client.is_server_ready, headers=self._headers(),
+                                       **self._control_kwargs()))
+            return bool(self._call(self._client.is_model_ready, model, headers=self._headers(),
+                                   **self._control_kwargs()))
         except TritonClientError:
             return False
 
@@ -85,16 +94,16 @@ class Client(ClientBase):
 
     def metadata(self, model: str | None = None) -> Any:
         return self._call(self._client.get_model_metadata, model or self.model,
-                          headers=self._headers())
+                          headers=self._headers(), **self._control_kwargs())
 
     def model_config(self, model: str | None = None) -> Any:
         """The model config: a restricted API, sent with the admin key."""
         return self._call(self._client.get_model_config, model or self.model,
-                          headers=self._headers(admin=True))
+                          headers=self._headers(admin=True), **self._control_kwargs())
 
     def info(self, model: str | None = None) -> ModelInfo:
         """Rows per request, outputs and chunks in flight: from the config, or the metadata
-        without the admin key (see client.core.Access); read once per model."""
+        without the admin key (see tmr_client.core.Access); read once per model."""
         model = model or self.model
         if model not in self._infos:
             self._infos[model] = self._read_info(model)
@@ -114,42 +123,46 @@ class Client(ClientBase):
     def embed(self, texts: list[str], *, model: str | None = None, priority: int | None = None,
               timeout_ms: float | None = None, model_version: int | None = None,
               rollout_key: str | None = None, truncate: Truncate = None,
-              chunk_overlap: int | None = None,
-              on_progress: Progress | None = None) -> np.ndarray:
+              chunk_overlap: int | None = None, on_progress: Progress | None = None,
+              timeout: float | None = None) -> np.ndarray:
         """Embeddings of `texts`, (n, dim) float32, in input order. A text over the
         model's length is cut with `truncate=True`, refused with `False`, embedded in
         windows pooled into one vector with `"chunk"` (overlapping by `chunk_overlap`
-        tokens, else the model's), and left to the model's policy with None."""
+        tokens, else the model's), and left to the model's policy with None.
+
+        `timeout`: seconds for the whole call, retries and chunks included (else the
+        client's); `timeout_ms`: Triton's queue timeout for each request (server side)."""
         return self.embed_with_info(texts, model=model, priority=priority, timeout_ms=timeout_ms,
                                     model_version=model_version, rollout_key=rollout_key,
                                     truncate=truncate, chunk_overlap=chunk_overlap,
-                                    on_progress=on_progress).embeddings
+                                    on_progress=on_progress, timeout=timeout).embeddings
 
     def embed_with_info(self, texts: list[str], *, model: str | None = None,
                         priority: int | None = None, timeout_ms: float | None = None,
                         model_version: int | None = None, rollout_key: str | None = None,
                         truncate: Truncate = None, chunk_overlap: int | None = None,
-                        on_progress: Progress | None = None) -> EmbedResult:
+                        on_progress: Progress | None = None,
+                        timeout: float | None = None) -> EmbedResult:
         """Like embed(), plus what served each row, its tokens, the tokens truncation
         dropped, its windows, and each chunk's model version and request id;
         `on_progress(done, total)` after each chunk."""
         call = self._start_embed(texts, model, truncate, chunk_overlap,
-                                 CallOptions(priority, timeout_ms, model_version, rollout_key),
-                                 on_progress)
+                                 CallOptions(priority, timeout_ms, model_version, rollout_key,
+                                             timeout), on_progress)
         answers, ids = self._send(call)
         return embed_result(answers, ids)
 
     def classify(self, images: list[bytes | str], *, model: str | None = None,
                  top_k: int | None = None, priority: int | None = None,
                  timeout_ms: float | None = None, model_version: int | None = None,
-                 rollout_key: str | None = None,
-                 on_progress: Progress | None = None) -> ClassifyResult:
+                 rollout_key: str | None = None, on_progress: Progress | None = None,
+                 timeout: float | None = None) -> ClassifyResult:
         """The `top_k` best classes (the model's default number when None) of each encoded
         image (JPEG, PNG or WebP bytes, or a base64 data URL string), best first, with what
-        served each."""
+        served each. `timeout` and `timeout_ms` as in embed()."""
         call = self._start_classify(images, model, top_k,
-                                    CallOptions(priority, timeout_ms, model_version, rollout_key),
-                                    on_progress)
+                                    CallOptions(priority, timeout_ms, model_version, rollout_key,
+                                                timeout), on_progress)
         answers, ids = self._send(call)
         return classify_result(answers, ids)
 
@@ -157,13 +170,14 @@ class Client(ClientBase):
               model: str | None = None, priority: int | None = None,
               timeout_ms: float | None = None, model_version: int | None = None,
               parameters: Mapping[str, Any] | None = None,
-              on_progress: Progress | None = None) -> InferResult:
+              on_progress: Progress | None = None,
+              timeout: float | None = None) -> InferResult:
         """The generic call under embed() and classify(): `rows` ([n, 1] BYTES) under
         `input_name`, chunked, retried and mapped to typed errors as they are; the
         `outputs` the model has, by name."""
         call = self._start(model, rows, input_name, outputs,
-                           CallOptions(priority, timeout_ms, model_version), on_progress,
-                           parameters)
+                           CallOptions(priority, timeout_ms, model_version, timeout=timeout),
+                           on_progress, parameters)
         answers, ids = self._send(call)
         return infer_result(answers, ids, call.wanted)
 
@@ -174,7 +188,12 @@ class Client(ClientBase):
         if lane is not None and lane not in self._lanes:
             self._lanes[lane] = self.is_ready(lane)
         call = self._routed(call, bool(lane and self._lanes[lane]))
-        info = self.info(call.model)
+        try:
+            info = self.info(call.model)
+        except TritonClientError as err:
+            if call.expired():
+                raise call.deadline_error() from err
+            raise
         answers, ids = [], []
         for rows, request_id in call.chunks(info):
             ids.append(request_id)
@@ -188,9 +207,10 @@ class Client(ClientBase):
         while True:
             attempt += 1
             try:
-                return self._call(self._client.infer, call.model, inputs, outputs=outputs,
-                                  headers=self._headers(), **call.infer_kwargs(request_id))
+                return self._infer_once(call, inputs, outputs, request_id)
             except TritonClientError as err:
+                if call.expired():
+                    raise call.deadline_error() from err
                 overflow = self._overflow(call, err)
                 if overflow is not None:  # the same request to the lane's front, at once
                     call = overflow
@@ -199,6 +219,21 @@ class Client(ClientBase):
                 if delay is None:
                     raise
                 time.sleep(delay)
+
+    def _infer_once(self, call: Call, inputs: list[Any], outputs: list[Any],
+                    request_id: str) -> Any:
+        """One request, within the call's deadline: gRPC's own client deadline, or over
+        HTTP the request sent in the background and awaited at most the time left."""
+        kwargs = {"outputs": outputs, "headers": self._headers(),
+                  **call.infer_kwargs(request_id)}
+        remaining = call.remaining()
+        if remaining is None:
+            return self._call(self._client.infer, call.model, inputs, **kwargs)
+        if self.protocol == "grpc":
+            return self._call(self._client.infer, call.model, inputs, client_timeout=remaining,
+                              **kwargs)
+        pending = self._call(self._client.async_infer, call.model, inputs, **kwargs)
+        return self._call(pending.get_result, timeout=remaining)
 
     def close(self) -> None:
         self._client.close()
@@ -209,5 +244,3 @@ class Client(ClientBase):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-EmbedClient = Client  # the old name (it also classifies); deprecated, kept for one release

@@ -27,6 +27,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -263,11 +264,20 @@ class Window:
         }
 
 
+class Action(StrEnum):
+    """What the controller does after looking at a step."""
+
+    ADVANCE = "advance"  # the step passed: take the next one (or promote after the last)
+    ROLLBACK = "rollback"  # a breach, or a step left unjudged past its timeout
+    RECHECK = "recheck"  # a first latency breach: measure the step again from zero
+    WAIT = "wait"  # not enough evidence yet, or paused
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """What the controller does after looking at a step: advance, roll back, or wait."""
+    """The controller's decision on a step, why, and the figures it judged."""
 
-    action: str  # "advance", "rollback" or "wait"
+    action: Action
     reason: str
     figures: dict[str, float | None]
 
@@ -288,34 +298,34 @@ def judge(state: RolloutState, window: Window, thresholds: Thresholds,
     canary = state.current.canary > 0
     f = window.figures(canary)
     if window.candidate_errors and f["error_rate"] > state.max_error_rate:
-        return Verdict("rollback", f"candidate error rate {f['error_rate']:.1%} over "
+        return Verdict(Action.ROLLBACK, f"candidate error rate {f['error_rate']:.1%} over "
                        f"{state.max_error_rate:.1%} ({window.candidate_errors:.0f} of "
                        f"{window.candidate_calls:.0f} calls)", f)
     if thresholds.min_agreement is not None and window.below_min_rows:
-        return Verdict("rollback", f"{window.below_min_rows:.0f} shadowed rows agree under "
+        return Verdict(Action.ROLLBACK, f"{window.below_min_rows:.0f} shadowed rows agree under "
                        f"{thresholds.min_agreement:g} with the served version", f)
     enough_pairs = window.paired_calls >= state.min_pairs
     if enough_pairs and f["mean_agreement"] is not None \
             and f["mean_agreement"] < thresholds.mean_agreement:
-        return Verdict("rollback", f"mean agreement {f['mean_agreement']:.5f} under "
+        return Verdict(Action.ROLLBACK, f"mean agreement {f['mean_agreement']:.5f} under "
                        f"{thresholds.mean_agreement:g}", f)
     limit = state.max_p99_ratio or thresholds.max_p99_ratio
     if elapsed_s >= state.min_seconds and f["latency_calls"] >= state.min_pairs \
             and f["p99_ratio"] is not None and f["p99_ratio"] > limit:
         on = "the calls each answered" if canary else "the same inputs"
-        return Verdict("rollback" if rechecking else "recheck",
+        return Verdict(Action.ROLLBACK if rechecking else Action.RECHECK,
                        f"p99 {f['candidate_p99_ms']:.1f} ms is "
                        f"{f['p99_ratio']:.2f}x the served version's {f['stable_p99_ms']:.1f} "
                        f"ms on {on} (limit {limit:g}x)", f)
     judged = (elapsed_s >= state.min_seconds and window.candidate_rows >= state.min_requests
               and (enough_pairs or state.current.shadow == 0))
     if judged and not state.paused:
-        return Verdict("advance", f"{state.current.describe()} passed", f)
+        return Verdict(Action.ADVANCE, f"{state.current.describe()} passed", f)
     if elapsed_s > state.step_timeout_s and not state.paused:
-        return Verdict("rollback", f"{state.current.describe()} not judged within "
+        return Verdict(Action.ROLLBACK, f"{state.current.describe()} not judged within "
                        f"{state.step_timeout_s:g} s ({window.candidate_rows:.0f} candidate rows, "
                        f"{window.paired_calls:.0f} paired calls)", f)
-    return Verdict("wait", "paused" if state.paused else "collecting", f)
+    return Verdict(Action.WAIT, "paused" if state.paused else "collecting", f)
 
 
 # -- agreement of two outputs, per family (core/families: Family.agreement) ------------------

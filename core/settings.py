@@ -27,12 +27,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
+from tmr_client import contract
+from tmr_client.contract import (  # noqa: F401  (re-exported: the SDK reads configs so)
+    chunk_request_rows,
+    chunks_by_default,
+    request_rows,
+)
+
 from core.params import flag, non_negative_int, one_of, parameter, positive_int
 
 S = TypeVar("S", bound="ParameterSettings")
 TOP_LEVEL = 4  # the ladder's last level (503 for all); python_backends/degradation.py
 GC_POLICIES = ("default", "freeze")  # python_backends/gc_pauses.py says what each does
-OVERLENGTH_POLICIES = ("reject", "truncate", "chunk")  # python_backends/tokenization.py
+OVERLENGTH_POLICIES = contract.OVERLENGTH_POLICIES  # python_backends/tokenization.py
 # Intra-op threads of an encoder instance unless its config sets its format's threads
 # parameter (core/families/spec.py Format.threads_parameter).
 ENCODER_THREADS = 1
@@ -146,8 +153,8 @@ class OpenVinoSettings(ParameterSettings):
 
 @dataclass(frozen=True)
 class LadderSettings(ParameterSettings):
-    """Thresholds of the degradation ladder (python_backends/degradation.py; README
-    "When things go wrong"): queue signal, hysteresis, failures, memory, level 1's call
+    """Thresholds of the degradation ladder (python_backends/degradation.py;
+    docs/degradation.md): queue signal, hysteresis, failures, memory, level 1's call
     size, the cache of level 3, an operator's override; and what the router does with
     duplicate rows at every level and where its primary runs."""
 
@@ -189,10 +196,12 @@ class TextFrontSettings(ParameterSettings):
     max_text_bytes: int = setting(131072, positive_int)
     # Over max_tokens: "reject" (INVALID_ARG naming the text), "truncate" (keep the special
     # tokens) or "chunk" (windows pooled into one vector); a request may say its own.
-    overlength_policy: str = setting("reject", one_of(*OVERLENGTH_POLICIES))
+    overlength_policy: str = setting(contract.DEFAULT_OVERLENGTH_POLICY,
+                                     one_of(*OVERLENGTH_POLICIES))
     chunk_overlap_tokens: int = setting(32, non_negative_int)  # tokens two windows share
-    max_windows_per_text: int = setting(128, positive_int)  # a chunked text's windows
-    max_windows_per_request: int = setting(256, positive_int)  # all texts of a request
+    max_windows_per_text: int = setting(contract.DEFAULT_MAX_WINDOWS_PER_TEXT, positive_int)
+    max_windows_per_request: int = setting(contract.DEFAULT_MAX_WINDOWS_PER_REQUEST,
+                                           positive_int)
     # Rows of a batch go to the encoder in groups whose padding is at most this share of
     # their real tokens (perf/profile.py measured it); -1 pads a batch as one call.
     length_bucket_waste: float = 0.25
@@ -252,7 +261,7 @@ class DynamicBatching:
         """Rows a client should put in one request: the largest preferred batch when there
         is one (a larger request is one execution that holds an instance longer, and every
         higher-priority request waits for it), else max_batch_size."""
-        return min(max(self.preferred_batch_size, default=max_batch_size), max_batch_size)
+        return contract.preferred_rows(self.preferred_batch_size, max_batch_size)
 
     def to_config(self) -> dict[str, Any]:
         """Triton's JSON form of the message (json_format.ParseDict reads it)."""
@@ -273,29 +282,6 @@ class DynamicBatching:
                    int(batching.get("default_priority_level", 0) or 0),
                    {int(level): QueuePolicy.from_config(policy)
                     for level, policy in policies.items()})
-
-
-def request_rows(config: Mapping[str, Any]) -> int:
-    """The rows one execution of a model takes when more are queued, from its config in
-    Triton's JSON form: DynamicBatching.request_rows of its batcher and max_batch_size.
-    The SDK and the OpenAI route cut bulk calls into requests of this size, and the
-    router's queue signal measures a batch against it."""
-    batching = DynamicBatching.from_config(config.get("dynamic_batching") or {})
-    return batching.request_rows(max(int(config.get("max_batch_size", 0) or 0), 1))
-
-
-def chunk_request_rows(config: Mapping[str, Any]) -> int:
-    """Rows of one request whose texts are chunked (python_backends/tokenization.py): as
-    many texts at their most windows as one request may hold, at most `request_rows`, so
-    a bulk client never meets the per-request windows limit."""
-    text = TextFrontSettings.from_parameters(config)
-    return max(1, min(request_rows(config),
-                      text.max_windows_per_request // text.max_windows_per_text))
-
-
-def chunks_by_default(config: Mapping[str, Any]) -> bool:
-    """The model chunks a long text unless a request says otherwise."""
-    return TextFrontSettings.from_parameters(config).overlength_policy == "chunk"
 
 
 # A front's queues: two priority levels; level 2 (low, the default) is shed first by

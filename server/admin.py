@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from client import TritonClientError, UnavailableError
-from client.core import DEFAULT_MODEL
+from tmr_client import TritonClientError, UnavailableError
+from tmr_client.core import DEFAULT_MODEL
+
 from core.families.lanes import lane_name
 from core.messages import degraded_level
 from core.repository import set_parameter
@@ -37,7 +38,7 @@ def force_level_explicit(url: str, level: int, model: str = DEFAULT_FRONT,
 
     The override lives in the server only: `--level auto` sends it back as -1. The
     on-disk config.pbtxt stays the source of truth for the next start. Both calls are
-    restricted APIs: they carry the admin key (client.auth).
+    restricted APIs: they carry the admin key (tmr_client.auth).
     """
     with AdminClient(url, admin_key) as admin:
         lane = lane_name(model)

@@ -1,11 +1,11 @@
 """The one operator client: model control, the repository index, configs, readiness and
-probes, over Triton's HTTP API with the admin key (client.auth).
+probes, over Triton's HTTP API with the admin key (tmr_client.auth).
 
 `tmr degrade`, `tmr health`, `tmr promote`/`rollback`, the watchdog and the loading of new
 models all talk to Triton through `AdminClient`; none of them builds an
 `InferenceServerClient` or catches tritonclient's exceptions. Every call goes through
 `AdminClient._call`, the one place where those exceptions become the project's typed
-errors (client.errors.from_exception): callers branch on `TritonClientError` subclasses.
+errors (tmr_client.errors.from_exception): callers branch on `TritonClientError` subclasses.
 
 Configs travel as Triton's protobuf (`model_config_pb2.ModelConfig`), the type the
 repository's own config code uses; "reload" means re-sending a model's config through the
@@ -23,12 +23,13 @@ from typing import Any, TypeVar
 import numpy as np
 import tritonclient.http as httpclient
 from google.protobuf import json_format
+from tmr_client.auth import key_headers
+from tmr_client.errors import TritonClientError, from_exception
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import np_to_triton_dtype
 
-from client.auth import key_headers
-from client.errors import TritonClientError, from_exception
 from core.probes import ProbeTarget, probe_target
+from server import settings
 
 T = TypeVar("T")
 
@@ -103,7 +104,8 @@ class AdminClient:
             raise from_exception(exc) from exc
 
     def _admin(self) -> dict[str, str]:
-        return key_headers(admin=True, admin_key=self.admin_key)
+        key = settings.admin_key() if self.admin_key is None else self.admin_key
+        return key_headers(admin=True, admin_key=key)
 
     # -- the repository and model control ---------------------------------------------
     def index(self) -> list[IndexEntry]:

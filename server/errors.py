@@ -11,7 +11,7 @@
                            (core.files.TemplateError: core.files renders every template)
     ReleaseError           a promotion or rollback that did not happen (the old version serves)
     SlowStopWarning        a warning: a stop ran out its exit timeout on a model that never
-                           unloaded, every inference done (README "Known 2.51 behaviour")
+                           unloaded, every inference done (docs/operations.md)
 """
 
 from __future__ import annotations

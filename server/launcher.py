@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
@@ -38,12 +39,27 @@ _LOAD_FAILURE_NO_VERSION = re.compile(r"failed to load model '([^']+)'(): (.*?)\
 _UNAVAILABLE_MODEL = re.compile(r"\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*UNAVAILABLE: (.*?)\s*\|\s*$")
 
 
+def sdk_path() -> Path:
+    """A folder holding the SDK under its import name (`tmr_client` -> client/).
+
+    The venv finds the SDK through its editable install's `.pth` file, but Python reads
+    `.pth` files only in site folders, never in PYTHONPATH entries, and the stub's only
+    route to the venv is PYTHONPATH: without this link `core` (which re-exports the SDK's
+    wire contract) would not import in a stub."""
+    folder = HOME_DIR / "sdk"
+    link = folder / "tmr_client"
+    if not link.is_symlink():
+        folder.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(PROJECT_ROOT / "client", target_is_directory=True)
+    return folder
+
+
 def stub_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for tritonserver and the Python stubs it spawns."""
     env = dict(os.environ if base is None else base)
     site = sysconfig.get_paths()["purelib"]
     venv_bin = str(Path(sys.executable).parent)
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), site])
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), site, str(sdk_path())])
     env["PATH"] = os.pathsep.join(p for p in (venv_bin, env.get("PATH", "")) if p)
     env["PYTHONNOUSERSITE"] = "1"
     env.pop("PYTHONHOME", None)
@@ -157,19 +173,25 @@ _IN_FLIGHT = re.compile(r"Found [1-9]\d* model versions that have in-flight infe
 _LIVE = re.compile(r"Found [1-9]\d* live models")
 
 
-def stop_phase(log_text: str) -> str:
-    """Where Triton's last stop spent its exit timeout, from its log: "clean" (it did not
-    run out), "connections" (clients kept HTTP connections open: Triton 2.51 waits for them
-    first), "in-flight" (inferences still running), "unload" (every inference done, some
-    model never unloaded: its instances idle, yet something in Triton still holds it)."""
+class StopPhase(StrEnum):
+    """Where Triton's last stop spent its exit timeout."""
+
+    CLEAN = "clean"  # it did not run out
+    CONNECTIONS = "connections"  # clients kept HTTP connections open: 2.51 waits for them
+    IN_FLIGHT = "in-flight"  # inferences still running
+    UNLOAD = "unload"  # every inference done, yet some model never unloaded
+
+
+def stop_phase(log_text: str) -> StopPhase:
+    """The StopPhase of the last stop in Triton's log."""
     stop = log_text[max(0, log_text.rfind("Signal (")):]
     if "Exit timeout expired" not in stop:
-        return "clean"
+        return StopPhase.CLEAN
     if _CONNECTIONS.search(stop):
-        return "connections"
+        return StopPhase.CONNECTIONS
     if _IN_FLIGHT.search(stop):
-        return "in-flight"
-    return "unload" if _LIVE.search(stop) else "clean"
+        return StopPhase.IN_FLIGHT
+    return StopPhase.UNLOAD if _LIVE.search(stop) else StopPhase.CLEAN
 
 
 def load_failures(log_text: str) -> dict[str, str]:

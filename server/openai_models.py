@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from client.core import request_rows
+from tmr_client.core import request_rows
+
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import catalog
 from core.families.configs import parameters_of

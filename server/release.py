@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from client import TritonClientError
+from tmr_client import TritonClientError
+
 from core import config_edit
 from core import versions as v
 from core.rollout import state_of

@@ -26,8 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from client import TritonClientError
-from client.prometheus import samples
+from tmr_client import TritonClientError
+
 from core import config_edit
 from core import rollout as r
 from core import versions as v
@@ -35,6 +35,7 @@ from core.families import family
 from core.families.catalog import UnknownModelError
 from server.admin_client import AdminClient
 from server.errors import ReleaseError
+from server.prometheus import samples
 from server.release import check_candidate, states_of
 
 log = logging.getLogger("server.rollout")
@@ -346,13 +347,13 @@ class Controller:
                 base, began = totals, time.monotonic()
                 continue
             verdict = r.judge(state, delta, thresholds, time.monotonic() - began, rechecking)
-            if verdict.action == "recheck":  # measure the step again before a verdict
+            if verdict.action is r.Action.RECHECK:  # measure the step again before a verdict
                 record(self.model_dir, "recheck", state, verdict.reason, verdict.figures)
                 base, began, rechecking = totals, time.monotonic(), True
                 continue
-            if verdict.action == "rollback":
+            if verdict.action is r.Action.ROLLBACK:
                 return self.finish(state, r.ROLLED_BACK, verdict.reason, verdict.figures)
-            if verdict.action != "advance":
+            if verdict.action is not r.Action.ADVANCE:
                 continue
             if state.last_step:
                 return self.finish(state, r.PROMOTED, verdict.reason, verdict.figures)

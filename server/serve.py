@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -11,12 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from client import TritonClientError
-from client.auth import API_KEY_HEADER
-from client.core import DEFAULT_MODEL
+import numpy as np
+from tmr_client import TritonClientError
+from tmr_client.auth import API_KEY_HEADER
+from tmr_client.core import DEFAULT_MODEL
+
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.text_embedding import TEXT
+from core.families.warmup import WARMUP_FOLDER, elements
 from core.host_profile import ProfileError
+from core.paths import PROJECT_ROOT
 from core.probes import probe_target
 from core.startup import startup_models
 from core.versions import PROFILE_ENV, served_config
@@ -129,20 +134,58 @@ def banner(server: TritonServer, models: str) -> str:
     ])
 
 
+def tracked_sample(folder: Path, name: str) -> bytes | None:
+    """The model's tracked warmup sample of input `name` (a real text or photo written by
+    export/warmup.py), or None where its folder holds none."""
+    path = folder / WARMUP_FOLDER / name
+    return elements(path.read_bytes())[0] if path.is_file() else None
+
+
+def describe_sample(sample: bytes) -> str:
+    """What a sample is, in a few words: a text's start, or an image's size and format."""
+    try:
+        text = sample.decode()
+    except UnicodeDecodeError:
+        pass
+    else:
+        return repr(text if len(text) <= 40 else text[:37] + "...")
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(sample)) as image:
+            return f"a {image.width}x{image.height} {image.format}, {len(sample):,} bytes"
+    except UnidentifiedImageError:
+        return f"{len(sample):,} bytes"
+
+
+def shown_path(path: Path) -> str:
+    """`path` relative to the project, where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
+
+
 def example_call(server: TritonServer, model: FamilyModel) -> str:
-    """One real call through a family model's front with its family's probe input (the
-    health checks' probe, core.probes), over the SDK's generic call; the family says what
-    its answer shows."""
-    from client import Client
+    """One real call through a family model's front, over the SDK's generic call, with the
+    front's tracked warmup sample (a real text or photo; else the health checks' probe,
+    core.probes); the line says what was sent, and the family what its answer shows."""
+    from tmr_client import Client
 
     fam, front = model.family, str(model.front)
-    target = probe_target(served_config(server.opts.repository / front))
+    folder = server.opts.repository / front
+    target = probe_target(served_config(folder))
     if target is None:  # the catalog only lists family models, which all have one
         return f"{front}: no probe to call it with"
     ((name, rows),) = target.inputs.items()
+    sent = "the health probe's input"
+    sample = tracked_sample(folder, name)
+    if sample is not None:
+        rows = np.array([[sample]], dtype=np.object_)
+        sent = f"{shown_path(folder / WARMUP_FOLDER / name)} ({describe_sample(sample)})"
     with Client(server.http_url, protocol="http", model=front) as client:
         answer = client.infer(rows, name, [t.name for t in fam.front_outputs])
-    return f"{front} answered: {fam.describe_answer(answer.outputs)}"
+    return f"{front} answered: {fam.describe_answer(answer.outputs)}, for {sent}"
 
 
 def example_calls(server: TritonServer) -> list[str]:

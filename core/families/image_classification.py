@@ -19,18 +19,27 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
+from tmr_client import contract
 
-from core.families.spec import DIM, IMAGE_DIMS, SERVED_BY, Family, Tensor, standard_formats
+from core.families.spec import (
+    DIM,
+    IMAGE_DIMS,
+    SERVED_BY,
+    AgreementGates,
+    Family,
+    Tensor,
+    standard_formats,
+)
 from core.families.warmup import WarmupPlan
 from core.rollout import top1_agreement
 from core.settings import FRONT_BATCHING, ImageFrontSettings, LadderSettings, ModelSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
 # An encoded JPEG, PNG or WebP per row: bytes, base64 text or `data:image/...;base64,`
-IMAGE = Tensor("IMAGE", "TYPE_STRING", (1,))
-CLASS_IDS = Tensor("CLASS_IDS", "TYPE_INT64", (-1,))  # the top_k classes, best first
-LABELS = Tensor("LABELS", "TYPE_STRING", (-1,))
-PROBABILITIES = Tensor("PROBABILITIES", "TYPE_FP32", (-1,))
+IMAGE = Tensor(contract.IMAGE, "TYPE_STRING", (1,))
+CLASS_IDS = Tensor(contract.CLASS_IDS, "TYPE_INT64", (-1,))  # the top_k classes, best first
+LABELS = Tensor(contract.LABELS, "TYPE_STRING", (-1,))
+PROBABILITIES = Tensor(contract.PROBABILITIES, "TYPE_FP32", (-1,))
 # ... and the encoders': preprocessed pixels in, the network's logits out.
 PIXEL_VALUES = Tensor("pixel_values", "TYPE_FP32", IMAGE_DIMS)
 LOGITS = Tensor("logits", "TYPE_FP32", (DIM,))
@@ -99,7 +108,6 @@ IMAGE_CLASSIFICATION = Family(
     front_batching=replace(FRONT_BATCHING.with_queue_sizes(256, 64), preferred_batch_size=(4,)),
     front_instances=2,
     max_batch_size=16,
-    export_recipe="export.image_classification",
     perf_inputs="images.json",
     front_probe=front_probe,
     encoder_probe=encoder_probe,
@@ -109,5 +117,5 @@ IMAGE_CLASSIFICATION = Family(
     # preferred_batch_size) at the front and at each encoder.
     warmup=WarmupPlan(front_batches=(1, 4), encoder_batches=(1, 4), encoder_runs=2),
     agreement=top1_agreement,
-    agreement_gates=("gate_min_agreement", None),
+    agreement_gates=AgreementGates("gate_min_agreement", None),
 )

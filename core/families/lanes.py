@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tmr_client.contract import INTERACTIVE_PRIORITY, LANE_SUFFIX, lane_name  # noqa: F401
 from tritonclient.grpc import model_config_pb2 as mc
 
 from core.settings import (
@@ -34,8 +35,6 @@ from core.settings import (
     SCHEDULING_PARAMETER,
 )
 
-LANE_SUFFIX = "_interactive"
-INTERACTIVE_PRIORITY = 1  # the priority level the lane takes (Triton's highest)
 LANE_PARAMETER = "lane_of"  # a lane's config: the front it is the interactive lane of
 LANE_INSTANCES = 1
 LANE_QUEUE = 8  # requests that may wait for the lane; the next is refused (UNAVAILABLE)
@@ -43,10 +42,6 @@ LANE_QUEUE = 8  # requests that may wait for the lane; the next is refused (UNAV
 # and the names the OpenAI route knows it by (server/openai_models.py).
 FRONT_ONLY = ("default_front", "openai_names")
 LINKED = ("1", "warmup")  # the front's version folder and warmup inputs, shared
-
-
-def lane_name(front: str) -> str:
-    return front + LANE_SUFFIX
 
 
 def lane_config(front: mc.ModelConfig, gpu: bool = False) -> mc.ModelConfig:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,6 +19,14 @@ from core.settings import DynamicBatching, OpenVinoSettings, ParameterSettings
 
 DIM = "dim"  # a tensor dimension that is the model's own (its embedding size, its classes)
 IMAGE_DIMS = ("channels", "height", "width")  # an image model's input, its own too
+
+
+class AgreementGates(NamedTuple):
+    """The config parameters that judge a rollout's agreement: on the mean over rows, and
+    on each row (None: the family judges the mean only)."""
+
+    mean: str
+    per_row: str | None
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,6 @@ class Family:
     front_batching: DynamicBatching  # ... and its dynamic_batching
     front_instances: int
     max_batch_size: int
-    export_recipe: str  # the module that exports a model of the family (imports torch)
     perf_inputs: str  # perf_analyzer input data of a front, under perf/inputs/
     front_probe: Probe
     encoder_probe: Probe
@@ -122,9 +130,9 @@ class Family:
     describe_answer: Describe  # what `tmr serve` prints of its example call
     warmup: WarmupPlan  # the samples every instance runs before READY (core/families/warmup)
     # A rollout's per-row agreement of a candidate's encoder outputs with the served
-    # version's, and the gate parameters judging it: (mean, each row's minimum or None).
+    # version's, and the gate parameters judging it.
     agreement: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    agreement_gates: tuple[str, str | None]
+    agreement_gates: AgreementGates
 
     @property
     def front_parameters(self) -> dict[str, str]:

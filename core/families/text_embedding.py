@@ -15,20 +15,28 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
+from tmr_client import contract
 
-from core.families.spec import DIM, SERVED_BY, Family, Tensor, standard_formats
+from core.families.spec import (
+    DIM,
+    SERVED_BY,
+    AgreementGates,
+    Family,
+    Tensor,
+    standard_formats,
+)
 from core.families.warmup import WarmupPlan
 from core.rollout import row_cosine
 from core.settings import FRONT_BATCHING, LadderSettings, ModelSettings, TextFrontSettings
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
-TEXT = Tensor("TEXT", "TYPE_STRING", (1,))
-EMBEDDING = Tensor("EMBEDDING", "TYPE_FP32", (DIM,))
+TEXT = Tensor(contract.TEXT, "TYPE_STRING", (1,))
+EMBEDDING = Tensor(contract.EMBEDDING, "TYPE_FP32", (DIM,))
 # Per text: the tokens the encoder ran over (special tokens included; every window of a
 # chunked text), the tokens truncation dropped, and the windows it was embedded in.
-TOKENS = Tensor("TOKENS", "TYPE_INT32", (1,))
-TRUNCATED_TOKENS = Tensor("TRUNCATED_TOKENS", "TYPE_INT32", (1,))
-WINDOWS = Tensor("WINDOWS", "TYPE_INT32", (1,))
+TOKENS = Tensor(contract.TOKENS, "TYPE_INT32", (1,))
+TRUNCATED_TOKENS = Tensor(contract.TRUNCATED_TOKENS, "TYPE_INT32", (1,))
+WINDOWS = Tensor(contract.WINDOWS, "TYPE_INT32", (1,))
 # ... and the encoders': token ids and mask in, the pooled (normalised) embedding out.
 ENCODER_INPUTS = (Tensor("input_ids", "TYPE_INT64", (-1,)),
                   Tensor("attention_mask", "TYPE_INT64", (-1,)))
@@ -87,7 +95,6 @@ TEXT_EMBEDDING = Family(
     front_batching=replace(FRONT_BATCHING.with_queue_sizes(512, 128), preferred_batch_size=(8,)),
     front_instances=3,
     max_batch_size=64,
-    export_recipe="export.text_embedding",
     perf_inputs="embed.json",
     front_probe=front_probe,
     encoder_probe=encoder_probe,
@@ -97,5 +104,5 @@ TEXT_EMBEDDING = Family(
     # takes under load, preferred_batch_size) at the front and at each encoder.
     warmup=WarmupPlan(front_batches=(1, 8), encoder_batches=(1, 8), encoder_runs=2, tokens=32),
     agreement=row_cosine,
-    agreement_gates=("gate_mean_cosine", "gate_min_cosine"),
+    agreement_gates=AgreementGates("gate_mean_cosine", "gate_min_cosine"),
 )

@@ -78,6 +78,20 @@ def serialized(items: Iterable[bytes]) -> bytes:
     return b"".join(struct.pack("<I", len(item)) + item for item in items)
 
 
+def elements(data: bytes) -> list[bytes]:
+    """The BYTES elements of a serialized warmup file: the inverse of `serialized`."""
+    items, at = [], 0
+    while at < len(data):
+        if at + 4 > len(data):
+            raise ValueError(f"a truncated length at byte {at} of {len(data)}")
+        (size,) = struct.unpack_from("<I", data, at)
+        if at + 4 + size > len(data):
+            raise ValueError(f"an element of {size} bytes at byte {at} of {len(data)}")
+        items.append(data[at + 4:at + 4 + size])
+        at += 4 + size
+    return items
+
+
 def without_warmup(config: mc.ModelConfig) -> None:
     """A config change (core.config_edit.Change): no warmup samples (the cold baseline)."""
     config.ClearField("model_warmup")

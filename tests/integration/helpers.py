@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tmr_client import NO_RETRY, AsyncClient
+from tmr_client.auth import key_headers
 
-from client import NO_RETRY, AsyncEmbedClient
-from client.auth import key_headers
-from client.prometheus import metric_value
 from core import versions as v
 from core.paths import PROJECT_ROOT
 from core.versions import sha256_file
+from server.prometheus import metric_value
+from server.settings import admin_key
 
 __all__ = ["metric_value"]
 
@@ -40,7 +41,7 @@ class ModelCounts:
 def model_counts(http_url: str, model: str) -> ModelCounts:
     """Totals over every version of `model` from GET /v2/models/<m>/stats (restricted)."""
     request = urllib.request.Request(f"http://{http_url}/v2/models/{model}/stats",
-                                     headers=key_headers(admin=True))
+                                     headers=key_headers(admin=True, admin_key=admin_key()))
     with urllib.request.urlopen(request, timeout=10) as r:
         stats = json.loads(r.read())["model_stats"]
     return ModelCounts(
@@ -128,7 +129,7 @@ async def steady_high_priority_load(url: str, seconds: float, gate: LoadGate | N
     deadline = time.monotonic() + seconds
     gate = gate or LoadGate()
 
-    async def worker(client: AsyncEmbedClient, n: int) -> None:
+    async def worker(client: AsyncClient, n: int) -> None:
         i = 0
         while time.monotonic() < deadline:
             i += 1
@@ -143,7 +144,7 @@ async def steady_high_priority_load(url: str, seconds: float, gate: LoadGate | N
             finally:
                 gate.in_flight -= 1
 
-    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+    async with AsyncClient(url, protocol="grpc", retry=NO_RETRY) as client:
         await asyncio.gather(*(worker(client, n) for n in range(4)))
     return served, errors
 

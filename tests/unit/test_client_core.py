@@ -1,12 +1,10 @@
-"""client.core: the request tensor, chunking, per-call options and max_batch_size."""
+"""tmr_client.core: the request tensor, chunking, per-call options and max_batch_size."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from tritonclient.grpc import model_config_pb2, service_pb2
-
-from client.core import (
+from tmr_client.core import (
     ENVELOPE_BYTES,
     Call,
     CallOptions,
@@ -16,8 +14,9 @@ from client.core import (
     max_batch_size,
     text_tensor,
 )
-from client.errors import InvalidInputError, RequestTooLargeError
-from client.limits import HTTP_MAX_BODY_BYTES
+from tmr_client.errors import InvalidInputError, RequestTooLargeError
+from tmr_client.limits import HTTP_MAX_BODY_BYTES
+from tritonclient.grpc import model_config_pb2, service_pb2
 
 
 def test_text_tensor_is_an_n_by_1_object_array_of_utf8_bytes():
@@ -70,9 +69,16 @@ def test_call_options_infer_kwargs_omits_unset_options():
                                                               "timeout": 1500}
 
 
-def test_call_options_deadline_is_none_without_a_timeout():
+def test_call_options_deadline_comes_from_timeout_not_from_the_queue_timeout():
     assert CallOptions().deadline() is None
-    assert CallOptions(timeout_ms=1000).deadline() > 0
+    assert CallOptions(timeout_ms=1000).deadline() is None  # Triton's, server side
+    assert CallOptions(timeout=2.5).deadline() > 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, "1", True, float("nan")])
+def test_call_options_refuse_a_timeout_that_is_not_positive_seconds(bad):
+    with pytest.raises(InvalidInputError, match="timeout must be a number of seconds > 0"):
+        CallOptions(timeout=bad)
 
 
 def test_default_url_uses_the_protocols_port():
@@ -138,7 +144,7 @@ def test_call_options_refuse_what_triton_would_misread(options, message):
 
 
 def test_a_bulk_call_keeps_one_chunk_in_flight_per_instance_of_the_model():
-    from client.core import DEFAULT_IN_FLIGHT, in_flight_limit, instance_count
+    from tmr_client.core import DEFAULT_IN_FLIGHT, in_flight_limit, instance_count
 
     http = {"instance_group": [{"count": 3, "kind": "KIND_CPU"}, {"count": 1}]}
     grpc = model_config_pb2.ModelConfig()
@@ -149,7 +155,7 @@ def test_a_bulk_call_keeps_one_chunk_in_flight_per_instance_of_the_model():
 
 
 def test_a_bulk_call_sends_requests_of_the_models_preferred_batch_over_both_protocols():
-    from client.core import Access, request_rows
+    from tmr_client.core import Access, request_rows
 
     http = {"max_batch_size": 64, "dynamic_batching": {"preferred_batch_size": [8],
                                                        "priority_levels": 2}}
