@@ -1,21 +1,31 @@
-"""`tmr embed TEXT...`: embed texts through a running server and print a short summary."""
+"""`tmr embed TEXT... [--file PATH]`: embed texts through a running server, print a short
+summary (or --json), and write the vectors with --out (.npy or .jsonl)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
 
+import numpy as np
+from tmr_client.core import Protocol
+
+from cli.errors import UsageError
+from cli.names import FRONT, resolve_name
 from cli.options import (
     add_call_model,
     add_command,
+    add_json,
     add_server,
     add_timeout,
     options,
-    resolve_url,
+    resolve_server,
     text_front,
 )
-from client.core import Protocol
+from core.paths import DEFAULT_REPOSITORY
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,9 @@ class EmbedOptions:
     priority: int | None
     timeout_s: float | None
     truncate: str | None = None  # "true", "false", "chunk" or None (the model's policy)
+    files: list[Path] = field(default_factory=list)  # more texts, one a line; `-`: stdin
+    out: Path | None = None  # where to write the vectors (.npy or .jsonl)
+    json: bool = False
 
 
 TRUNCATE = {"true": True, "false": False, "chunk": "chunk", None: None}
@@ -51,42 +64,119 @@ def add_call_options(parser: argparse.ArgumentParser, default_model: str | None,
 
 
 def make_options(args: argparse.Namespace) -> EmbedOptions:
-    return options(EmbedOptions, args, url=resolve_url(args.url, args.protocol))
+    url, protocol = resolve_server(args.url, args.protocol)
+    return options(EmbedOptions, args, url=url, protocol=protocol,
+                   model=resolve_name(DEFAULT_REPOSITORY, args.model, FRONT, strict=False))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = add_command(sub, "embed", "embed texts through the running server",
                          embed_command, make_options)
-    parser.add_argument("texts", nargs="+", metavar="TEXT")
+    parser.add_argument("texts", nargs="*", metavar="TEXT",
+                        help="the texts, one vector each (or --file)")
+    parser.add_argument("--file", dest="files", action="append", type=Path, default=[],
+                        metavar="PATH", help="read texts from PATH, one a line (`-`: stdin); "
+                                             "repeatable, after the TEXT arguments")
+    parser.add_argument("--out", type=Path, default=None, metavar="PATH",
+                        help="write the vectors to PATH: .npy (one row per text, float32) "
+                             "or .jsonl (one {\"text\", \"embedding\"} a line)")
     add_call_options(parser, text_front())
     parser.add_argument("--truncate", choices=["true", "false", "chunk"], default=None,
                         help="a text over the model's length: cut it (true), refuse it "
                         "(false) or embed it in windows pooled into one vector (chunk); "
                         "default: the model's overlength_policy")
+    add_json(parser)
+
+
+def read_texts(texts: list[str], files: list[Path], stdin: TextIO) -> list[str]:
+    """The TEXT arguments, then each file's non-empty lines (`-`: stdin)."""
+    found = list(texts)
+    for path in files:
+        lines = stdin.read().splitlines() if str(path) == "-" else \
+            path.read_text(encoding="utf-8").splitlines()
+        found += [line for line in lines if line.strip()]
+    if not found:
+        raise UsageError("no text to embed: give TEXT arguments or --file PATH")
+    return found
+
+
+OUT_FORMATS = (".npy", ".jsonl")
+
+
+def check_out(path: Path | None) -> None:
+    if path is not None and path.suffix not in OUT_FORMATS:
+        raise UsageError(f"--out {path}: tmr embed writes {' or '.join(OUT_FORMATS)}")
+
+
+def write_vectors(path: Path, texts: list[str], vectors: np.ndarray) -> None:
+    """`.npy`: the matrix; `.jsonl`: one {"text", "embedding"} per line."""
+    if path.suffix == ".npy":
+        np.save(path, vectors.astype(np.float32))
+        return
+    with path.open("w", encoding="utf-8") as out:
+        for text, vector in zip(texts, vectors):
+            out.write(json.dumps({"text": text, "embedding": vector.tolist()}) + "\n")
 
 
 def embed_command(opts: EmbedOptions) -> int:
-    from client.errors import TritonClientError
-    from client.sync import Client
+    from tmr_client.sync import Client
 
-    try:
-        with Client(opts.url, protocol=opts.protocol, model=opts.model) as client:
-            result = client.embed_with_info(opts.texts, priority=opts.priority,
-                                            timeout_ms=timeout_ms(opts.timeout_s),
-                                            truncate=TRUNCATE[opts.truncate])
-    except TritonClientError as err:
-        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
+    from server.settings import admin_key
+
+    texts = read_texts(opts.texts, opts.files, sys.stdin)
+    check_out(opts.out)
+    with Client(opts.url, protocol=opts.protocol, model=opts.model,
+                admin_key=admin_key()) as client, \
+            progress_bar() as progress:
+        task = progress.add_task("embedding", total=len(texts))
+        result = client.embed_with_info(
+            texts, priority=opts.priority, timeout_ms=timeout_ms(opts.timeout_s),
+            truncate=TRUNCATE[opts.truncate],
+            on_progress=lambda done, total: progress.update(task, completed=done, total=total))
+    if opts.out is not None:
+        write_vectors(opts.out, texts, result.embeddings)
+    rows = summary_rows(texts, result)
     versions = ",".join(sorted(set(result.model_versions)))
+    if opts.json:
+        print(json.dumps({"model": result.model_name, "versions": versions,
+                          "url": opts.url, "protocol": opts.protocol,
+                          "out": str(opts.out) if opts.out else None, "texts": rows}))
+        return 0
     print(f"{result.model_name} v{versions} over {opts.protocol} ({opts.url})")
-    counts = zip(result.tokens or [None] * len(opts.texts),
-                 result.truncated_tokens or [0] * len(opts.texts),
-                 result.windows or [1] * len(opts.texts))
-    for text, vector, (tokens, dropped, windows) in zip(opts.texts, result.embeddings, counts):
-        norm = float((vector**2).sum() ** 0.5)
-        head = " ".join(f"{v:+.4f}" for v in vector[:5])
-        extra = (f" tokens={tokens}" if tokens is not None else "") + \
-            (f" truncated={dropped}" if dropped else "") + \
-            (f" windows={windows}" if windows > 1 else "")
-        print(f"  norm={norm:.4f} dim={vector.shape[0]}{extra} [{head} ...]  {text[:60]!r}")
+    for row in rows[:SHOWN]:
+        extra = "".join(f" {k}={row[k]}" for k in ("tokens", "truncated", "windows")
+                        if row[k] not in (None, 0, 1))
+        head = " ".join(f"{v:+.4f}" for v in row["head"])
+        print(f"  norm={row['norm']:.4f} dim={row['dim']}{extra} [{head} ...]  "
+              f"{row['text'][:60]!r}")
+    if len(rows) > SHOWN:
+        print(f"  ... and {len(rows) - SHOWN} more")
+    if opts.out is not None:
+        print(f"wrote {len(texts)} vectors to {opts.out}")
     return 0
+
+
+SHOWN = 20  # texts the text report lists
+
+
+def summary_rows(texts: list[str], result: object) -> list[dict]:
+    """Per text: its norm, dimension, first values, tokens, truncated tokens, windows (and,
+    for --json, the whole vector)."""
+    n = len(texts)
+    counts = zip(result.tokens or [None] * n,  # type: ignore[attr-defined]
+                 result.truncated_tokens or [0] * n,  # type: ignore[attr-defined]
+                 result.windows or [1] * n)  # type: ignore[attr-defined]
+    return [{"text": text, "norm": float((vector ** 2).sum() ** 0.5), "dim": vector.shape[0],
+             "tokens": tokens, "truncated": dropped, "windows": windows,
+             "head": [float(v) for v in vector[:5]], "embedding": vector.tolist()}
+            for text, vector, (tokens, dropped, windows)
+            in zip(texts, result.embeddings, counts)]  # type: ignore[attr-defined]
+
+
+def progress_bar() -> Any:
+    """rich's bar on stderr, only on a terminal (a log gets nothing)."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = Console(stderr=True)
+    return Progress(console=console, transient=True, disable=not console.is_interactive)

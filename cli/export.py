@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli.options import add_command, add_model, add_repository, options
+from cli.errors import one_line
+from cli.options import add_command, add_model, add_repository, options, parse_url
 from core.host_profile import DEFAULT_MEMORY_BUDGET_MB
 
 if TYPE_CHECKING:
@@ -63,14 +64,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
 
     parser = add_command(sub, "add", "add a model of a known family: export, configure, wire",
-                         add_model_command, lambda a: options(AddOptions, a))
+                         add_model_command, lambda a: options(
+                             AddOptions, a, url=a.url and parse_url(a.url, "http")[0]))
     add_model(parser, help="the new model's name; its encoders are MODEL_<format>")
     parser.add_argument("--family", required=True, help="e.g. text_embedding")
     parser.add_argument("--from", dest="source", required=True,
                         help="a model folder, an installed distribution, or parts:NAME-{001..N}")
     parser.add_argument("--front", default=None, help="the front model's name (default: MODEL)")
     add_repository(parser)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch/onnxruntime threads")
     parser.add_argument("--url", default=None,
                         help="HOST:PORT of a running server (explicit mode) that should load "
                              "the new models (default: none)")
@@ -143,7 +145,7 @@ def export_command(args: ExportOptions) -> int:
                              threads=args.threads, on_result=stages.result,
                              on_stage=stages.stage)
     except (UnknownModelError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"tmr export: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except ExportCheckError as exc:
         print(f"export failed, nothing written for this format: {exc}", file=sys.stderr)
@@ -155,6 +157,7 @@ def export_command(args: ExportOptions) -> int:
 def add_model_command(args: AddOptions) -> int:
     """`tmr add`; 0 added (or already there), 1 a check failed, 2 refused."""
     _logging(args.verbose)
+    from core.families import family
     from export.errors import ExportCheckError
     from export.pipeline import AddError
     from export.pipeline import add_model as add_to_repository
@@ -162,10 +165,14 @@ def add_model_command(args: AddOptions) -> int:
 
     started = time.perf_counter()
     try:
-        add_to_repository(args.repository, args.model, args.family, args.source, args.front,
-                          args.threads, on_result=_print, primary=args.primary)
+        total = len(family(args.family).formats)
+        with progress_bar() as progress:
+            stages = Stages(progress, total)
+            add_to_repository(args.repository, args.model, args.family, args.source,
+                              args.front, args.threads, on_result=stages.result,
+                              primary=args.primary, on_stage=stages.stage)
     except (AddError, SourceError, KeyError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"tmr add: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except ExportCheckError as exc:
         print(f"tmr add failed, nothing was added: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@ pay for torch. cli/options.py builds the options every command shares.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -22,6 +23,7 @@ from cli import (
     tune,
     watchdog,
 )
+from cli.errors import EXIT_CODES_HELP, Tried, report
 from cli.options import ENVIRONMENT_HELP, SUMMARIES
 
 GROUPS = {  # how `tmr --help` lists the commands
@@ -44,11 +46,14 @@ def grouped_commands() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tmr", usage="tmr [-h] [--log-json] COMMAND ...",
-                                     epilog=ENVIRONMENT_HELP,
+    parser = argparse.ArgumentParser(prog="tmr",
+                                     usage="tmr [-h] [--log-json] [--debug] COMMAND ...",
+                                     epilog=f"{ENVIRONMENT_HELP}\n\n{EXIT_CODES_HELP}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log-json", action="store_true",
                         help="log JSON lines (also: TMR_LOG_JSON=1); see docs/observability.md")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, show the full traceback instead of one line")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 help=argparse.SUPPRESS, prog="tmr")
     for module in MODULES:
@@ -61,9 +66,28 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from server.log_format import configure_logging, json_requested
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(rollout.with_verb(sys.argv[1:] if argv is None else argv))
     configure_logging(json_requested(args.log_json))
-    return args.run(args.make(args))
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The one error boundary: any error is one line on stderr and an exit code
+    (cli/errors.py), unless --debug asks for the traceback."""
+    opts = None
+    try:
+        opts = args.make(args)
+        return args.run(opts)
+    except KeyboardInterrupt:
+        print(f"tmr {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `tmr ... | head`: the reader left; nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error
+        return 141
+    except Exception as err:
+        if args.debug:
+            raise
+        return report(err, Tried.of(args, opts))
 
 
 if __name__ == "__main__":

@@ -4,12 +4,15 @@ the deep health check of a running server."""
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from cli.names import FRONT, resolve_name
 from cli.options import (
     add_command,
     add_control_mode,
+    add_json,
     add_model,
     add_models,
     add_repository,
@@ -43,16 +46,19 @@ class HealthOptions:
 
     url: str
     models: list[str] | None
+    json: bool = False
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = add_command(
         sub, "degrade", "force a front model's degradation level (or `auto`)", degrade_command,
-        lambda a: options(DegradeOptions, a, model=model_of(a, text_front()),
-                          url=resolve_url(a.url)))
+        lambda a: options(DegradeOptions, a, url=resolve_url(a.url), model=resolve_name(
+            a.repository, model_of(a, text_front()), FRONT)))
     add_model(parser, default=text_front(), optional=True, old_option=True,
               help="the front model")
-    parser.add_argument("--level", required=True, choices=LEVELS)
+    parser.add_argument("--level", required=True, choices=LEVELS,
+                        help="the level to force (0: none; higher degrades more), or auto: the "
+                             "signals decide again")
     add_server(parser)
     add_control_mode(parser)
     add_repository(parser)
@@ -60,9 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     parser = add_command(
         sub, "health", "deep health: a real inference through every model", health_command,
-        lambda a: HealthOptions(resolve_url(a.url), models_of(a)))
+        lambda a: HealthOptions(resolve_url(a.url), models_of(a), a.json))
     add_models(parser, help="only these (default: every family model the server loads)")
     add_server(parser)
+    add_json(parser)
 
 
 def degrade_command(opts: DegradeOptions) -> int:
@@ -80,14 +87,24 @@ def degrade_command(opts: DegradeOptions) -> int:
 
 
 def health_command(opts: HealthOptions) -> int:
+    from tmr_client.errors import ServerUnreachableError
+
     from server.admin import deep_health, idle_models
 
     checks = deep_health(opts.url, opts.models)
-    for c in checks:
-        print(f"{'OK  ' if c.ok else 'FAIL'} {c.model:<20} {c.ms:>8.1f} ms  {c.detail}")
+    down = [c.error for c in checks if isinstance(c.error, ServerUnreachableError)]
+    if down and len(down) == len(checks):
+        raise down[0]  # the error boundary's line: where, and how to start it
     probed = {c.model for c in checks}
     idle = [] if opts.models is not None else [
         m for m in idle_models(opts.url) if m not in probed]
+    if opts.json:
+        print(json.dumps({"url": opts.url, "ok": all(c.ok for c in checks), "checks": [
+            {"model": c.model, "ok": c.ok, "ms": round(c.ms, 3), "detail": c.detail}
+            for c in checks], "not_loaded": idle}, indent=2))
+        return 0 if all(c.ok for c in checks) else 1
+    for c in checks:
+        print(f"{'OK  ' if c.ok else 'FAIL'} {c.model:<20} {c.ms:>8.1f} ms  {c.detail}")
     if idle:
         print(f"not loaded (on demand, not probed): {', '.join(idle)}")
     return 0 if all(c.ok for c in checks) else 1

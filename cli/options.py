@@ -2,19 +2,23 @@
 
 One spelling per concept:
 
-    server      --url HOST:PORT (default: $TMR_URL, or $TMR_GRPC_URL with --protocol grpc,
-                else localhost:8000 / localhost:8001) and --protocol http|grpc
+    server      --url [http://|grpc://]HOST[:PORT] (default: $TMR_URL, or $TMR_GRPC_URL
+                with --protocol grpc, else localhost:8000 / localhost:8001) and
+                --protocol http|grpc; a scheme names the protocol (parse_url)
     model       MODEL, positional, in every command that acts on models; --model only in
                 the calls (embed, classify), whose positionals are their inputs
     control     --control-mode explicit|poll (how the server was started)
-    timeouts    --timeout-s SECONDS
+    units       seconds (`--timeout-s`, `--p99-budget-s`) and fractions 0..1
+                (`--max-error-fraction`) throughout
+    names       each command takes the kind of name it acts on (cli/names.py)
     repository  --repository DIR
     keys        $TMR_API_KEY (the front door's key), $TMR_ADMIN_KEY (restricted APIs);
                 never on the command line, where `ps` would show them
 
 Old spellings (`--mode`, `--poll`, `--timeout-ms`, `--model`/`--models` where the model is
-now positional) still parse for one release: they print a deprecation line on stderr and
-set the new option.
+now positional; `--p99-budget-ms`, `--interval-ms`, `--latency-budget-ms`, and the percents
+`--max-error-rate` and `--canary-shadow`) still parse for one release: they print a
+deprecation line on stderr and set the new option, converted.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from client.auth import ADMIN_KEY_ENV, API_KEY_ENV
-from client.core import DEFAULT_MODEL, DEFAULT_PORTS, Protocol, default_url
+from tmr_client.auth import ADMIN_KEY_ENV, API_KEY_ENV
+from tmr_client.core import DEFAULT_MODEL, DEFAULT_PORTS, Protocol, default_url
+
+from cli.errors import UsageError
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import UnknownModelError, default_front
 from core.paths import DEFAULT_REPOSITORY
@@ -45,6 +51,20 @@ ENVIRONMENT_HELP = "\n".join([
     "  TMR_LOG_JSON   1: log JSON lines",
 ])
 T = TypeVar("T")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every `tmr` help: descriptions as written, and each option's default after its help
+    (argparse.ArgumentDefaultsHelpFormatter's rule), unless the help already says it or
+    there is nothing to show (None, a flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = action.option_strings or action.nargs in ("?", "*")
+        if (not shown or "default" in text.lower() or text == argparse.SUPPRESS
+                or action.default in (None, False, [], argparse.SUPPRESS)):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def warn_deprecated(old: str, new: str) -> None:
@@ -74,24 +94,62 @@ def server_url(protocol: Protocol = "http") -> str:
     return os.environ.get(URL_ENV[protocol]) or default_url(protocol)
 
 
+SCHEMES: dict[str, Protocol] = {"http": "http", "grpc": "grpc"}
+
+
+def parse_url(text: str, protocol: Protocol | None = None,
+              default: Protocol = "http") -> tuple[str, Protocol]:
+    """`HOST:PORT`, `HOST` or `SCHEME://HOST[:PORT][/]` as (HOST:PORT, protocol): the scheme
+    names the protocol (else `protocol`, else `default`), a missing port is the protocol's
+    default. UsageError for a scheme tmr does not speak, a path, or a scheme that
+    contradicts `protocol`."""
+    scheme, sep, rest = text.strip().partition("://")
+    if not sep:
+        scheme, rest = "", scheme
+    if scheme and scheme.lower() not in SCHEMES:
+        raise UsageError(f"--url {text}: tmr speaks {' and '.join(SCHEMES)}, not {scheme}")
+    named = SCHEMES.get(scheme.lower())
+    if named and protocol and named != protocol:
+        raise UsageError(f"--url {text} is {named}, but this call uses {protocol}")
+    host, _, path = rest.partition("/")
+    if path or not host:
+        raise UsageError(f"--url {text}: give the server as [SCHEME://]HOST[:PORT], no path")
+    chosen: Protocol = named or protocol or default
+    if ":" not in host.rsplit("]", 1)[-1]:  # no port (an IPv6 literal keeps its brackets)
+        host = f"{host}:{DEFAULT_PORTS[chosen]}"
+    return host, chosen
+
+
+def resolve_server(url: str | None, protocol: Protocol | None,
+                   default: Protocol = "http") -> tuple[str, Protocol]:
+    """The server and protocol of a call: `--url` (its scheme may name the protocol),
+    else the environment of the protocol (`default` when none is named)."""
+    if url is None:
+        protocol = protocol or default
+        return parse_url(server_url(protocol), protocol)
+    return parse_url(url, protocol, default)
+
+
 def add_server(parser: argparse.ArgumentParser, *, protocol: Protocol | None = None,
                start_own: bool = False) -> None:
     """`--url` (and `--protocol` when `protocol` names its default). With `start_own` no
     `--url` means "start a server of my own", so the environment is not read."""
     if start_own:
         parser.add_argument("--url", default=None,
-                            help="HOST:PORT of a running server (default: start one)")
+                            help="[SCHEME://]HOST:PORT of a running server (default: start one)")
     else:
         env = URL_ENV[protocol or "http"]
         parser.add_argument("--url", default=None,
-                            help=f"the server's HOST:PORT (default: ${env}, else localhost)")
+                            help=f"the server's [{'|'.join(SCHEMES)}://]HOST[:PORT] "
+                                 f"(default: ${env}, else localhost)")
     if protocol:
-        parser.add_argument("--protocol", choices=["http", "grpc"], default=protocol,
-                            help=f"default {protocol}")
+        parser.add_argument("--protocol", choices=list(SCHEMES), default=None,
+                            help=f"default: the --url scheme, else {protocol}")
 
 
 def resolve_url(url: str | None, protocol: Protocol = "http") -> str:
-    return url or server_url(protocol)
+    """HOST:PORT of the server a `protocol`-only command talks to."""
+    return resolve_server(url, protocol)[0]
 
 
 def add_model(parser: argparse.ArgumentParser, *, default: str | None = None,
@@ -147,9 +205,21 @@ def add_timeout(parser: argparse.ArgumentParser, default_s: float | None, *,
                             new="--timeout-s", convert=lambda ms: ms / 1000.0)
 
 
+def add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document instead of the text report")
+
+
 def add_repository(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY,
                         help="the model repository (default model_repository/)")
+
+
+def existing_repository(repository: Path) -> Path:
+    """`--repository` of a command that cannot work without one; UsageError if missing."""
+    if not repository.is_dir():
+        raise UsageError(f"no model repository at {repository}: pass --repository DIR")
+    return repository
 
 
 def options(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:
@@ -194,6 +264,6 @@ def add_command(sub: argparse._SubParsersAction, name: str, summary: str,
     `run` takes. Not listed by argparse itself: `tmr --help` prints the groups."""
     SUMMARIES[name] = summary
     parser = sub.add_parser(name, description=summary, epilog=ENVIRONMENT_HELP,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=HelpFormatter)
     parser.set_defaults(run=run, make=make)
     return parser

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tmr_client.errors import TritonClientError
+
+from cli.errors import Tried, report, with_scheme
+from cli.names import ENCODER, FOLDER, resolve_name
 from cli.options import (
     add_command,
     add_control_mode,
+    add_json,
     add_model,
     add_repository,
     add_server,
@@ -18,11 +24,10 @@ from cli.options import (
     options,
     resolve_url,
 )
-from client.errors import TritonClientError
 from core import versions as v
-from core.families.catalog import served_encoder
 
 RELEASE_TIMEOUT_S = 90.0  # until the new version answers
+ENCODER_HELP = "the encoder (a model's name or its front resolve to the encoder it serves)"
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class VersionsOptions:
     model: str | None
     url: str
     repository: Path
+    json: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,36 +66,41 @@ class ReleaseOptions:
 def make_release(args: argparse.Namespace) -> ReleaseOptions:
     version = args.version if args.action == "promote" else args.to
     return options(ReleaseOptions, args, url=resolve_url(args.url), version=version,
-                   model=served_encoder(args.repository, args.model))
+                   model=resolve_name(args.repository, args.model, ENCODER))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """The four release commands."""
     parser = add_command(sub, "versions", "versions on disk, selected, and READY",
                          versions_command,
-                         lambda a: options(VersionsOptions, a, url=resolve_url(a.url)))
+                         lambda a: options(VersionsOptions, a, url=resolve_url(a.url),
+                                           model=a.model and resolve_name(
+                                               a.repository, a.model, FOLDER)))
     add_model(parser, optional=True, help="the model (default: every model)")
     add_server(parser)
     add_repository(parser)
+    add_json(parser)
 
     parser = add_command(sub, "gate", "release gate: fidelity and speed of a candidate",
                          gate_command, lambda a: options(
-                             GateOptions, a, model=served_encoder(a.repository, a.model)))
-    add_model(parser)
-    parser.add_argument("version", type=int, metavar="VERSION")
+                             GateOptions, a, model=resolve_name(a.repository, a.model,
+                                                                ENCODER)))
+    add_model(parser, help=ENCODER_HELP)
+    parser.add_argument("version", type=int, metavar="VERSION", help="the candidate version")
     add_repository(parser)
 
     parser = add_command(sub, "promote", "serve VERSION of MODEL (gated)", release_command,
                          make_release)
-    add_model(parser)
-    parser.add_argument("version", type=int, metavar="VERSION")
-    parser.add_argument("--no-gate", action="store_true")
+    add_model(parser, help=ENCODER_HELP)
+    parser.add_argument("version", type=int, metavar="VERSION", help="the version to serve")
+    parser.add_argument("--no-gate", action="store_true",
+                        help="skip the offline release gate (fidelity and speed)")
     add_release_options(parser)
     parser.set_defaults(action="promote")
 
     parser = add_command(sub, "rollback", "return MODEL to its previous (or --to) version",
                          release_command, make_release)
-    add_model(parser)
+    add_model(parser, help=ENCODER_HELP)
     parser.add_argument("--to", type=int, default=None, metavar="VERSION",
                         help="the version to return to (default: the previous one)")
     add_release_options(parser)
@@ -104,29 +115,59 @@ def add_release_options(parser: argparse.ArgumentParser) -> None:
 
 
 def versions_command(args: VersionsOptions) -> int:
-    from server import release
-
+    """The disk's versions, and the server's states when it answers; the server's error
+    (after the disk's listing) makes it exit 1."""
     models = [args.model] if args.model else sorted(
         p.name for p in args.repository.iterdir() if (p / "config.pbtxt").exists())
+    failure: TritonClientError | None = None
+    rows = []
     for model in models:
-        model_dir = args.repository / model
-        selected = v.selected_on_disk(model_dir)
-        try:
-            states = release.index_states(args.url, model)
-        except TritonClientError as err:  # server down or admin key refused: show the disk
-            states, note = {}, f"(no server state: {err})"
-        else:
-            note = ""
-        ready = sorted(n for n, (s, _) in states.items() if s == "READY")
-        drift = "" if ready == selected or not states else f"  DRIFT: server READY {ready}"
-        print(f"{model}: selected {selected}{drift} {note}".rstrip())
-        for version in v.versions_on_disk(model_dir):
-            p = v.read_provenance(model_dir / str(version))
-            print(f"  v{version:<3} {'*' if version in selected else ' '} "
-                  f"{states.get(version, ('-', ''))[0]:<12} {p.get('created_at', '?'):<26} "
-                  f"sha256 {p.get('artifact', {}).get('sha256', '?')[:12]}  "
-                  f"{summarize(p.get('checks', {}))}")
+        states: dict = {}
+        if failure is None:
+            states, failure = server_states(args.url, model)
+        rows.append(version_rows(args.repository / model, states))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print_versions(row)
+    if failure is not None:
+        return report(failure, Tried("versions", with_scheme(args.url, "http"), args.model))
     return 0
+
+
+def server_states(url: str, model: str) -> tuple[dict, TritonClientError | None]:
+    from server import release
+
+    try:
+        return release.index_states(url, model), None
+    except TritonClientError as err:  # server down or admin key refused: the disk only
+        return {}, err
+
+
+def version_rows(model_dir: Path, states: dict) -> dict:
+    """One model's versions on disk, selected and as the server reports them."""
+    selected = v.selected_on_disk(model_dir)
+    ready = sorted(n for n, (s, _) in states.items() if s == "READY")
+    versions = []
+    for version in v.versions_on_disk(model_dir):
+        p = v.read_provenance(model_dir / str(version)) or {}
+        versions.append({"version": version, "selected": version in selected,
+                         "state": states.get(version, (None, ""))[0],
+                         "created_at": p.get("created_at"),
+                         "sha256": p.get("artifact", {}).get("sha256"),
+                         "checks": summarize(p.get("checks", {}))})
+    return {"model": model_dir.name, "selected": selected,
+            "server_ready": ready if states else None, "versions": versions}
+
+
+def print_versions(row: dict) -> None:
+    ready = row["server_ready"]
+    drift = "" if ready is None or ready == row["selected"] else f"  DRIFT: server READY {ready}"
+    print(f"{row['model']}: selected {row['selected']}{drift}")
+    for r in row["versions"]:
+        print(f"  v{r['version']:<3} {'*' if r['selected'] else ' '} {r['state'] or '-':<12} "
+              f"{r['created_at'] or '?':<26} sha256 {(r['sha256'] or '?')[:12]}  {r['checks']}")
 
 
 def summarize(checks: dict) -> str:
@@ -152,28 +193,25 @@ def gate_command(args: GateOptions) -> int:
 
 
 def release_command(args: ReleaseOptions) -> int:
+    """Its refusals (VersionError, ReleaseError) are the error boundary's one line, exit 1."""
     from server import release
 
     began = time.monotonic()
     model_dir = args.repository / args.model
     target = release.Target(model_dir, args.url, args.control_mode, args.timeout_s)
-    try:
-        version = (args.version if args.action == "promote"
-                   else release.rollback_target(model_dir, args.version))
-        release.check_candidate(model_dir, version)
-        if not args.no_gate:
-            from export.gate import run_gate
+    version = (args.version if args.action == "promote"
+               else release.rollback_target(model_dir, args.version))
+    release.check_candidate(model_dir, version)
+    if not args.no_gate:
+        from export.gate import run_gate
 
-            result = run_gate(model_dir, version)
-            print(result.table())
-            if not result.passed:
-                print(f"error: promotion of {args.model} v{version} refused by the gate",
-                      file=sys.stderr)
-                return 1
-        timing = release.switch(target, version, args.action)
-    except (v.VersionError, release.ReleaseError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        result = run_gate(model_dir, version)
+        print(result.table())
+        if not result.passed:
+            print(f"tmr {args.action}: error: promotion of {args.model} v{version} refused "
+                  "by the gate", file=sys.stderr)
+            return 1
+    timing = release.switch(target, version, args.action)
     print(f"{args.model} v{version} is serving ({args.action}, {args.control_mode} mode): "
           f"{timing.describe()}; the whole command {time.monotonic() - began:.2f} s")
     return 0

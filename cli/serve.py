@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from cli.options import add_command, add_control_mode, add_repository, options
+from cli.options import (
+    add_command,
+    add_control_mode,
+    add_repository,
+    existing_repository,
+    options,
+)
 from server.observability import PROMETHEUS_PORT
 from server.serve import ServeOptions
 from server.settings import TRACE_RATE, FrontDoorSettings, Ports
@@ -12,7 +18,8 @@ from server.traces import PHOENIX_PORT
 
 
 def make_options(args: argparse.Namespace) -> ServeOptions:
-    return options(ServeOptions, args, extra=tuple(args.extra))
+    return options(ServeOptions, args, extra=tuple(args.extra),
+                   repository=existing_repository(args.repository))
 
 
 def serve_command(opts: ServeOptions) -> int:
@@ -26,9 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          serve_command, make_options)
     ports, door = Ports(), FrontDoorSettings()
     add_repository(parser)
-    parser.add_argument("--http-port", type=int, default=ports.http)
-    parser.add_argument("--grpc-port", type=int, default=ports.grpc)
-    parser.add_argument("--metrics-port", type=int, default=ports.metrics)
+    parser.add_argument("--http-port", type=int, default=ports.http, help="Triton's HTTP port")
+    parser.add_argument("--grpc-port", type=int, default=ports.grpc, help="Triton's gRPC port")
+    parser.add_argument("--metrics-port", type=int, default=ports.metrics,
+                        help="Triton's Prometheus metrics port")
     add_control_mode(parser, old=False)  # serve always spelled it --control-mode
     parser.add_argument("--model-config-name", default=None,
                         help="load configs/<name>.pbtxt where a model has one (e.g. gpu); "
@@ -36,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--reviewed", action="store_true",
                         help="serve the reviewed configs (config.pbtxt) even where `tmr tune` "
                         "wrote a host profile that fits this host")
-    parser.add_argument("--log-verbose", type=int, default=0)
+    parser.add_argument("--log-verbose", type=int, default=0,
+                        help="tritonserver's --log-verbose level (0: off)")
     parser.add_argument("--load-all", action="store_true",
                         help="load every model at start; by default the fronts, the encoders "
                         "they route to and the models outside the families (core/startup.py), "
@@ -47,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="do not reload models whose stub died or whose queue stalled")
     parser.add_argument("--prometheus", action="store_true",
                         help="also run Prometheus with the alert rules (docs/observability.md)")
-    parser.add_argument("--prometheus-port", type=int, default=PROMETHEUS_PORT)
+    parser.add_argument("--prometheus-port", type=int, default=PROMETHEUS_PORT,
+                        help="Prometheus's port, with --prometheus")
     parser.add_argument("--front-door", action="store_true",
                         help="also run nginx in front: API keys, limits (docs/front_door.md)")
     parser.add_argument("--replicas", type=int, default=1,
@@ -62,7 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "traceparent, which are always traced; default %(default)s)")
     parser.add_argument("--trace-port", type=int, default=PHOENIX_PORT,
                         help="Phoenix's UI and API (default %(default)s)")
-    parser.add_argument("--front-door-http-port", type=int, default=door.http_port)
-    parser.add_argument("--front-door-grpc-port", type=int, default=door.grpc_port)
+    parser.add_argument("--front-door-http-port", type=int, default=door.http_port,
+                        help="the front door's HTTP port, with --front-door")
+    parser.add_argument("--front-door-grpc-port", type=int, default=door.grpc_port,
+                        help="the front door's gRPC port, with --front-door")
     parser.add_argument("extra", nargs="*",
                         help="extra tritonserver flags, after `--` (e.g. -- --log-info=false)")

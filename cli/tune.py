@@ -5,13 +5,14 @@ and why."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cli.options import add_command, add_repository, options
+from cli.options import add_command, add_json, add_repository, existing_repository, options
 from core.host_profile import DEFAULT_MEMORY_BUDGET_MB
 
 MODE_FLAGS = ("quick", "full")  # default: neither
@@ -26,11 +27,13 @@ class TuneOptions:
     memory_budget_mb: float
     show: bool
     if_stale: bool
+    json: bool = False
 
 
 def make_options(args: argparse.Namespace) -> TuneOptions:
     mode = next((m for m in MODE_FLAGS if getattr(args, m)), "default")
-    return options(TuneOptions, args, mode=mode)
+    return options(TuneOptions, args, mode=mode,
+                   repository=existing_repository(args.repository))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--if-stale", action="store_true",
                         help="measure only when there is no profile or it no longer fits "
                         "(what `make setup` runs)")
+    add_json(parser)
 
 
 def progress_bar(started: float) -> Callable[[str, float], None]:
@@ -67,24 +71,39 @@ def progress_bar(started: float) -> Callable[[str, float], None]:
 
 
 def tune_command(opts: TuneOptions) -> int:
-    from core.host_profile import ProfileError
-    from server.profile import describe, status
+    """A ProfileError is the error boundary's one line and exit 2 (cli/errors.py)."""
+    from server.profile import status
 
-    try:
-        if opts.show:
-            print(describe(opts.repository))
+    if opts.show:
+        return show(opts)
+    if opts.if_stale:
+        fits, why = status(opts.repository)
+        if fits:
+            if opts.json:
+                return show(opts)
+            print(f"tmr tune: the host profile fits this host ({why}); nothing to do")
             return 0
-        if opts.if_stale:
-            fits, why = status(opts.repository)
-            if fits:
-                print(f"tmr tune: the host profile fits this host ({why}); nothing to do")
-                return 0
-            print(f"tmr tune: {why}: tuning", file=sys.stderr)
-        from perf.tune import tune
+        print(f"tmr tune: {why}: tuning", file=sys.stderr)
+    from perf.tune import tune
 
-        tune(opts.repository, opts.mode, opts.memory_budget_mb, progress_bar(time.monotonic()))
+    tune(opts.repository, opts.mode, opts.memory_budget_mb, progress_bar(time.monotonic()))
+    return show(opts)
+
+
+def show(opts: TuneOptions) -> int:
+    """What serves on this host and why: the text report, or one JSON document."""
+    from core.host_profile import ProfileError, read_record
+    from server.profile import describe, select, status
+
+    if not opts.json:
+        print(describe(opts.repository))
+        return 0
+    fits, why = status(opts.repository)
+    try:
+        config_name, serving = select(opts.repository)
     except ProfileError as err:
-        print(f"tmr tune: {err}", file=sys.stderr)
-        return 2
-    print(describe(opts.repository))
+        config_name, serving = None, str(err)
+    print(json.dumps({"repository": str(opts.repository), "fits": fits, "why": why,
+                      "model_config_name": config_name, "serving": serving,
+                      "profile": read_record(opts.repository)}, indent=2, default=str))
     return 0

@@ -40,10 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   models_of(a)))
     add_models(parser, help="only these (default: every family model the server loads)")
     add_server(parser)
-    parser.add_argument("--metrics-url", default=f"http://localhost:{defaults.metrics}/metrics")
+    parser.add_argument("--metrics-url", default=f"http://localhost:{defaults.metrics}/metrics",
+                        help="the server's Prometheus metrics (the queue stall signal)")
     parser.add_argument("--port", type=int, default=defaults.metrics + WATCHDOG_PORT_OFFSET,
                         help="where the watchdog serves its own /metrics")
-    parser.add_argument("--interval-s", type=float, default=WATCHDOG_INTERVAL_S)
+    parser.add_argument("--interval-s", type=float, default=WATCHDOG_INTERVAL_S,
+                        help="seconds between two probes")
 
 
 def watchdog_command(opts: WatchdogOptions) -> int:

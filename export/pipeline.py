@@ -59,10 +59,18 @@ class ExportResult:
         return f"{self.model_name:<24} v{self.version:<3} {action:<22} {figures}".rstrip()
 
 
+# Each family's recipe module, by family name: imported on first use (they import torch).
+RECIPE_MODULES = {"text_embedding": "export.text_embedding",
+                  "image_classification": "export.image_classification"}
+
+
 def recipe_for(fam: Family, source: str, threads: int,
                repository: Path | None = None) -> ExportRecipe:
     """The family's export recipe for a source (folder, distribution or parts:...)."""
-    module = cast(RecipeModule, importlib.import_module(fam.export_recipe))
+    if fam.name not in RECIPE_MODULES:
+        raise KeyError(f"no export recipe for the {fam.name} family; export/pipeline.py "
+                       f"RECIPE_MODULES has {sorted(RECIPE_MODULES)}")
+    module = cast(RecipeModule, importlib.import_module(RECIPE_MODULES[fam.name]))
     return module.recipe(resolve(source, repository), threads)
 
 
@@ -160,10 +168,12 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
 def add_model(repository: Path, name: str, family_name: str, source: str,
               front: str | None = None, threads: int = 2,
               on_result: Callable[[ExportResult], None] | None = None,
-              primary: str | None = None) -> list[ExportResult]:
+              primary: str | None = None,
+              on_stage: Callable[[str], None] | None = None) -> list[ExportResult]:
     """`tmr add`: a new model of a known family, exported, configured and wired to its front
     model (its reviewed primary: `primary`, else the family's; `tmr tune` then fits it to
     the host); run again with the same arguments, it only checks that all is up to date.
+    `on_stage` hears each stage as it starts (`tmr add` prints it).
 
     The configs record the source as given, or relative to the repository when it lies
     inside it (an image model keeps its source.py in its front's folder: <front>/source)."""
@@ -176,14 +186,17 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
         existing = find(repository, name)
     except UnknownModelError:
         existing = None
+    stage = on_stage or (lambda text: None)
     if existing is not None:
-        return readd(repository, existing, fam, source, threads, on_result)
+        stage(f"'{name}' is in the repository: checking its versions")
+        return readd(repository, existing, fam, source, threads, on_result, on_stage)
     taken = [m for m in [front, *(fam.encoder_name(name, f.name) for f in fam.formats)]
              if (repository / m).exists() and not only_a_source(repository / m)]
     if taken:
         raise AddError(f"{', '.join(taken)} already in {repository} and not a {fam.name} "
                        f"model of '{name}': choose another name")
     # The source is checked (and loaded) before anything is written.
+    stage(f"loading {source}")
     recipe = recipe_for(fam, source, threads, repository)
     staging = repository / f".add-{name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -197,7 +210,8 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
                                        primary=None if primary == fam.primary else primary))
         staged = find(staging, name)
         results = export_model(staging, staged, threads=threads, on_result=on_result,
-                               sources_root=repository)
+                               sources_root=repository, on_stage=on_stage)
+        stage(f"moving {name}'s folders into {repository}")
         # The front last: it loads its encoders' configs at start; its lane links to it.
         for folder in [*staged.encoders.values(), *filter(None, [staged.lane]), front]:
             move_into(staging / folder, repository / folder)
@@ -222,10 +236,12 @@ def move_into(staged: Path, target: Path) -> None:
 
 
 def readd(repository: Path, model: FamilyModel, fam: Family, source: str, threads: int,
-          on_result: Callable[[ExportResult], None] | None) -> list[ExportResult]:
+          on_result: Callable[[ExportResult], None] | None,
+          on_stage: Callable[[str], None] | None = None) -> list[ExportResult]:
     """The model exists: the same family and source make `tmr add` a check; others refuse."""
     spec = encoder_spec(v.read_config(repository / next(iter(model.encoders.values()))))
     if model.family.name != fam.name or spec.source != source:
         raise AddError(f"'{model.base}' already exists as a {model.family.name} model from "
                        f"{spec.source!r}; remove its folders first to add it from {source!r}")
-    return export_model(repository, model, threads=threads, on_result=on_result)
+    return export_model(repository, model, threads=threads, on_result=on_result,
+                        on_stage=on_stage)

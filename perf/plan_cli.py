@@ -1,7 +1,7 @@
 """`tmr perf plan MODEL`: measure the model in-process, derive batching settings, show the diff;
 `tmr perf capacity SWEEP`: replicas for a target peak.
 
-    tmr perf plan ENCODER [--memory-budget-mb 2048] [--latency-budget-ms 60]
+    tmr perf plan ENCODER [--memory-budget-mb 2048] [--latency-budget-s 0.06]
                               [--arrival-rps 200] [--write] [--check]
 
 The model runs in onnxruntime (or TorchScript) with the thread count of its config, at
@@ -11,7 +11,7 @@ server with the proposal on a copy of the repository and sweeps it with perf_ana
 concurrency = the preferred batch, printing predicted and measured side by side
 (throughput, p99, executed batch size).
 
-    tmr perf capacity SWEEP --target-rps 1000 [--p99-budget-ms 60] [--headroom 0.2]
+    tmr perf capacity SWEEP --target-rps 1000 [--p99-budget-s 0.06] [--headroom 0.2]
 
 Replicas for a target peak from a measured sweep of one replica (a `tmr perf sweep`
 folder or its sweep.json): the arithmetic of `perf.planning.capacity`, and the HPA's
@@ -180,10 +180,10 @@ def cmd_capacity(args: CapacityOptions) -> int:
         meta, rows = load_rows(args.result)
         cap = capacity(rows, args.target_rps, args.p99_budget_ms, args.headroom)
     except FileNotFoundError as exc:
-        print(f"error: no sweep result at {exc.filename}", file=sys.stderr)
+        print(f"tmr perf capacity: error: no sweep result at {exc.filename}", file=sys.stderr)
         return 2
     except CapacityError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"tmr perf capacity: error: {exc}", file=sys.stderr)
         return 2
     print(f"{meta.get('model', '?')} over {meta.get('protocol', '?')}, one replica "
           f"({args.result}):\n")

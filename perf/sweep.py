@@ -25,6 +25,7 @@ from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from perf import perf_analyzer
 from perf.knee import Knee, find_knee, ratios, regressions
 from perf.perf_analyzer import PerfRow
+from perf.stamp import Stamp, save_figure
 
 INPUTS = PROJECT_ROOT / "perf" / "inputs"
 BASELINES = PROJECT_ROOT / "perf" / "baselines"
@@ -95,7 +96,8 @@ def run_sweep(model: str, levels: list[int], url: str, protocol: str, out: Path,
     return rows
 
 
-def plot(rows: list[PerfRow], knee: Knee, out: Path, title: str) -> None:
+def plot(rows: list[PerfRow], knee: Knee, out: Path, title: str,
+         stamp: Stamp | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,7 +122,7 @@ def plot(rows: list[PerfRow], knee: Knee, out: Path, title: str) -> None:
     d.set(xlabel="concurrency", ylabel="ms (average)", title="latency breakdown")
     d.legend()
     fig.tight_layout()
-    fig.savefig(out / "sweep.png", dpi=100)
+    save_figure(fig, out / "sweep.png", 100, stamp)
 
 
 def markdown(model: str, protocol: str, rows: list[PerfRow], knee: Knee) -> str:
@@ -201,7 +203,8 @@ def cmd_check(args: CheckOptions) -> int:
     _, base = load_rows(baseline_path)
     found = ratios(base, rows)
     if not found:
-        print(f"error: no concurrency level in common with {baseline_path}", file=sys.stderr)
+        print(f"tmr perf check: error: no concurrency level in common with {baseline_path}",
+              file=sys.stderr)
         return 2
     problems = regressions(found, args.min_throughput_ratio, args.max_p99_ratio)
     for r in found:

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tmr_client import Client
 
-from client import Client
 from core.paths import PROJECT_ROOT
 from server import rollout as ctl
 from server.admin import force_level_explicit
@@ -53,7 +53,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         server.wait_ready(timeout_s=240)
         controller = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "rollout", ENCODER, "2", "--steps", "canary:50",
-             "--canary-shadow", "50", "--min-seconds", "100000", "--step-timeout-s", "100000",
+             "--canary-shadow-fraction", "0.5", "--min-seconds", "100000",
+             "--step-timeout-s", "100000",
              "--url", server.http_url, "--metrics-url", server.metrics_url,
              "--repository", str(repo)], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)

@@ -19,9 +19,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tmr_client import NO_RETRY, AccessDeniedError, Client, RateLimitedError, UnavailableError
+from tmr_client.auth import ADMIN_KEY_ENV, API_KEY_ENV
 
-from client import NO_RETRY, AccessDeniedError, EmbedClient, RateLimitedError, UnavailableError
-from client.auth import ADMIN_KEY_ENV, API_KEY_ENV
 from core.paths import PROJECT_ROOT
 from core.ports import free_port
 from server import front_door
@@ -91,11 +91,11 @@ def test_a_request_without_a_known_api_key_gets_401_and_health_stays_open(door, 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_the_sdk_embeds_through_the_front_door_with_its_api_key(door, protocol):
     url = door.http_url if protocol == "http" else door.grpc_url
-    with EmbedClient(url, protocol=protocol, api_key=door.api_keys["bob"]) as client:
+    with Client(url, protocol=protocol, api_key=door.api_keys["bob"]) as client:
         result = client.embed_with_info(fresh("through the front door", "second text"))
     assert result.embeddings.shape == (2, 384)
     assert np.allclose(np.linalg.norm(result.embeddings, axis=1), 1.0, atol=1e-3)
-    with EmbedClient(url, protocol=protocol, retry=NO_RETRY) as client, \
+    with Client(url, protocol=protocol, retry=NO_RETRY) as client, \
             pytest.raises(AccessDeniedError, match="missing or unknown API key"):
         client.embed(["no key"])
 
@@ -215,12 +215,12 @@ def test_a_client_over_its_rate_gets_429_while_another_is_served(triton):
         assert (status, json.loads(answer)) == (429, {
             "error": "rate limit exceeded for this API key: 1 requests per minute, burst 1; "
                      "retry later"})
-        with EmbedClient(door.grpc_url, protocol="grpc", api_key=door.api_keys["alice"],
+        with Client(door.grpc_url, protocol="grpc", api_key=door.api_keys["alice"],
                          max_batch_size=64, retry=NO_RETRY) as alice, \
                 pytest.raises(RateLimitedError, match="rate limit exceeded"):
             alice.metadata()  # one bucket per key, HTTP and gRPC together
         assert http_post(door.http_url, metadata, None, key(door, "bob"))[0] == 200
-        with EmbedClient(door.grpc_url, protocol="grpc", api_key=door.api_keys["bob"]) as bob:
+        with Client(door.grpc_url, protocol="grpc", api_key=door.api_keys["bob"]) as bob:
             assert bob.metadata().name == "embed"
     finally:
         assert door.close() == 0, door.error_log_text()
@@ -273,13 +273,13 @@ def test_grpc_admin_calls_need_the_admin_key_through_the_front_door(door):
 def test_the_sdk_without_the_admin_key_falls_back_to_metadata(door, protocol):
     url = door.http_url if protocol == "http" else door.grpc_url
     texts = fresh("one", "two", "three")
-    with EmbedClient(url, protocol=protocol, api_key=door.api_keys["bob"], admin_key="",
+    with Client(url, protocol=protocol, api_key=door.api_keys["bob"], admin_key="",
                      retry=NO_RETRY) as client:
         with pytest.raises(AccessDeniedError, match="is restricted"):
             client.model_config()
         result = client.embed_with_info(texts)
         assert client.max_batch_size() == 1 and len(result.request_ids) == 3
-    with EmbedClient(url, protocol=protocol, api_key=door.api_keys["bob"], admin_key="",
+    with Client(url, protocol=protocol, api_key=door.api_keys["bob"], admin_key="",
                      max_batch_size=64) as client:
         again = client.embed_with_info(texts)
     assert len(again.request_ids) == 1 and again.served_by and result.served_by
@@ -298,7 +298,9 @@ def test_tmr_versions_sends_the_admin_key_through_the_front_door(door):
     env[ADMIN_KEY_ENV] = "a-wrong-admin-key"
     out = subprocess.run(command, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
                          timeout=90)
-    assert "no server state: [403] This API is restricted" in out.stdout, out.stdout
+    assert out.returncode == 1 and "READY" not in out.stdout, out.stdout
+    assert "refused the key (This API is restricted" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
 
 
 # -- the config itself ----------------------------------------------------------------------
@@ -342,7 +344,7 @@ def traffic_through(door: FrontDoor, seconds: float, during: object) -> list:
     stop, outcomes = threading.Event(), []
 
     def client_loop(protocol: str, url: str, n: int) -> None:
-        with EmbedClient(url, protocol=protocol, retry=NO_RETRY, api_key=door.api_keys["alice"],
+        with Client(url, protocol=protocol, retry=NO_RETRY, api_key=door.api_keys["alice"],
                          max_batch_size=64) as client:
             i = 0
             while not stop.is_set():
@@ -393,7 +395,7 @@ def test_with_triton_down_callers_get_a_json_503_not_nginxs_page(path):
     with dead:
         status, body = http_post(dead.http_url, path, text_body("x") if path == EMBED else None,
                                  key(dead))
-        with EmbedClient(dead.grpc_url, protocol="grpc", retry=NO_RETRY,
+        with Client(dead.grpc_url, protocol="grpc", retry=NO_RETRY,
                          api_key=dead.api_keys["bob"], max_batch_size=64) as client, \
                 pytest.raises(UnavailableError, match="behind the front door is unavailable"):
             client.embed(["x"])
@@ -421,7 +423,7 @@ def test_a_stopping_door_refuses_new_requests_with_503_readiness_first(triton):
                 urllib.request.urlopen(request, timeout=10)
             refused.value.close()  # its socket
             assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
-        with EmbedClient(door.grpc_url, protocol="grpc", retry=NO_RETRY,
+        with Client(door.grpc_url, protocol="grpc", retry=NO_RETRY,
                          api_key=door.api_keys["bob"], max_batch_size=64) as client, \
                 pytest.raises(UnavailableError, match="behind the front door is unavailable"):
             client.embed(["after"])

@@ -15,7 +15,7 @@ from core.paths import PROJECT_ROOT
 def test_short_sweep_writes_parsed_rows_a_knee_and_plots(triton) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "cli", "perf", "sweep", "embed",
-         "--concurrency", "1", "2", "--url", triton.grpc_url, "--interval-ms", "1000",
+         "--concurrency", "1", "2", "--url", triton.grpc_url, "--interval-s", "1",
          # A short check of the plumbing, not a measurement: any two windows will do.
          "--stability-percentage", "1000"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tmr_client import Client
 
-from client import Client
-from client.prometheus import samples
 from core import rollout as r
 from core import versions as v
 from core.paths import PROJECT_ROOT
@@ -33,6 +32,7 @@ from python_backends.router import VERSION_REFRESH_S
 from server import rollout as ctl
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
+from server.prometheus import samples
 from server.settings import ServerOptions
 from tests.conftest import start_server, stop_cleanly
 from tests.image_samples import mnist_test_pngs
@@ -46,7 +46,7 @@ ENCODER = "minilm_onnx"
 MODELS = ("embed", ENCODER, "minilm_int8")
 GOOD, DRIFT, SLOW, AGAIN, TAKEOVER = 2, 3, 4, 5, 6  # the candidate versions
 # Short steps, so a rollout takes seconds here (the defaults take minutes).
-FAST = ["--steps", "shadow:50,canary:10,canary:50", "--canary-shadow", "10",
+FAST = ["--steps", "shadow:50,canary:10,canary:50", "--canary-shadow-fraction", "0.1",
         "--min-requests", "40", "--min-seconds", "2", "--min-pairs", "40", "--poll-s", "0.5",
         "--no-gate"]
 # The tests that judge anything but latency allow 3x the served p99: on a 2-core host
@@ -212,19 +212,21 @@ def config_texts(rollout: Rollout) -> dict[Path, str]:
     return {p: p.read_text() for p in v.config_files(rollout.model_dir)}
 
 
-def refused(rollout: Rollout, *args: str, match: str, rollout_command: bool = True) -> None:
+def refused(rollout: Rollout, *args: str, match: str, rollout_command: bool = True,
+            code: int = 1) -> None:
     before = config_texts(rollout)
     server = rollout.args() if rollout_command else [
         "--url", rollout.server.http_url, "--repository", str(rollout.repo)]
     out = tmr(*args, *server)
-    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.returncode == code, out.stdout + out.stderr
     assert re.search(match, out.stderr), out.stderr
     assert config_texts(rollout) == before  # a refusal changes nothing
 
 
 def test_bad_requests_are_refused_and_change_nothing(rollout: Rollout) -> None:
     (rollout.model_dir / "7").mkdir()  # a version folder with nothing exported in it
-    refused(rollout, "rollout", "no_such_model", "2", match="unknown model 'no_such_model'")
+    refused(rollout, "rollout", "no_such_model", "2", match="unknown model 'no_such_model'",
+            code=2)  # an unknown name is a usage error
     refused(rollout, "rollout", ENCODER, "99", match="has no version 99 on disk")
     refused(rollout, "rollout", ENCODER, "7", match="no provenance.json")
     refused(rollout, "rollout", ENCODER, "1", match="already serves v1")
