@@ -1,7 +1,7 @@
 """What a family's export recipe is: the one interface export, `tmr add` and the release
 gate use, whatever the family (text_embedding.py and image_classification.py implement it).
 
-A family names its recipe module (`Family.export_recipe`); that module's `recipe(folder,
+export/pipeline.py names each family's recipe module (`RECIPE_MODULES`); its `recipe(folder,
 threads)` returns an `ExportRecipe`. Nothing outside the recipe module probes it for
 optional methods or looks its family's metric up in a table: every member below is part
 of the interface, the quality judge included.

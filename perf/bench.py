@@ -51,6 +51,7 @@ from perf.load import capacity_rps
 from perf.peers.run import run_peers
 from perf.profile import profile
 from perf.profile import report as profile_report
+from perf.stamp import Stamp, current_stamp, save_figure
 from perf.subjects import build_repository, counts, text_model, texts, tokenizer
 from perf.sweep import input_file
 from perf.sweep import plot as plot_sweep
@@ -168,7 +169,7 @@ def run(out: Path) -> dict:
     model = text_model()
     primary = model.encoder(model.primary)
     began, total = time.monotonic(), 6
-    results: dict = {}
+    results: dict = {"stamp": asdict(current_stamp())}
     stage(1, total, "in-process onnxruntime, batch 1..32", began)
     results["in_process"] = in_process_rates(artifact_file(DEFAULT_REPOSITORY / primary),
                                              model.front)
@@ -214,11 +215,13 @@ def report(r: dict) -> str:
 
     model = text_model()
     enc = {f.name: model.encoder(f.name) for f in model.family.formats}
+    stamp = Stamp(**r["stamp"])
     rows = [
-        "# Benchmarks", "",
+        "## The last `make bench` run", "",
         f"Served: {harness.served_profile()[1].splitlines()[0]} (`tmr tune --show`).", "",
-        f"`make bench` (`python -m perf.bench`) on this {cores}-core machine, one run "
-        f"({r['seconds'] / 60:.1f} min), every figure a ratio to others of the same run.", "",
+        f"`make bench` (`python -m perf.bench`) on an {stamp.cpu} ({stamp.cores} cores), one "
+        f"run ({r['seconds'] / 60:.1f} min), every figure a ratio to others of the same run.",
+        "", stamp.markdown(), "",
         "## Against the peers", "", r["peers_report"], "",
         "## Targets", "",
         table(targets), "", *floor,
@@ -245,7 +248,7 @@ def report(r: dict) -> str:
         line(f"`{model.front}` gRPC, dynamic batching off", r["no_batching"]),
         line("`embed_bare` gRPC (tokenizer + ORT in one Python model)", r["bare"]),
         line("`tokenize` model alone (Python backend, no encoder)", r["tokenize"]),
-        f"| SDK (AsyncEmbedClient, 16 in flight) | {r['sdk']:.0f} | "
+        f"| SDK (AsyncClient, 16 in flight) | {r['sdk']:.0f} | "
         f"{r['sdk'] / reference:.2f} | - | - | - |", "",
         f"Best `{model.front}` gRPC point under p99 <= {P99_OBJECTIVE_MS:g} ms: concurrency "
         f"{knee.concurrency}, {knee.throughput:.0f} infer/s, p99 {knee.p99_ms:.0f} ms "
@@ -294,14 +297,15 @@ def plot_ladder(r: dict, path: Path) -> None:
     ax.set(xlabel="x in-process reference (c16)", title="serving ladder")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, 100, Stamp(**r["stamp"]))
 
 
 def write_doc(generated: str) -> None:
-    """Replace the generated part of docs/benchmarks.md, keeping the text after it."""
+    """Replace the generated part of docs/benchmarks.md, keeping the text around it."""
     old = DOC.read_text() if DOC.exists() else ""
+    head = old.split(BEGIN, 1)[0] if BEGIN in old else ""
     tail = old.split(END, 1)[1] if END in old else ""
-    DOC.write_text(f"{BEGIN}\n{generated}{END}{tail}")
+    DOC.write_text(f"{head}{BEGIN}\n{generated}{END}{tail}")
 
 
 def plain(value: Any) -> Any:
@@ -327,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         out = args.from_results
         results = pickle.loads((out / "bench.pickle").read_bytes())
+        results.setdefault("stamp", asdict(current_stamp()))  # a run from before stamps
         (out / "bench.json").write_text(json.dumps(plain(results), indent=1))
     else:
         out = harness.run_dir("bench")
@@ -340,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "benchmarks.md").write_text(text)
     plot_ladder(results, DOC.parent / "benchmarks_ladder.png")
     knee = find_knee(results["sweep"], p99_budget_ms=P99_OBJECTIVE_MS)
-    plot_sweep(results["sweep"], knee, out, "embed gRPC")
+    plot_sweep(results["sweep"], knee, out, "embed gRPC", Stamp(**results["stamp"]))
     shutil.copy(out / "sweep.png", DOC.parent / "benchmarks_sweep.png")
     write_doc(text)
     console.print(text)

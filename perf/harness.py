@@ -25,6 +25,7 @@ from core.ports import free_ports
 from core.repository import copy_repository
 from core.startup import startup_models
 from core.versions import PROFILE_ENV
+from perf.stamp import current_stamp
 from server.launcher import TritonServer
 from server.profile import select
 from server.settings import ALL_MODELS, Ports, ServerOptions
@@ -81,6 +82,7 @@ def served_copy(log_path: Path | None = None,
 def write_report(out: Path, name: str, markdown: str, data: Any = None) -> None:
     """`<name>.md` and, with `data`, `<name>.json` in `out`; prints the markdown and where
     the results are."""
+    markdown = f"{markdown}\n\n{current_stamp().markdown()}"
     write_atomically(out / f"{name}.md", markdown + "\n")
     if data is not None:
         write_atomically(out / f"{name}.json", json.dumps(data, indent=1, default=float) + "\n")

@@ -22,13 +22,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import asynccontextmanager
 
 import numpy as np
+from tmr_client import NO_RETRY, AsyncClient, TritonClientError
+from tmr_client.errors import from_exception
 
-from client import NO_RETRY, AsyncEmbedClient, TritonClientError
-from client.errors import from_exception
-from client.prometheus import samples
 from core.families import TEXT_EMBEDDING
 from perf import subjects
 from perf.stats import Outcome
+from server.prometheus import samples
+from server.settings import admin_key
 
 Send = Callable[[str, int], Awaitable[Outcome]]  # (text, priority) -> how it ended
 Rate = float | Callable[[float], float]  # requests/s, or requests/s at t seconds in
@@ -111,7 +112,7 @@ async def sdk_open_loop(url: str, rate: Rate, seconds: float, high_share: float 
         return await open_loop(send, rate, seconds, high_share, seed)
 
 
-async def sdk_call(client: AsyncEmbedClient, text: str, priority: int) -> Outcome:
+async def sdk_call(client: AsyncClient, text: str, priority: int) -> Outcome:
     """One embed call through the SDK; a failure is its error class."""
     sent = time.monotonic()
     try:
@@ -127,7 +128,8 @@ async def sdk_sender(*urls: tuple[str, str] | str, protocol: str = "grpc") -> As
     """Send through the SDK (no retries); each url a `host:port` of `protocol`, or a
     (protocol, host:port) pair. With several, requests take them in turn."""
     pairs = [(protocol, u) if isinstance(u, str) else u for u in urls]
-    clients = [AsyncEmbedClient(u, protocol=p, retry=NO_RETRY) for p, u in pairs]
+    clients = [AsyncClient(u, protocol=p, retry=NO_RETRY, admin_key=admin_key())
+               for p, u in pairs]
     for c in clients:
         await c.max_batch_size()  # the first call's set-up is not a request's latency
     turn = itertools.cycle(clients)
@@ -140,7 +142,7 @@ async def sdk_sender(*urls: tuple[str, str] | str, protocol: str = "grpc") -> As
 
 async def timed_call(priority: int, call: Awaitable[object]) -> Outcome:
     """How one call ended: its latency, or its error's class and status (a tritonclient
-    or SDK exception, classified by client.errors)."""
+    or SDK exception, classified by tmr_client.errors)."""
     sent = time.monotonic()
     error, status = None, "200"
     try:

@@ -41,7 +41,8 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from client import Client
+from tmr_client import Client
+
 from core.config_edit import set_parameter
 from core.hardware import host_cpu
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
@@ -62,6 +63,7 @@ from python_backends.tokenization import (
 )
 from server.admin_client import AdminClient
 from server.launcher import TritonServer
+from server.settings import admin_key
 
 LICENCE = Path("/usr/share/common-licenses/GPL-3")
 DOCS = ("README.md", "docs/serving.md", "docs/reliability.md", "docs/benchmarks.md")
@@ -97,7 +99,8 @@ def start(name: str, root: Path, stack: ExitStack, **parameters: str) -> Served:
     edits = [(front, set_parameter(k, v)) for k, v in parameters.items()]
     repo = build_repository(root / name, edits, text_only=True)
     server = stack.enter_context(harness.server(repo, root / f"{name}.log", load_all=False))
-    with Client(server.http_url) as client:  # warm: one long and a few short
+    # warm: one long and a few short
+    with Client(server.http_url, admin_key=admin_key()) as client:
         client.embed(["warm up " * 50, "warm up"] * 4)
     return Served(name, server)
 
@@ -109,7 +112,7 @@ def fidelity(served: Served) -> list[dict]:
     limits = front_limits()
     reference = ChunkReference(model_source(), limits.max_tokens)
     rows = []
-    with Client(served.url) as client:
+    with Client(served.url, admin_key=admin_key()) as client:
         for name, text in long_texts().items():
             if len(text.encode()) > limits.max_text_bytes:
                 text = text.encode()[:limits.max_text_bytes].decode(errors="ignore")
@@ -148,8 +151,8 @@ def front_tokenizer() -> TextEncoder:
 
 
 def ten_thousand_tokens() -> str:
-    """About 10,000 tokens of real text: the README from its start."""
-    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    """About 10,000 tokens of real text: docs/serving.md from its start."""
+    readme = (PROJECT_ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
     ids = front_tokenizer().tokenizer.encode(readme, add_special_tokens=False)
     return readme[:ids.offsets[min(9998, len(ids.offsets) - 1)][1]]
 
@@ -158,10 +161,10 @@ def compute_ms(served: Served, model: str) -> float:
     """Milliseconds of compute (`compute_infer`) Triton counted for `model` so far."""
     import urllib.request
 
-    from client.auth import key_headers
+    from tmr_client.auth import key_headers
 
     request = urllib.request.Request(f"http://{served.url}/v2/models/{model}/stats",
-                                     headers=key_headers(admin=True))
+                                     headers=key_headers(admin=True, admin_key=admin_key()))
     with urllib.request.urlopen(request, timeout=10) as r:
         stats = json.loads(r.read())["model_stats"]
     return sum(int(s["inference_stats"]["compute_infer"]["ns"]) for s in stats) / 1e6
@@ -179,7 +182,7 @@ def chunk_cost(served: Served, repeats: int) -> dict:
     rows = fitted.rows
     primary = model.encoder(model.primary)
     chunked, direct, compute = [], [], []
-    with Client(served.url) as client, AdminClient(served.url) as admin:
+    with Client(served.url, admin_key=admin_key()) as client, AdminClient(served.url) as admin:
         for _ in range(repeats):
             before = compute_ms(served, primary)
             began = time.perf_counter()
@@ -205,7 +208,7 @@ def long_batches(served: Served, repeats: int) -> dict:
     """The chunked document `repeats` times (median latency), then the encoder's RSS."""
     document = ten_thousand_tokens()
     took = []
-    with Client(served.url) as client:
+    with Client(served.url, admin_key=admin_key()) as client:
         for _ in range(repeats):
             began = time.perf_counter()
             client.embed([document], truncate="chunk")
@@ -273,7 +276,7 @@ def bulk_point(served: Served, requests: int, seed: int) -> dict:
     began = time.monotonic()
 
     async def client_loop() -> int:
-        from client import AsyncClient
+        from tmr_client import AsyncClient
 
         done = 0
         async with AsyncClient(served.url, max_batch_size=BULK_ROWS) as client:

@@ -10,7 +10,9 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from client.auth import key_headers
+from tmr_client.auth import key_headers
+
+from server.settings import admin_key
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def header_flags(protocol: str) -> list[str]:
     admin key (and the API key, through the front door). `-H` works for gRPC too on 2.51,
     whatever `--help` says."""
     flags = []
-    for name, value in key_headers(protocol, admin=True).items():
+    for name, value in key_headers(protocol, admin=True, admin_key=admin_key()).items():
         flags += ["-H", f"{name}:{value}"]
     return flags
 

@@ -34,10 +34,9 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from tmr_client import NO_RETRY, AsyncClient
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from client import NO_RETRY, AsyncClient
-from client.prometheus import samples
 from core.config_edit import Change
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import FamilyModel
@@ -59,6 +58,8 @@ from perf.load import (
 )
 from perf.stats import Outcome, by_priority
 from perf.subjects import build_repository, text_model
+from server.prometheus import samples
+from server.settings import admin_key
 
 HIGH, LOW = 1, 2
 Bulk = Callable[[list[str]], Awaitable[Outcome]]
@@ -79,7 +80,8 @@ def sdk_call(client: AsyncClient, model: FamilyModel) -> Callable[..., Awaitable
 @asynccontextmanager
 async def sdk_bulk(url: str, model: FamilyModel) -> AsyncIterator[Bulk]:
     """The async SDK's bulk call (it cuts the rows into chunks itself)."""
-    async with AsyncClient(url, protocol="http", retry=NO_RETRY) as client:
+    async with AsyncClient(url, protocol="http", retry=NO_RETRY,
+                           admin_key=admin_key()) as client:
         await client.max_batch_size(model.front)
         call = sdk_call(client, model)
         yield lambda rows: timed_call(LOW, call(rows, model=model.front, priority=LOW))
@@ -262,7 +264,8 @@ async def interactive_sender(route: str, srv: Servers, model: FamilyModel
                              ) -> AsyncIterator[Send]:
     """Priority 1's sender on `route` (ROUTES), one row a request."""
     if route == "sdk-grpc":
-        async with AsyncClient(srv.grpc, protocol="grpc", retry=NO_RETRY) as client:
+        async with AsyncClient(srv.grpc, protocol="grpc", retry=NO_RETRY,
+                           admin_key=admin_key()) as client:
             await client.max_batch_size(model.front)  # its set-up is no request's latency
             call = sdk_call(client, model)
             yield lambda row, priority: timed_call(priority, call(

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tmr_client.core import DEFAULT_MODEL
 
-from client.core import DEFAULT_MODEL
-from client.prometheus import metric_value
 from core.families import TEXT_EMBEDDING
 from core.repository import set_parameter
 from perf import harness, perf_analyzer, subjects
@@ -44,6 +43,7 @@ from perf.load import unique_texts
 from perf.peers import cpu
 from perf.subjects import build_repository
 from server.launcher import TritonServer, stub_processes
+from server.prometheus import metric_value
 
 INPUTS = subjects.INPUTS / TEXT_EMBEDDING.perf_inputs
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

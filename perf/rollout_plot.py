@@ -14,9 +14,11 @@ import argparse
 import csv
 import json
 from collections import defaultdict
+from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 
+from perf.stamp import current_stamp, save_figure
 from server.rollout import LOG_FILE, TRACE_FILE
 
 
@@ -56,8 +58,6 @@ def main() -> None:
     for name, points in sorted(rates.items()):
         ax.plot([t - start for t, _ in points], [r for _, r in points], label=name,
                 linestyle="--" if name.endswith("shadow") else "-")
-    from datetime import datetime
-
     for d in decisions:
         at = datetime.fromisoformat(d["at"]).timestamp() - start
         ax.axvline(at, color="grey", linewidth=0.8)
@@ -69,7 +69,8 @@ def main() -> None:
                  f"beside v{decisions[0]['stable']} ({decisions[-1]['event']})")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    began = datetime.fromisoformat(decisions[0]["at"])
+    save_figure(fig, args.out, 110, current_stamp(now=began))
     print(f"wrote {args.out}")
 
 

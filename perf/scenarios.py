@@ -33,7 +33,6 @@ from dataclasses import asdict
 from itertools import pairwise
 from pathlib import Path
 
-from client.prometheus import metric_value
 from perf import harness
 from perf.load import (
     LevelSampler,
@@ -45,8 +44,10 @@ from perf.load import (
     short_texts,
     standard_sender,
 )
+from perf.stamp import save_figure
 from perf.stats import Outcome, PrioritySummary, by_priority
 from perf.subjects import text_model
+from server.prometheus import metric_value
 
 OVERLOAD_MULTIPLES = {"normal": 0.7, "2x": 2.0, "10x": 10.0}  # x measured capacity
 OVERLOAD = ((1, 32), (2, 128))  # (priority, closed-loop clients)
@@ -146,7 +147,7 @@ def plot(runs: dict[str, dict], path: Path) -> None:
         ax.legend(loc="upper left", fontsize=7)
     axes[-1, 0].set_xlabel("seconds since the run began")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, 110)
 
 
 def markdown(overload: dict | None, recover: list[PrioritySummary] | None,

@@ -79,11 +79,13 @@ def model_stats(http_url: str, model: str = "") -> list[dict]:
     """Triton's statistics (a restricted API) of `model`, or of every loaded model."""
     import urllib.request
 
-    from client.auth import key_headers
+    from tmr_client.auth import key_headers
+
+    from server.settings import admin_key
 
     path = f"/v2/models/{model}/stats" if model else "/v2/models/stats"
     request = urllib.request.Request(f"http://{http_url}{path}",
-                                     headers=key_headers(admin=True))
+                                     headers=key_headers(admin=True, admin_key=admin_key()))
     with urllib.request.urlopen(request, timeout=10) as r:
         return json.loads(r.read())["model_stats"]
 

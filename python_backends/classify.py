@@ -90,7 +90,7 @@ class ImageClassificationFront:
                 responses[i] = error_response(err)
                 continue
             keys = [hashlib.blake2b(data, digest_size=16).hexdigest() for data in items]
-            valid[i] = Prepared(keys, rows, {"top_k": k})
+            valid[i] = Prepared(keys, rows, k)
             row += len(rows)
             self.model.batch.batch_size += len(items)
             self.model.batch.input_bytes += sum(map(len, items))
@@ -103,8 +103,8 @@ class ImageClassificationFront:
             return {ENCODER_INPUT: self.buffer.array[first:first + len(rows)]}
         return {ENCODER_INPUT: self.buffer.array[list(rows)]}
 
-    def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
-        ids, names, probabilities = top_k(outputs, request.extra["top_k"], self.labels)
+    def respond(self, request: Prepared[int], outputs: np.ndarray, served_by: list[str]) -> Any:
+        ids, names, probabilities = top_k(outputs, request.detail, self.labels)
         return ok_response({
             CLASS_IDS.name: ids,
             LABELS.name: np.vectorize(lambda s: s.encode(), otypes=[object])(names),

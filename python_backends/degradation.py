@@ -57,11 +57,14 @@ class Level:
     use_cache: bool = False
 
 
+FALLBACK_LEVEL = 2  # the first rung served by the fallback encoder: where a failover lands
+
+
 def ladder(small_batch_rows: int) -> tuple[Level, ...]:
     return (
         Level(0, "normal", "primary"),
         Level(1, "small_batches", "primary", max_rows=small_batch_rows),
-        Level(2, "fallback_model", "fallback"),
+        Level(FALLBACK_LEVEL, "fallback_model", "fallback"),
         Level(3, "cached_answers", "fallback", use_cache=True),
         Level(4, "unavailable", None, use_cache=True),
     )
@@ -160,9 +163,9 @@ class DegradationPolicy:
 
     def fail_over(self, reason: str, now: float) -> Transition | None:
         """The primary encoder is gone (unloaded, dead stub): jump to the fallback at once."""
-        if self.settings.forced is not None or self.level >= 2:
+        if self.settings.forced is not None or self.level >= FALLBACK_LEVEL:
             return None
-        return self._move(2, reason, now)
+        return self._move(FALLBACK_LEVEL, reason, now)
 
 
 def throttled(read: Callable[[], float], period_s: float,

@@ -53,8 +53,8 @@ class TextEmbeddingFront:
         for i, r in valid.items():
             rows = r.rows
             splits = [text for text, f in zip(r.texts, r.fitted) for _ in f.rows]
-            prepared[i] = Prepared([row_digest(row) for row in rows], rows,
-                                   {"request": r}, split_keys=splits)
+            prepared[i] = Prepared([row_digest(row) for row in rows], rows, r,
+                                   split_keys=splits)
         return responses, prepared
 
     def row_length(self, row: Any) -> int:
@@ -65,11 +65,12 @@ class TextEmbeddingFront:
         self.inputs.metrics.call(int(mask.sum()), mask.size)
         return dict(zip(ENCODER_INPUTS, (ids, mask)))
 
-    def respond(self, request: Prepared, outputs: np.ndarray, served_by: list[str]) -> Any:
+    def respond(self, request: Prepared[TextRequest], outputs: np.ndarray,
+                served_by: list[str]) -> Any:
         """EMBEDDING (a chunked text's windows pooled), SERVED_BY (its first window's),
         TOKENS (the tokens the encoder ran over for each text), TRUNCATED_TOKENS and
         WINDOWS."""
-        text: TextRequest = request.extra["request"]
+        text = request.detail
         vectors, by, start = [], [], 0
         for fitted in text.fitted:
             n = len(fitted.rows)

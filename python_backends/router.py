@@ -26,9 +26,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from core.settings import LadderSettings, request_rows
 from python_backends.base import BaseModel, error_response
 from python_backends.bls import bls_infer
 from python_backends.degradation import (
+    FALLBACK_LEVEL,
     DegradationPolicy,
     Level,
     ResponseCache,
@@ -133,12 +134,16 @@ class ServedVersions(threading.Thread):
             self.refresh()
 
 
-@dataclass
-class Prepared(RoutedRequest):
-    """A valid request: a cache key and encoder material per row, and what its answer
-    needs besides the encoder's outputs (`extra`: top_k, token counts...)."""
+Detail = TypeVar("Detail")
 
-    extra: dict[str, Any] = field(default_factory=dict)
+
+@dataclass
+class Prepared(RoutedRequest, Generic[Detail]):
+    """A valid request: a cache key and encoder material per row, and what its answer
+    needs besides the encoder's outputs, typed by its family (`detail`: a text request
+    with its windows and token counts, an image request's top_k)."""
+
+    detail: Detail
 
 
 class FrontLogic(Protocol):
@@ -255,7 +260,7 @@ class FamilyRouter(BaseModel):
         primary = self.encoders["primary"].name
         gates = {k: v.string_value for k, v in
                  versions.served_config(repository / primary).parameters.items()}
-        min_key = fam.agreement_gates[1]
+        min_key = fam.agreement_gates.per_row
         minimum = float(gates[min_key]) if min_key and min_key in gates else None
         return RolloutTraffic(self.name, primary, fam.agreement, minimum)
 
@@ -321,8 +326,9 @@ class FamilyRouter(BaseModel):
             self._record(self.policy.fail_over(f"primary {encoder.name} failed: "
                                                f"{err.child_message}", time.monotonic()))
             fallback = self.encoders["fallback"]
-            outputs, answered = self._call(fallback, rows, plan.calls, keys, self.levels[2])
-            return outputs, [self._served_by(fallback, self.levels[2], v) for v in answered]
+            rung = self.levels[FALLBACK_LEVEL]
+            outputs, answered = self._call(fallback, rows, plan.calls, keys, rung)
+            return outputs, [self._served_by(fallback, rung, v) for v in answered]
 
     def _call(self, encoder: Encoder, rows: list, calls: list[list[int]], keys: list[str],
               level: Level) -> tuple[np.ndarray, list[str]]:

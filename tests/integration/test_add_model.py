@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tmr_client import Client
 
-from client import EmbedClient
 from core.families import served_precision
 from core.families.catalog import find
 from core.families.configs import parameters_of
@@ -74,7 +74,7 @@ def test_an_added_model_is_served_with_no_code_change_and_equals_eager_pytorch(a
     assert model.front == NAME
     assert sorted(model.encoders) == ["int8", "onnx", "openvino", "torchscript"]
     reference = sentence_transformers_embeddings(folder, TEXTS)
-    with EmbedClient(server.grpc_url, protocol="grpc") as client:
+    with Client(server.grpc_url, protocol="grpc") as client:
         result = client.embed_with_info(TEXTS, model=NAME)
         shipped = client.embed(TEXTS)  # the default model still serves beside it
     got = result.embeddings

@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tmr_client import NO_RETRY, Client, InvalidInputError, ModelNotFoundError
 
-from client import NO_RETRY, EmbedClient, InvalidInputError, ModelNotFoundError
 from tests.integration.helpers import assert_serving, http_post
 
 
@@ -77,7 +77,7 @@ def test_binary_string_length_prefix_past_the_payload_is_rejected(triton) -> Non
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_invalid_utf8_is_invalid_input_naming_the_text(triton, protocol) -> None:
     url = triton.http_url if protocol == "http" else triton.grpc_url
-    with EmbedClient(url, protocol=protocol, retry=NO_RETRY) as client, \
+    with Client(url, protocol=protocol, retry=NO_RETRY) as client, \
             pytest.raises(InvalidInputError, match=r"TEXT\[1\] is not valid UTF-8: invalid start"):
         client.embed(["fine", b"\xff\xfebad"])  # type: ignore[list-item]
     assert_serving(triton.http_url)
@@ -86,10 +86,10 @@ def test_invalid_utf8_is_invalid_input_naming_the_text(triton, protocol) -> None
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_unknown_model_and_version_are_model_not_found(triton, protocol) -> None:
     url = triton.http_url if protocol == "http" else triton.grpc_url
-    with EmbedClient(url, protocol=protocol, model="no_such_model", retry=NO_RETRY) as client, \
+    with Client(url, protocol=protocol, model="no_such_model", retry=NO_RETRY) as client, \
             pytest.raises(ModelNotFoundError, match="'no_such_model' is not found"):
         client.model_config()
-    with EmbedClient(url, protocol=protocol, retry=NO_RETRY) as client, \
+    with Client(url, protocol=protocol, retry=NO_RETRY) as client, \
             pytest.raises(ModelNotFoundError, match="'embed' version 9 is not found"):
         client.embed(["x"], model_version=9)
 
@@ -112,10 +112,10 @@ def test_grpc_wrong_dtype_and_shape_are_invalid_argument(triton) -> None:
 def test_one_bad_request_in_a_batch_does_not_fail_its_neighbours(triton) -> None:
     import asyncio
 
-    from client import AsyncEmbedClient
+    from tmr_client import AsyncClient
 
     async def run() -> list:
-        async with AsyncEmbedClient(triton.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
+        async with AsyncClient(triton.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
             calls = [client.embed([f"good text number {i}"]) for i in range(12)]
             calls.insert(6, client.embed([""]))
             return await asyncio.gather(*calls, return_exceptions=True)
@@ -127,7 +127,7 @@ def test_one_bad_request_in_a_batch_does_not_fail_its_neighbours(triton) -> None
 
 
 def test_client_refuses_empty_list_and_bare_string_before_sending(triton) -> None:
-    with EmbedClient(triton.http_url) as client:
+    with Client(triton.http_url) as client:
         with pytest.raises(InvalidInputError, match="texts is empty"):
             client.embed([])
         with pytest.raises(InvalidInputError, match="not a single string"):
@@ -143,23 +143,24 @@ SDK_BAD_TEXTS = [(["ok", 5], r"texts\[1\] is int"), (["ok", None], r"texts\[1\] 
 def test_sdk_refuses_non_text_items_before_anything_is_sent(triton, protocol) -> None:
     import asyncio
 
-    from client import AsyncEmbedClient
+    from tmr_client import AsyncClient
+
     from tests.integration.helpers import model_counts
 
     url = triton.http_url if protocol == "http" else triton.grpc_url
     before = model_counts(triton.http_url, "embed").inference_count
-    with EmbedClient(url, protocol=protocol, retry=NO_RETRY) as client:
+    with Client(url, protocol=protocol, retry=NO_RETRY) as client:
         for texts, message in SDK_BAD_TEXTS:
             with pytest.raises(InvalidInputError, match=message):
                 client.embed(texts)  # type: ignore[arg-type]
 
     async def run_async() -> None:
-        async with AsyncEmbedClient(url, protocol=protocol, retry=NO_RETRY) as client:
+        async with AsyncClient(url, protocol=protocol, retry=NO_RETRY) as client:
             for texts, message in SDK_BAD_TEXTS:
                 with pytest.raises(InvalidInputError, match=message):
                     await client.embed(texts)  # type: ignore[arg-type]
 
     asyncio.run(run_async())
     assert model_counts(triton.http_url, "embed").inference_count == before
-    with EmbedClient(url, protocol=protocol) as client:
+    with Client(url, protocol=protocol) as client:
         assert client.embed(t for t in ("a generator", "of texts")).shape == (2, 384)

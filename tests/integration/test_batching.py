@@ -8,8 +8,8 @@ import time
 import uuid
 
 import numpy as np
+from tmr_client import NO_RETRY, AsyncClient, Client
 
-from client import NO_RETRY, AsyncEmbedClient, EmbedClient
 from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import (
     concurrent_encoder_calls,
@@ -23,7 +23,7 @@ CONCURRENCY = 48
 
 
 async def concurrent_embeds(url: str, texts: list[str]) -> list[np.ndarray]:
-    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY) as client:
+    async with AsyncClient(url, protocol="grpc", retry=NO_RETRY) as client:
         return await asyncio.gather(*(client.embed([t]) for t in texts))
 
 
@@ -79,7 +79,7 @@ def test_a_lone_request_runs_on_the_idle_session_and_a_crowd_on_the_instances_ow
                                   "tmr_backend_runtime_calls_total"))
 
     idle0, all0 = idle_and_all()
-    with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
+    with Client(triton.http_url, retry=NO_RETRY) as client:
         for i in range(10):
             client.embed([f"a lone request number {i}"])
             time.sleep(0.05)  # past the peers' recent window (busy_peers.BusyPeers)
@@ -100,7 +100,7 @@ def test_a_request_over_several_length_buckets_gets_each_row_its_own_vector(trit
     nonce = uuid.uuid4().hex[:8]  # no cached row can answer
     texts = [f"{nonce} " + " ".join(["word"] * n) for n in (180, 1, 60, 3, 120, 9, 30, 240)]
     before = model_counts(triton.http_url, "minilm_onnx").success_count
-    with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
+    with Client(triton.http_url, retry=NO_RETRY) as client:
         got = client.embed(texts)
     calls = model_counts(triton.http_url, "minilm_onnx").success_count - before
     assert calls >= 4, f"{calls} encoder call(s): the rows should span several buckets"

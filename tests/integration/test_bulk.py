@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+from tmr_client import AsyncClient, Client
 
-from client import AsyncEmbedClient, EmbedClient
 from core.families import TEXT_EMBEDDING
 from perf.load import LevelSampler
 from tests.integration.helpers import fresh
@@ -24,7 +24,7 @@ def test_async_bulk_call_at_default_priority_succeeds_without_degrading(triton) 
     progress: list[tuple[int, int]] = []
 
     async def run() -> tuple[np.ndarray, int]:
-        async with AsyncEmbedClient(triton.http_url, protocol="http") as client:
+        async with AsyncClient(triton.http_url, protocol="http") as client:
             vectors = await client.embed(texts, on_progress=lambda d, t: progress.append((d, t)))
             return vectors, client.max_in_flight
 
@@ -42,12 +42,12 @@ def test_async_bulk_call_at_default_priority_succeeds_without_degrading(triton) 
 
 def test_sync_and_async_bulk_calls_agree_row_for_row(triton) -> None:
     texts = corpus(300)
-    with EmbedClient(triton.grpc_url, protocol="grpc") as client:
+    with Client(triton.grpc_url, protocol="grpc") as client:
         steps: list[int] = []
         sync = client.embed(texts, on_progress=lambda done, total: steps.append(done))
 
     async def run() -> np.ndarray:
-        async with AsyncEmbedClient(triton.grpc_url, protocol="grpc", max_in_flight=2) as c:
+        async with AsyncClient(triton.grpc_url, protocol="grpc", max_in_flight=2) as c:
             return await c.embed(texts)
 
     rows = TEXT_EMBEDDING.front_batching.request_rows(TEXT_EMBEDDING.max_batch_size)

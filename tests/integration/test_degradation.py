@@ -10,13 +10,14 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tmr_client import NO_RETRY, Client
+from tmr_client.auth import key_headers
 
-from client import NO_RETRY, EmbedClient
-from client.auth import key_headers
 from core.families.catalog import catalog
 from core.repository import copy_repository
 from server.admin import AUTO, deep_health, force_level_explicit, wait_for_level
 from server.launcher import TritonServer
+from server.settings import admin_key
 from tests.conftest import REPOSITORY, start_server, stop_cleanly
 from tests.integration.helpers import (
     fresh,
@@ -40,19 +41,19 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
 
 
 def test_every_row_reports_the_primary_encoder_at_level_0(router) -> None:
-    with EmbedClient(router.grpc_url, protocol="grpc") as client:
+    with Client(router.grpc_url, protocol="grpc") as client:
         result = client.embed_with_info(fresh(*TEXTS), priority=1)
     assert result.served_by == ["minilm_onnx:1:fp32:L0"] * 2
 
 
 def test_operator_forces_the_int8_level_and_auto_restores_fp32(router) -> None:
     texts = fresh(*TEXTS)
-    with EmbedClient(router.http_url) as client:
+    with Client(router.http_url) as client:
         fp32 = client.embed(texts)
     forced = tmr("degrade", "--level", "2", "--url", router.http_url)
     assert forced.returncode == 0, forced.stderr
     assert "embed now reports: minilm_int8:1:int8:L2" in forced.stdout
-    with EmbedClient(router.http_url) as client:
+    with Client(router.http_url) as client:
         result = client.embed_with_info(texts)
     assert result.served_by == ["minilm_int8:1:int8:L2"] * 2
     cosine = (result.embeddings * fp32).sum(1)
@@ -65,7 +66,7 @@ def test_operator_forces_the_int8_level_and_auto_restores_fp32(router) -> None:
 def test_no_level_refuses_by_priority_the_highest_automatic_one_serves_everyone(router) -> None:
     force_level_explicit(router.http_url, 3)
     wait_for_level(router.http_url, 3)
-    with EmbedClient(router.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
+    with Client(router.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
         for priority in (None, 2, 1):  # Triton's default (low), low, high: all served
             served = client.embed_with_info(fresh(*TEXTS), priority=priority).served_by
             assert all(s.endswith(":L3") for s in served), served
@@ -126,7 +127,7 @@ def repository_call(url: str, action: str, model: str) -> None:
     """load_model / unload_model with a client of its own (gevent clients stay per thread)."""
     admin = httpclient.InferenceServerClient(url)
     try:
-        getattr(admin, action)(model, headers=key_headers(admin=True))
+        getattr(admin, action)(model, headers=key_headers(admin=True, admin_key=admin_key()))
     finally:
         admin.close()
 
@@ -161,7 +162,7 @@ def test_cached_answers_level_serves_repeated_texts_from_the_router_cache(router
     force_level_explicit(router.http_url, 3)  # a reload: every instance starts empty
     wait_for_level(router.http_url, 3)
     before = metric_value(router.metrics_url, "tmr_router_cache_hits_total")
-    with EmbedClient(router.http_url) as client:
+    with Client(router.http_url) as client:
         # Each of the 3 embed instances has its own cache: 7 asks repeat on at least one.
         answers = [client.embed_with_info(texts) for _ in range(7)]
     served = [a.served_by[0] for a in answers]
@@ -180,7 +181,7 @@ def test_the_image_family_degrades_to_its_int8_encoder_too(router) -> None:
     forced = tmr("degrade", "digits", "--level", "2", "--url", router.http_url)
     assert forced.returncode == 0, forced.stderr
     assert "digits now reports: digits_int8:1:int8:L2" in forced.stdout
-    with EmbedClient(router.http_url, model="digits") as client:
+    with Client(router.http_url, model="digits") as client:
         result = client.classify(pngs, top_k=1)
     assert set(result.served_by) == {"digits_int8:1:int8:L2"}
     top1 = np.array([p[0].class_id for p in result.predictions])

@@ -11,8 +11,8 @@ import json
 
 import numpy as np
 import pytest
+from tmr_client import AsyncClient, Client
 
-from client import AsyncEmbedClient, EmbedClient
 from core.families import TEXT_EMBEDDING
 from python_backends.tokenization import TextEncoder, pad_batch
 from tests.conftest import MINILM_SOURCE
@@ -49,7 +49,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_embed_matches_pytorch_reference_sync(triton, protocol, reference) -> None:
     url = triton.http_url if protocol == "http" else triton.grpc_url
-    with EmbedClient(url, protocol=protocol) as client:
+    with Client(url, protocol=protocol) as client:
         got = client.embed(TEXTS)
     assert got.shape == (len(TEXTS), 384) and got.dtype == np.float32
     assert cosines(got, reference).min() >= 0.9999
@@ -60,7 +60,7 @@ def test_embed_matches_pytorch_reference_async(triton, protocol, reference) -> N
     url = triton.http_url if protocol == "http" else triton.grpc_url
 
     async def run() -> np.ndarray:
-        async with AsyncEmbedClient(url, protocol=protocol) as client:
+        async with AsyncClient(url, protocol=protocol) as client:
             return await client.embed(TEXTS, priority=1)
 
     got = asyncio.run(run())
@@ -70,7 +70,7 @@ def test_embed_matches_pytorch_reference_async(triton, protocol, reference) -> N
 def test_client_splits_lists_into_requests_of_the_fronts_preferred_batch(triton,
                                                                           reference) -> None:
     texts = TEXTS * 40  # 160 rows > max_batch_size 64
-    with EmbedClient(triton.grpc_url, protocol="grpc") as client:
+    with Client(triton.grpc_url, protocol="grpc") as client:
         result = client.embed_with_info(texts)
     chunks = -(-len(texts) // TEXT_EMBEDDING.front_batching.preferred_batch_size[0])
     assert len(result.request_ids) == chunks and len(set(result.request_ids)) == chunks

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from client.prometheus import metric_value
 from core import versions as v
 from core.paths import PROJECT_ROOT
 from core.rollout import PROMOTED
 from server.fleet import Fleet
 from server.launcher import stub_processes
+from server.prometheus import metric_value
 from server.settings import FrontDoorSettings, ServerOptions
 from tests.conftest import free_ports
 from tests.integration.helpers import add_version, fresh, http_post, repository_of, tmr

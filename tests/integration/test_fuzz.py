@@ -20,7 +20,7 @@ NAMES = ["TEXT", "text", "EMBEDDING", "", "input_ids", "X" * 300]
 MODELS = ["embed", "minilm_onnx", "missing"]
 # Triton 2.51 answers some malformed JSON with 500 instead of 400 (DESIGN.md), e.g.
 # a BYTES tensor whose data holds a number: "Unable to parse JSON bytes array: attempt to
-# access JSON non-string as string". Those are client garbage, documented in the README;
+# access JSON non-string as string". Those are client garbage, documented in docs/operations.md;
 # any other 500 fails the test. The front door (issue 6) maps them to 400.
 JSON_PARSE_500 = ("Unable to parse", "failed to parse the request JSON buffer")
 

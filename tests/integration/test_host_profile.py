@@ -1,6 +1,6 @@
 """A host profile served by the real server: `configs/host.pbtxt` routing embed to OpenVINO
 at this host's precision (bf16 where the CPU has it, FP32 elsewhere) answers like eager
-PyTorch, and the README's rollout example works on it unchanged: export the format the
+PyTorch, and the rollout example of docs/releases.md works on it unchanged: export the format the
 host serves, roll it out by the model's name, 0 failed requests.
 
 The module's server is a repository copy with the profile written as `tmr tune` writes a
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tmr_client import Client
 
-from client import EmbedClient
-from client.prometheus import metric_value
 from core import host_profile as hp
 from core import versions as v
 from core.families.catalog import find
@@ -27,6 +26,7 @@ from core.hardware import host_precision
 from core.startup import startup_models
 from server.launcher import TritonServer, stub_processes
 from server.profile import status
+from server.prometheus import metric_value
 from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server, stop_cleanly
 from tests.integration.helpers import repository_of, tmr
 from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
@@ -92,7 +92,7 @@ def served_here(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_profile_serves_the_hosts_precision_and_matches_eager_pytorch(profiled) -> None:
     reference = sentence_transformers_embeddings(MINILM_SOURCE, TEXTS)
-    with EmbedClient(profiled.server.grpc_url, protocol="grpc") as client:
+    with Client(profiled.server.grpc_url, protocol="grpc") as client:
         result = client.embed_with_info(TEXTS)
     assert result.served_by == [f"{ENCODER}:1:{profiled.precision}:L0"] * len(TEXTS)
     found = cosines(result.embeddings, reference)
@@ -106,7 +106,7 @@ def test_where_the_primary_runs_is_the_layouts_choice(profiled) -> None:
     """In process, the front's calls never reach the encoder model's stub; over BLS, each
     batch is one of its runtime calls. The answers say the same encoder either way."""
     before = runtime_calls(profiled.server, ENCODER)
-    with EmbedClient(profiled.server.http_url) as client:
+    with Client(profiled.server.http_url) as client:
         for i in range(5):
             served = client.embed_with_info([f"where does it run {i}"]).served_by
             assert served == [f"{ENCODER}:1:{profiled.precision}:L0"]
@@ -146,7 +146,7 @@ def test_the_readme_rollout_example_works_on_a_profile_that_routes_to_openvino(
     # the host's precision.
     for path in v.config_files(repo / ENCODER):
         assert "versions: [ 2 ]" in path.read_text(), path
-    with EmbedClient(server.http_url) as client:
+    with Client(server.http_url) as client:
         served = client.embed_with_info(["after the rollout"]).served_by
         laned = client.embed_with_info(["after the rollout, priority 1"], priority=1).served_by
     assert served == laned == [f"{ENCODER}:2:{profiled.precision}:L0"]  # the lane in step
@@ -165,7 +165,7 @@ def test_the_lane_follows_a_rollback_and_a_promote(profiled) -> None:
         assert out.returncode == 0, out.stdout + out.stderr
         expected = [f"{ENCODER}:{version}:{profiled.precision}:L0"]
         deadline = time.monotonic() + 30  # each front reads the served version every second
-        with EmbedClient(server.http_url) as client:
+        with Client(server.http_url) as client:
             while True:
                 served = client.embed_with_info(["after " + command[0]]).served_by
                 laned = client.embed_with_info(["after " + command[0] + ", priority 1"],

@@ -17,14 +17,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from PIL import Image
-
-from client import (
+from tmr_client import (
     NO_RETRY,
-    AsyncEmbedClient,
-    EmbedClient,
+    AsyncClient,
+    Client,
     InvalidInputError,
     RequestTooLargeError,
 )
+
 from python_backends.images import ImageBatchBuffer, ImageSpec, softmax
 from tests.conftest import REPOSITORY
 from tests.image_samples import (
@@ -112,7 +112,7 @@ def offline_probabilities(front: str, images: Sequence[bytes]) -> np.ndarray:
 
 def test_digits_classifies_the_first_200_mnist_test_images_as_the_export_does(http_url):
     pngs, labels = mnist_test_pngs(200)
-    with EmbedClient(http_url, model="digits") as client:
+    with Client(http_url, model="digits") as client:
         result = client.classify(pngs, top_k=3)
     assert result.model_name == "digits"
     assert set(result.served_by) == {"digits_onnx:1:fp32:L0"}
@@ -130,7 +130,7 @@ def test_efficientnet_finds_the_cat_and_the_espresso_over_grpc_async(grpc_url):
     photos = [encode(cat(), "JPEG", quality=90), encode(coffee(), "PNG")]
 
     async def classify() -> list:
-        async with AsyncEmbedClient(grpc_url, protocol="grpc", model="efficientnet_lite0") as c:
+        async with AsyncClient(grpc_url, protocol="grpc", model="efficientnet_lite0") as c:
             return (await c.classify(photos, priority=1)).predictions
 
     predictions = asyncio.run(classify())
@@ -176,7 +176,7 @@ def test_a_webp_cat_is_a_cat_over_http_and_grpc_as_the_export_says(http_url, grp
     webp = WEBPS[case]()
     expected = offline_probabilities("efficientnet_lite0", [webp])[0]
     for url, protocol in ((http_url, "http"), (grpc_url, "grpc")):
-        with EmbedClient(url, protocol=protocol, model="efficientnet_lite0") as client:
+        with Client(url, protocol=protocol, model="efficientnet_lite0") as client:
             (ranked,) = client.classify([webp], top_k=5).predictions
         assert CATS & {p.class_id for p in ranked[:3]}, (protocol, ranked)
         assert [p.class_id for p in ranked] == list(np.argsort(-expected)[:5])
@@ -204,7 +204,7 @@ def test_the_sdk_sends_data_url_strings_over_http_and_grpc(http_url, grpc_url):
     rows = [data_url("image/webp", encode(cat(), "WEBP")).decode(),
             data_url("IMAGE/JPG", photo).decode(), photo]
     for url, protocol in ((http_url, "http"), (grpc_url, "grpc")):
-        with EmbedClient(url, protocol=protocol, model="efficientnet_lite0") as client:
+        with Client(url, protocol=protocol, model="efficientnet_lite0") as client:
             result = client.classify(rows, top_k=3)
         assert [CATS & {p.class_id for p in r} != set() for r in result.predictions] == [
             True, True, True], (protocol, result.predictions)
@@ -216,7 +216,7 @@ def test_an_animated_webp_is_answered_for_its_first_frame(http_url):
     PNG's, and not the second frame's espresso."""
     photo, cup = cat(), coffee().resize(cat().size)
     animated = animated_webp([photo, cup], lossless=True)
-    with EmbedClient(http_url, model="efficientnet_lite0") as client:
+    with Client(http_url, model="efficientnet_lite0") as client:
         got, as_png, second = client.classify(
             [animated, encode(photo, "PNG"), encode(cup, "PNG")], top_k=5).predictions
     assert_same_ranking(got, as_png)
@@ -239,7 +239,7 @@ def test_a_bad_top_k_gets_a_400_naming_the_range(http_url, top_k):
 
 
 def test_the_sdk_refuses_a_bad_top_k_before_sending(http_url):
-    with EmbedClient(http_url, model="digits") as client, \
+    with Client(http_url, model="digits") as client, \
             pytest.raises(InvalidInputError, match="top_k must be an integer >= 1, got 0"):
         client.classify(mnist_test_pngs(1)[0], top_k=0)
 
@@ -263,7 +263,7 @@ def rotated_jpeg(image: Image.Image) -> bytes:
 
 @pytest.mark.parametrize("case", list(ODD_BUT_VALID))
 def test_odd_but_valid_photos_are_served_and_still_a_cat(http_url, case):
-    with EmbedClient(http_url, model="efficientnet_lite0") as client:
+    with Client(http_url, model="efficientnet_lite0") as client:
         (ranked,) = client.classify([ODD_BUT_VALID[case]()], top_k=5).predictions
     assert CATS & {p.class_id for p in ranked}, ranked
 
@@ -273,7 +273,7 @@ def test_odd_but_valid_photos_are_served_and_still_a_cat(http_url, case):
                                           "PNG")], ids=["16-bit RGB", "1-bit", "16-bit gray"])
 def test_16_bit_and_1_bit_pngs_are_served(http_url, image):
     for model in ("digits", "efficientnet_lite0"):
-        with EmbedClient(http_url, model=model) as client:
+        with Client(http_url, model=model) as client:
             (ranked,) = client.classify([image], top_k=1).predictions
         assert 0.0 < ranked[0].probability <= 1.0
 
@@ -293,13 +293,13 @@ def test_images_bigger_than_an_http_request_go_over_grpc_and_calls_split_by_byte
     refused before sending and is served over gRPC (efficientnet_lite0 takes 16 MiB)."""
     medium, big = big_photo_jpeg(1.5), big_photo_jpeg(6)
     assert 1e6 < len(medium) < 2e6 and len(big) > 4.2e6
-    with EmbedClient(http_url, model="efficientnet_lite0") as client:
+    with Client(http_url, model="efficientnet_lite0") as client:
         result = client.classify([medium] * 5, top_k=1)
         assert len(result.predictions) == 5 and len(result.request_ids) == 3  # 2 + 2 + 1
         with pytest.raises(RequestTooLargeError, match=r"IMAGE\[0\] is \d+ bytes; one http "
                            r"request holds at most \d+ bytes of data \(gRPC takes larger"):
             client.classify([big])
-    with EmbedClient(grpc_url, protocol="grpc", model="efficientnet_lite0") as client:
+    with Client(grpc_url, protocol="grpc", model="efficientnet_lite0") as client:
         (ranked,) = client.classify([big], top_k=1).predictions
     assert 0.0 < ranked[0].probability <= 1.0
     assert_serving(http_url)
@@ -390,7 +390,7 @@ def test_a_hostile_image_fails_its_own_request_not_its_batch_neighbours(grpc_url
     good, bad = mnist_test_pngs(1)[0][0], truncated_jpeg()
 
     async def run() -> list:
-        async with AsyncEmbedClient(grpc_url, protocol="grpc", model="digits",
+        async with AsyncClient(grpc_url, protocol="grpc", model="digits",
                                     retry=NO_RETRY) as client:
             return await asyncio.gather(*(client.classify([good if i % 2 else bad])
                                           for i in range(32)), return_exceptions=True)
@@ -417,6 +417,6 @@ def test_an_image_tensor_of_the_wrong_dtype_is_refused_by_triton(http_url):
 
 
 def test_the_sdk_refuses_images_that_are_not_bytes(http_url):
-    with EmbedClient(http_url, model="digits") as client, \
+    with Client(http_url, model="digits") as client, \
             pytest.raises(InvalidInputError, match=r"bytes"):
         client.classify([io.BytesIO(b"x")])  # type: ignore[list-item]

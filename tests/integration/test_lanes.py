@@ -14,13 +14,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from tmr_client import NO_RETRY, Client
 
-from client import NO_RETRY, EmbedClient
-from client.prometheus import metric_value
 from core.families.catalog import catalog
 from core.families.lanes import lane_name
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
+from server.prometheus import metric_value
 from tests.conftest import REPOSITORY
 from tests.integration.helpers import fresh, http_post
 from tests.integration.test_front_door import key, open_front_door, text_body
@@ -49,7 +49,7 @@ def test_the_sdk_sends_priority_1_to_the_lane_and_the_rest_to_the_shared_front(
         triton: TritonServer, protocol: str, priority: int | None) -> None:
     url = triton.http_url if protocol == "http" else triton.grpc_url
     before = {m: successes(triton, m) for m in (FRONT, LANE)}
-    with EmbedClient(url, protocol=protocol) as client:
+    with Client(url, protocol=protocol) as client:
         result = client.embed_with_info(fresh("a query typed by a person"), priority=priority)
     assert result.served_by[0].startswith("minilm_")
     moved = {m: successes(triton, m) - before[m] for m in (FRONT, LANE)}
@@ -83,7 +83,7 @@ def test_a_model_without_a_lane_keeps_its_priority_1_request(
 
 def test_the_lane_answers_what_its_front_answers(triton: TritonServer) -> None:
     texts = fresh("the same text both ways")
-    with EmbedClient(triton.http_url) as client:
+    with Client(triton.http_url) as client:
         shared = client.embed_with_info(texts, priority=2)
         laned = client.embed_with_info(texts, priority=1)
     assert laned.served_by == shared.served_by  # the same encoder, version and precision
@@ -141,7 +141,7 @@ def test_a_saturated_lane_refuses_its_overflow_and_bulk_work_still_completes(
         while not lane["refused"] and time.monotonic() < deadline:
             time.sleep(0.1)
         assert lane["refused"], f"the lane never refused: {lane}"
-        with EmbedClient(triton.http_url, retry=NO_RETRY) as client:
+        with Client(triton.http_url, retry=NO_RETRY) as client:
             overflow = client.embed(fresh("priority 1 while the lane is full"), priority=1)
             bulk = [client.embed(fresh(*(f"bulk text {i}" for i in range(16))), priority=2)
                     for _ in range(4)]

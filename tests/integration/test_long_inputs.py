@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tmr_client import NO_RETRY, Client, InvalidInputError
 
-from client import NO_RETRY, Client, InvalidInputError
 from export.chunk_reference import ChunkReference, cosine
 from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import (
@@ -34,7 +34,8 @@ GPL = Path("/usr/share/common-licenses/GPL-3").read_text(encoding="utf-8")
 LONG_TEXTS = {
     "GPL-3": GPL,
     "docs/reliability.md": (REPO / "docs" / "reliability.md").read_text(encoding="utf-8"),
-    "README (first 24 kB)": (REPO / "README.md").read_text(encoding="utf-8")[:24000],
+    "docs/serving.md (first 24 kB)":
+        (REPO / "docs" / "serving.md").read_text(encoding="utf-8")[:24000],
 }
 PROTOCOLS = ["http", "grpc"]
 
@@ -166,7 +167,7 @@ def test_a_chunked_text_is_the_token_weighted_mean_of_its_windows_in_eager_pytor
 def test_a_long_document_costs_its_windows_and_nothing_more(triton) -> None:
     """Each window is one row of the encoder's dynamic batches: the encoder counts exactly
     as many inferences as the document has windows."""
-    text = LONG_TEXTS["README (first 24 kB)"]
+    text = LONG_TEXTS["docs/serving.md (first 24 kB)"]
     before = model_counts(triton.http_url, ENCODER)
     with Client(triton.grpc_url, protocol="grpc") as client:
         windows = client.embed_with_info([text], truncate="chunk").windows[0]

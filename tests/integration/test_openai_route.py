@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+from tmr_client import Client
 
-from client import EmbedClient
 from core.ports import free_port
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
@@ -47,7 +47,7 @@ def client(door: FrontDoor, key: str | None = None, **options: object) -> openai
 
 
 def sdk(triton: TritonServer, texts: list[str]) -> tuple[np.ndarray, list[int]]:
-    with EmbedClient(triton.grpc_url, protocol="grpc") as c:
+    with Client(triton.grpc_url, protocol="grpc") as c:
         result = c.embed_with_info(texts)
     return result.embeddings, result.tokens
 
@@ -172,7 +172,7 @@ def test_truncate_and_chunk_are_extension_fields_and_usage_counts_every_window(d
     model's request parameters; usage counts the tokens the encoder ran over (every window
     of a chunked text), plus the tokens truncation dropped and the windows."""
     texts = [LICENCE[:9000], fresh("a short one")[0]]
-    with EmbedClient(triton.grpc_url, protocol="grpc") as c:
+    with Client(triton.grpc_url, protocol="grpc") as c:
         chunked = c.embed_with_info(texts, truncate="chunk")
         cut = c.embed_with_info(texts, truncate=True)
     with client(door) as c:
@@ -200,7 +200,7 @@ def test_a_chunked_request_of_many_long_texts_is_cut_under_the_windows_limit(doo
                                      extra_body={"truncate": "chunk", "chunk_overlap": 16})
     vectors = np.asarray([d.embedding for d in answer.data], np.float64)
     assert len(vectors) == 9 and np.allclose(vectors, vectors[0], atol=1e-6)
-    with EmbedClient(triton.grpc_url, protocol="grpc") as sdk_client:
+    with Client(triton.grpc_url, protocol="grpc") as sdk_client:
         one = sdk_client.embed_with_info([LICENCE], truncate="chunk", chunk_overlap=16)
     assert_same(vectors[:1], one.embeddings)
     assert answer.usage.model_extra["windows"] == 9 * one.windows[0]
@@ -334,21 +334,20 @@ def test_llamaindex_openai_like_embedding(door, triton):
     assert_same([embedding.get_query_embedding(texts[0])], reference[:1])
 
 
-# -- the README's snippets, as written -----------------------------------------------------
+# -- docs/openai.md's snippets, as written -----------------------------------------------------
 
 
 def readme_snippets() -> list[tuple[str, str]]:
-    """(language, code) of every fenced block of the README's OpenAI section."""
+    """(language, code) of every fenced block of docs/openai.md."""
     import re
 
     from core.paths import PROJECT_ROOT
 
-    text = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## OpenAI-compatible API", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```(bash|python)\n(.*?)```", section, re.S)
+    text = (PROJECT_ROOT / "docs" / "openai.md").read_text(encoding="utf-8")
+    return re.findall(r"```(bash|python)\n(.*?)```", text, re.S)
 
 
-def test_the_readme_snippets_run_as_written(door):
+def test_the_openai_doc_snippets_run_as_written(door):
     import subprocess
     import sys
 

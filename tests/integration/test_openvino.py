@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tmr_client import Client
 
-from client import EmbedClient
 from core.families.configs import encoder_spec, parameters_of
 from core.families.spec import PRECISION_PARAMETER
 from core.paths import DEFAULT_REPOSITORY
@@ -139,7 +139,7 @@ def routed_to_openvino(triton) -> Iterator[None]:
 def test_a_front_routed_to_openvino_keeps_ladder_health_and_the_openai_route(
         triton, routed_to_openvino) -> None:
     texts = fresh("a front routed to OpenVINO", "数学は美しい。", "emoji 🚀 too")
-    with EmbedClient(triton.grpc_url, protocol="grpc") as client:
+    with Client(triton.grpc_url, protocol="grpc") as client:
         answer = client.embed_with_info(texts)
     served = {ServedBy.parse(s).model for s in answer.served_by}
     assert served == {"minilm_openvino"}

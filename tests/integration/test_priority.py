@@ -7,14 +7,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from client import (
+from tmr_client import (
     NO_RETRY,
-    AsyncEmbedClient,
+    AsyncClient,
     DeadlineExceededError,
     QueueFullError,
     TritonClientError,
 )
+
 from tests.integration.helpers import assert_serving, reset_router
 
 TEXT = "priority queues shed low value work first when the server is overloaded"
@@ -46,7 +46,7 @@ async def timed(coro) -> tuple[float, object]:
 
 
 async def backlog_then_high(url: str) -> tuple[list, list]:
-    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as client:
+    async with AsyncClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as client:
         await client.max_batch_size()
         lows = [asyncio.ensure_future(timed(client.embed(full_batch(f"low {i}"), priority=LOW)))
                 for i in range(BACKLOG)]
@@ -68,7 +68,7 @@ async def queue_is_full(lows: list[asyncio.Future], limit_s: float = 30.0) -> No
 
 
 async def flood_with_expiring_highs(url: str) -> tuple[list, list]:
-    async with AsyncEmbedClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as client:
+    async with AsyncClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as client:
         await client.max_batch_size()
         lows = [asyncio.ensure_future(timed(client.embed([f"{TEXT} {i}"], priority=LOW)))
                 for i in range(FLOOD)]

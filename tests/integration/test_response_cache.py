@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from tmr_client import Client
 
-from client import EmbedClient
 from core.repository import edit_config
 from server.launcher import TritonServer
 from tests.conftest import start_server, stop_cleanly
@@ -38,7 +38,7 @@ def cached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
 def test_identical_requests_are_answered_by_the_response_cache(cached) -> None:
     texts = fresh("cache me once")
     before = metric_value(cached.metrics_url, "nv_cache_num_hits_per_model", model="embed")
-    with EmbedClient(cached.grpc_url, protocol="grpc") as client:
+    with Client(cached.grpc_url, protocol="grpc") as client:
         first = client.embed_with_info(texts)
         second = client.embed_with_info(texts)
     hits = metric_value(cached.metrics_url, "nv_cache_num_hits_per_model", model="embed")

@@ -9,8 +9,8 @@ import time
 from collections import Counter
 
 import numpy as np
+from tmr_client import NO_RETRY, AsyncClient, Client, TritonClientError
 
-from client import NO_RETRY, AsyncEmbedClient, EmbedClient, TritonClientError
 from core.stacks import DUMP_STACKS_SIGNAL
 from server.admin import DEFAULT_FRONT
 from server.launcher import stub_processes
@@ -24,7 +24,7 @@ async def load_through_sigterm(server, seconds: float) -> list[object]:
     outcomes: list[object] = []
     deadline = time.monotonic() + seconds
 
-    async def worker(client: AsyncEmbedClient, n: int) -> None:
+    async def worker(client: AsyncClient, n: int) -> None:
         i = 0
         while time.monotonic() < deadline:
             i += 1
@@ -37,7 +37,7 @@ async def load_through_sigterm(server, seconds: float) -> list[object]:
             except TimeoutError:
                 outcomes.append("hung")
 
-    async with AsyncEmbedClient(server.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
+    async with AsyncClient(server.grpc_url, protocol="grpc", retry=NO_RETRY) as client:
         await client.max_batch_size()
         workers = asyncio.gather(*(worker(client, n) for n in range(8)))
         await asyncio.sleep(1.5)
@@ -61,7 +61,7 @@ def test_sigterm_under_load_drains_and_refuses_cleanly(tmp_path) -> None:
     kinds = Counter(type(e).__name__ for e in errors)
     samples = {type(e).__name__: e.message for e in errors}
     print(f"\nSIGTERM under load: {len(served)} served, errors {dict(kinds)}: {samples}")
-    # The documented stopping errors (README "When things go wrong"): in-flight work is
+    # The documented stopping errors (docs/operations.md, "Health, watchdog"): in-flight work is
     # refused as the server stops, then models are unloaded, then the port closes.
     assert set(kinds) <= STOPPING_ERRORS, errors[:5]
 
@@ -80,6 +80,6 @@ def test_a_stub_dumps_its_threads_stacks_into_the_log_on_sigusr1_and_goes_on(tri
     dumped = triton.log_text()[before:]
     assert dumped.count("Current thread") == len(stubs), dumped[-2000:]
     assert "tmr-served-versions" in dumped or "router.py" in dumped  # the router's threads
-    with EmbedClient(triton.http_url) as client:
+    with Client(triton.http_url) as client:
         assert client.embed(["still serving after the dump"]).shape == (1, 384)
     assert stub_processes(triton.process.pid)[DEFAULT_FRONT] == stubs

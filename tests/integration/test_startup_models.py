@@ -69,6 +69,11 @@ def test_every_front_answers(server: TritonServer) -> None:
     fronts = [m.front for m in catalog(server.opts.repository) if m.front]
     answers = example_calls(server)
     assert [line.split(" answered: ")[0] for line in answers] == fronts, answers
+    # each sends its tracked warmup sample and says so: the banner's cat is a real photo
+    for front, line in zip(fronts, answers):
+        assert f"{front}/warmup/" in line, line
+    (cat,) = [line for line in answers if line.startswith("efficientnet_lite0 answered")]
+    assert "cat) p=" in cat and "JPEG" in cat, cat
 
 
 @pytest.mark.timeout(120)

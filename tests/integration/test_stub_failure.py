@@ -9,7 +9,7 @@ or refused with a clear 503.
 
 Runs on a server of its own with a short exit timeout: on Triton 2.51 a model instance
 whose stub was killed never finishes unloading, so that server can only exit when
---exit-timeout-secs runs out, with code 1 (documented in the README).
+--exit-timeout-secs runs out, with code 1 (documented in docs/operations.md).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from tmr_client import UnavailableError
 
-from client import UnavailableError
 from core.repository import copy_repository
 from server.admin import AUTO, deep_health, wait_for_level
 from server.launcher import TritonServer, stub_processes

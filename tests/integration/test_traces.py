@@ -17,8 +17,8 @@ from opentelemetry.exporter.otlp.json.http.trace_exporter import OTLPSpanExporte
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from tmr_client import Client
 
-from client import Client
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
 from server.traces import TraceBackend

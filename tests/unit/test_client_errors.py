@@ -1,4 +1,4 @@
-"""client.errors: Triton's HTTP and gRPC answers mapped to typed, retriable-or-not errors.
+"""tmr_client.errors: Triton's HTTP and gRPC answers mapped to typed, retriable-or-not errors.
 
 The status/message pairs below are what Triton 2.51 and tritonclient 2.51 really send.
 """
@@ -6,9 +6,7 @@ The status/message pairs below are what Triton 2.51 and tritonclient 2.51 really
 from __future__ import annotations
 
 import pytest
-from tritonclient.utils import InferenceServerException
-
-from client.errors import (
+from tmr_client.errors import (
     DeadlineExceededError,
     InvalidInputError,
     ModelNotFoundError,
@@ -21,6 +19,7 @@ from client.errors import (
     classify,
     from_exception,
 )
+from tritonclient.utils import InferenceServerException
 
 OBSERVED = [
     ("400", "TEXT[0] is empty; send at least one non-space character", InvalidInputError),
@@ -119,7 +118,7 @@ def test_from_exception_returns_a_typed_error_unchanged():
 
 
 def test_a_grpc_call_cancelled_by_a_stopping_server_is_unreachable_and_retriable() -> None:
-    from client.errors import ServerUnreachableError, classify
+    from tmr_client.errors import ServerUnreachableError, classify
 
     cls = classify("StatusCode.CANCELLED", "CANCELLED")
     assert cls is ServerUnreachableError and cls.retriable

@@ -1,13 +1,12 @@
-"""client.retry.next_delay: full-jitter backoff, only for retriable errors, within a deadline."""
+"""tmr_client.retry.next_delay: full-jitter backoff, only for retriable errors, in a deadline."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
-
-from client.errors import InvalidInputError, QueueFullError, ServerUnreachableError
-from client.retry import NO_RETRY, RetryPolicy, next_delay
+from tmr_client.errors import InvalidInputError, QueueFullError, ServerUnreachableError
+from tmr_client.retry import NO_RETRY, RetryPolicy, next_delay
 
 POLICY = RetryPolicy(attempts=5, base_delay_s=0.1, max_delay_s=0.5)
 RETRIABLE = QueueFullError("Exceeds maximum queue size", "503")

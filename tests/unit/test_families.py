@@ -138,7 +138,8 @@ def test_the_repository_names_each_familys_default_front_in_that_fronts_config()
     """Commands called without a model take it from the repository (`default_front` in a
     front's config), so no code names one; the SDK, which ships without a repository,
     keeps its own default, and it is the repository's text front."""
-    from client.core import DEFAULT_MODEL
+    from tmr_client.core import DEFAULT_MODEL
+
     from core.families.catalog import DEFAULT_FRONT_PARAMETER, default_front
     from core.families.configs import parameters_of
 
@@ -147,3 +148,13 @@ def test_the_repository_names_each_familys_default_front_in_that_fronts_config()
     assert marked == {"text_embedding": "embed", "image_classification": "efficientnet_lite0"}
     assert {f: default_front(REPOSITORY, f) for f in marked} == marked
     assert default_front(REPOSITORY, "text_embedding") == DEFAULT_MODEL
+
+
+def test_every_family_has_an_export_recipe_module_on_disk() -> None:
+    from core.families import FAMILIES
+    from core.paths import PROJECT_ROOT
+    from export.pipeline import RECIPE_MODULES
+
+    assert set(RECIPE_MODULES) == set(FAMILIES)
+    for module in RECIPE_MODULES.values():
+        assert (PROJECT_ROOT / (module.replace(".", "/") + ".py")).is_file(), module

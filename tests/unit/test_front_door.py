@@ -8,11 +8,9 @@ import re
 
 import pytest
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2, service_pb2
-
-from client.auth import ADMIN_KEY_ENV, API_KEY_ENV, DEV_ADMIN_KEY, key_headers
-from client.core import output_names
-from client.errors import (
+from tmr_client.auth import ADMIN_KEY_ENV, API_KEY_ENV, key_headers
+from tmr_client.core import output_names
+from tmr_client.errors import (
     AccessDeniedError,
     InvalidInputError,
     RateLimitedError,
@@ -20,6 +18,8 @@ from client.errors import (
     UnavailableError,
     classify,
 )
+from tritonclient.grpc import model_config_pb2, service_pb2
+
 from core.files import placeholders
 from core.paths import DEFAULT_REPOSITORY
 from server import front_door
@@ -33,6 +33,7 @@ from server.front_door import (
     render,
 )
 from server.settings import (
+    DEV_ADMIN_KEY,
     MAX_BODY_BYTES,
     MAX_GRPC_BODY_BYTES,
     RESTRICTED_APIS,
@@ -201,7 +202,9 @@ def test_key_headers_send_the_admin_key_under_each_protocols_name(monkeypatch):
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     monkeypatch.delenv(ADMIN_KEY_ENV, raising=False)
     assert key_headers() == {}
-    assert key_headers(admin=True) == {"admin-key": DEV_ADMIN_KEY}
+    assert key_headers(admin=True) == {}  # never the dev server's key unless given it
+    monkeypatch.setenv(ADMIN_KEY_ENV, "from-env")
+    assert key_headers(admin=True) == {"admin-key": "from-env"}
     assert key_headers("grpc", admin=True, admin_key="k") == {
         "triton-grpc-protocol-admin-key": "k"}
     assert key_headers(admin=True, admin_key="") == {}  # "" = send none

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from tmr_client.errors import ServerUnreachableError
 from tritonclient.grpc import model_config_pb2 as mc
 
-from client.errors import ServerUnreachableError
 from core.families import FAMILIES
 from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_port

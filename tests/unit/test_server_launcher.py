@@ -24,6 +24,7 @@ from server.launcher import (
     interpreter_libdir,
     load_failures,
     native_stacks,
+    sdk_path,
     stop_phase,
     stop_process,
     stub_environment,
@@ -129,8 +130,17 @@ def test_interpreter_libdir_is_the_folder_holding_this_interpreters_libpython():
 def test_stub_environment_puts_project_root_then_venv_site_packages_on_pythonpath():
     env = stub_environment({"PATH": "/usr/bin", "PYTHONPATH": "/elsewhere"})
     paths = env["PYTHONPATH"].split(os.pathsep)
-    assert paths == [str(PROJECT_ROOT), sysconfig.get_paths()["purelib"]]
+    assert paths == [str(PROJECT_ROOT), sysconfig.get_paths()["purelib"], str(sdk_path())]
     assert Path(paths[1]).is_relative_to(Path(sys.prefix))
+
+
+def test_a_stub_imports_core_and_the_sdk_by_pythonpath_alone():
+    """No `.pth` file is read from PYTHONPATH: the SDK's editable install alone would
+    leave `tmr_client` (and so `core`) unimportable in a stub."""
+    env = stub_environment({"PATH": "/usr/bin"})
+    run = subprocess.run([sys.executable, "-S", "-c", "import core.families, tmr_client.errors"],
+                         env=env, cwd="/", capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
 
 
 def test_stub_environment_puts_the_venv_bin_first_on_path_and_disables_user_site():

@@ -88,11 +88,12 @@ def test_the_reloads_metric_is_labelled_by_the_decisions_kind(sample: Sample, la
     (False, None, "failed"),  # answered, but not sanely
 ])
 def test_a_probe_is_served_refused_or_failed(ok: bool, error: str | None, outcome: str) -> None:
-    import client
+    import tmr_client
+
     from server.admin_client import Check
     from server.watchdog import probe_outcome
 
-    typed = getattr(client, error)("message", "503") if error else None
+    typed = getattr(tmr_client, error)("message", "503") if error else None
     assert probe_outcome(Check("embed", ok, 1.0, "detail", typed)).value == outcome
 
 

@@ -7,8 +7,8 @@ import base64
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from tmr_client.tracing import trace_headers
 
-from client.tracing import trace_headers
 from python_backends import bls
 from server.otlp_relay import base64_ids
 from server.settings import FrontDoorSettings, ServerOptions, server_flags, trace_flags

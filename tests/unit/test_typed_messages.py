@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tmr_client.core import EmbedResult
+from tmr_client.errors import UnavailableError, classify
 
-from client.core import EmbedResult
-from client.errors import UnavailableError, classify
 from core.messages import degraded_level, degraded_refusal, kind_of
 from core.served_by import ServedBy
 from python_backends.degradation import ResponseCache, ladder

@@ -18,6 +18,7 @@ from core.families.warmup import (
     WARMUP_FOLDER,
     WarmupPlan,
     data_files,
+    elements,
     executions,
     samples,
     serialized,
@@ -66,6 +67,15 @@ def test_executions_are_what_triton_runs_on_each_instance(warmup, expected):
 
 def test_bytes_elements_are_serialized_as_triton_reads_them():
     assert serialized([b"ab", b""]) == struct.pack("<I", 2) + b"ab" + struct.pack("<I", 0)
+
+
+def test_a_serialized_file_reads_back_as_its_elements():
+    items = [b"ab", b"", "caf\u00e9".encode()]
+    assert elements(serialized(items)) == items
+    with pytest.raises(ValueError, match="an element of 9 bytes at byte 0 of 6"):
+        elements(struct.pack("<I", 9) + b"ab")
+    with pytest.raises(ValueError, match="a truncated length at byte 6"):
+        elements(serialized([b"ab"]) + b"\x01")
 
 
 def test_the_runs_count_down_and_log_one_line_each(caplog):

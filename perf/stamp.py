@@ -1,0 +1,66 @@
+"""Where a generated table or plot comes from: the date, the host's CPU and cores, the commit.
+
+Every writer of a generated doc stamps its output with one `Stamp`: `make bench` the top of
+docs/benchmarks.md's generated part, `harness.write_report` every perf report, and
+`save_figure` every plot (bench, sweep, soak, scenarios, rollout_plot) in its footer. A
+figure without its host and commit cannot be compared with another.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from core.hardware import host_cpu
+from core.paths import PROJECT_ROOT
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """When, where and from which code a figure was measured."""
+
+    date: str  # YYYY-MM-DD, UTC
+    cpu: str  # /proc/cpuinfo's model name
+    cores: int
+    commit: str  # short hash, "-dirty" when the work tree had changes
+
+    def line(self) -> str:
+        return f"{self.date}, {self.cpu}, {self.cores} cores, commit {self.commit}"
+
+    def markdown(self) -> str:
+        """The line under a generated table."""
+        return f"_Measured {self.line()}._"
+
+    def on_figure(self, fig: Any) -> None:
+        """A small grey footer on a matplotlib figure, bottom right."""
+        fig.text(0.995, 0.005, self.line(), ha="right", va="bottom", fontsize=7,
+                 color="grey")
+
+
+def git_commit(root: Path = PROJECT_ROOT) -> str:
+    """The work tree's commit, `-dirty` when it has changes; "unknown" outside git."""
+    try:
+        done = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=10"],
+                              cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
+def current_stamp(now: datetime | None = None, cpu: dict[str, object] | None = None,
+          commit: str | None = None) -> Stamp:
+    """This host's stamp now; each part can be given (tests, a stamp re-read)."""
+    cpu = cpu if cpu is not None else host_cpu()
+    now = now or datetime.now(UTC)
+    return Stamp(now.strftime("%Y-%m-%d"), str(cpu["model"]), int(cpu["cores"]),
+                 commit if commit is not None else git_commit())
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 100, stamp: Stamp | None = None) -> None:
+    """Every generated plot is saved here: stamped (this host, now, unless given), then
+    written."""
+    (stamp or current_stamp()).on_figure(fig)
+    fig.savefig(path, dpi=dpi)
