@@ -112,8 +112,6 @@ def test_unreachable_reasons_are_a_few_words() -> None:
     ("health", FRONT, "health"),
 ])
 def test_a_command_resolves_a_name_to_the_kind_it_takes(name, kind, expected) -> None:
-    if not (DEFAULT_REPOSITORY / "minilm_onnx").is_dir():
-        pytest.skip("no model repository")
     if expected == "served":  # the encoder its front serves on this host (its profile's)
         expected = served_encoder(DEFAULT_REPOSITORY, name)
         assert expected.startswith("minilm_")
