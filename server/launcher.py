@@ -47,10 +47,13 @@ def sdk_path() -> Path:
     route to the venv is PYTHONPATH: without this link `core` (which re-exports the SDK's
     wire contract) would not import in a stub."""
     folder = HOME_DIR / "sdk"
-    link = folder / "tmr_client"
-    if not link.is_symlink():
-        folder.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(PROJECT_ROOT / "client", target_is_directory=True)
+    link, target = folder / "tmr_client", PROJECT_ROOT / "client"
+    if link.is_symlink() and link.readlink() == target:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    fresh = folder / f".tmr_client-{os.getpid()}-{time.monotonic_ns()}"
+    fresh.symlink_to(target, target_is_directory=True)
+    fresh.replace(link)  # atomic: a concurrent start sees the old link or the new one
     return folder
 
 
