@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from tmr_client.core import (
+    ABANDONED_GRACE_S,
     DEFAULT_MODEL,
     Access,
     Call,
@@ -64,6 +65,7 @@ class AsyncClient(ClientBase):
         super().__init__(url, protocol, model, retry, seed, aio=True,
                          access=Access(api_key, admin_key, max_batch_size, max_in_flight,
                                        lanes), timeout=timeout)
+        self._abandoned: set[asyncio.Task] = set()  # gRPC requests nobody waits for
 
     async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -217,23 +219,49 @@ class AsyncClient(ClientBase):
 
     async def _infer_once(self, call: Call, inputs: list[Any], outputs: list[Any],
                           request_id: str) -> Any:
-        """One request, within the call's deadline: gRPC's own client deadline, or over
-        HTTP the request cancelled when the time left runs out."""
+        """One request, within the call's deadline: over gRPC awaited at most the time left
+        and never cancelled (tmr_client.core's doc says why), over HTTP cancelled when the
+        time left runs out."""
         kwargs = {"outputs": outputs, "headers": self._headers(),
                   **call.infer_kwargs(request_id)}
+        if self.protocol == "grpc":
+            return await self._grpc_infer(call, inputs, kwargs)
         remaining = call.remaining()
         if remaining is None:
             return await self._call(self._client.infer, call.model, inputs, **kwargs)
-        if self.protocol == "grpc":
-            return await self._call(self._client.infer, call.model, inputs,
-                                    client_timeout=remaining, **kwargs)
         try:
             async with asyncio.timeout(remaining):  # in this task: Retry-After stays visible
                 return await self._call(self._client.infer, call.model, inputs, **kwargs)
         except TimeoutError as err:
             raise call.deadline_error() from err
 
+    async def _grpc_infer(self, call: Call, inputs: list[Any], kwargs: dict[str, Any]) -> Any:
+        request = asyncio.ensure_future(self._call(
+            self._client.infer, call.model, inputs, client_timeout=call.grpc_deadline(),
+            **kwargs))
+        try:
+            done, _ = await asyncio.wait({request}, timeout=call.time_left())
+        finally:  # past the deadline, or the caller cancelled: the RPC runs to its end
+            if not request.done():
+                self._abandon(request)
+        if not done:
+            raise call.deadline_error() from TimeoutError(f"no answer in {call.options.timeout} s")
+        return request.result()
+
+    def _abandon(self, request: asyncio.Task) -> None:
+        self._abandoned.add(request)
+        request.add_done_callback(self._forget)
+
+    def _forget(self, request: asyncio.Task) -> None:
+        self._abandoned.discard(request)
+        if not request.cancelled():
+            request.exception()  # retrieved: nobody waits for it
+
     async def close(self) -> None:
+        """Close the connection, once the gRPC requests that callers stopped waiting for
+        have answered (at most ABANDONED_GRACE_S): closing a channel cancels its RPCs."""
+        if self._abandoned:
+            await asyncio.wait(set(self._abandoned), timeout=ABANDONED_GRACE_S)
         await self._client.close()
 
     async def __aenter__(self) -> AsyncClient:

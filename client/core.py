@@ -17,6 +17,14 @@ Two timeouts, not to be confused:
                  request. The server drops a request still queued after it (if the model's
                  queue policy allows overriding), answering "Request timeout expired",
                  also a DeadlineExceededError. It bounds queueing, not the whole call.
+
+A request sent under a deadline and no `timeout_ms=` carries the time left as its queue
+timeout, so the server drops it, rather than runs it, once nobody waits for it. Over gRPC
+the deadline ends the caller's wait but never cancels the RPC: Triton 2.51 can lose a model
+reference when a gRPC call is cancelled as it is answered, and that model then never
+unloads (docs/reliability.md §11). The abandoned RPC finishes on its own (its gRPC deadline
+is the time left plus ABANDONED_GRACE_S, reached only by a server that stopped answering),
+and `close()` waits for it, at most ABANDONED_GRACE_S, before closing the channel.
 """
 
 from __future__ import annotations
@@ -169,6 +177,9 @@ def image_tensor(images: Iterable[bytes | str]) -> np.ndarray:
         return bytes(item) if isinstance(item, (bytes, bytearray, memoryview)) else None
 
     return bytes_rows(images, IMAGES, encode)
+
+
+ABANDONED_GRACE_S = 10.0  # how long a gRPC request outlives the deadline of its caller
 
 
 def check_timeout(timeout: object) -> float | None:
@@ -392,8 +403,18 @@ class Call:
             raise self.deadline_error()
         return left
 
+    def time_left(self) -> float | None:
+        """Seconds left before the deadline, 0 once passed (None: no deadline)."""
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def grpc_deadline(self) -> float | None:
+        """The gRPC deadline of one request: the time left plus ABANDONED_GRACE_S, so that
+        the caller stops waiting first and the RPC is not cancelled (see the module doc)."""
+        left = self.remaining()
+        return None if left is None else left + ABANDONED_GRACE_S
 
     def deadline_error(self) -> DeadlineExceededError:
         return DeadlineExceededError(f"deadline exceeded: the call to {self.model!r} took "
@@ -404,7 +425,12 @@ class Call:
             self.on_progress(done, len(self.rows))
 
     def infer_kwargs(self, request_id: str) -> dict[str, Any]:
+        """tritonclient's infer arguments; the time left is the queue timeout (in µs) when
+        the caller gave a deadline and no `timeout_ms`."""
         kwargs = self.options.infer_kwargs(request_id)
+        left = self.remaining()
+        if left is not None and "timeout" not in kwargs:
+            kwargs["timeout"] = max(1, int(left * 1_000_000))
         if self.parameters:
             kwargs["parameters"] = {**kwargs.get("parameters", {}), **self.parameters}
         return kwargs

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from tmr_client.core import (
+    ABANDONED_GRACE_S,
     DEFAULT_MODEL,
     Access,
     Call,
@@ -65,6 +67,7 @@ class Client(ClientBase):
         super().__init__(url, protocol, model, retry, seed, aio=False,
                          access=Access(api_key, admin_key, max_batch_size, max_in_flight,
                                        lanes), timeout=timeout)
+        self._abandoned: list[queue.SimpleQueue] = []  # gRPC answers nobody waits for
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -222,20 +225,43 @@ class Client(ClientBase):
 
     def _infer_once(self, call: Call, inputs: list[Any], outputs: list[Any],
                     request_id: str) -> Any:
-        """One request, within the call's deadline: gRPC's own client deadline, or over
-        HTTP the request sent in the background and awaited at most the time left."""
+        """One request, within the call's deadline: over gRPC awaited at most the time left
+        and never cancelled (tmr_client.core's doc says why), over HTTP sent in the
+        background and awaited at most the time left."""
         kwargs = {"outputs": outputs, "headers": self._headers(),
                   **call.infer_kwargs(request_id)}
+        if self.protocol == "grpc":
+            return self._grpc_infer(call, inputs, kwargs)
         remaining = call.remaining()
         if remaining is None:
             return self._call(self._client.infer, call.model, inputs, **kwargs)
-        if self.protocol == "grpc":
-            return self._call(self._client.infer, call.model, inputs, client_timeout=remaining,
-                              **kwargs)
         pending = self._call(self._client.async_infer, call.model, inputs, **kwargs)
         return self._call(pending.get_result, timeout=remaining)
 
+    def _grpc_infer(self, call: Call, inputs: list[Any], kwargs: dict[str, Any]) -> Any:
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+        self._call(self._client.async_infer, call.model, inputs,
+                   lambda result, error: answer.put((result, error)),
+                   client_timeout=call.grpc_deadline(), **kwargs)
+        try:
+            result, error = answer.get(timeout=call.time_left())
+        except queue.Empty as err:
+            self._abandoned.append(answer)
+            raise call.deadline_error() from err
+        if error is not None:
+            raise self._typed(error) from error
+        return result
+
     def close(self) -> None:
+        """Close the connection, once the gRPC requests that callers stopped waiting for
+        have answered (at most ABANDONED_GRACE_S): closing a channel cancels its RPCs."""
+        until = time.monotonic() + ABANDONED_GRACE_S
+        for answer in self._abandoned:
+            try:
+                answer.get(timeout=max(0.0, until - time.monotonic()))
+            except queue.Empty:
+                break
+        self._abandoned.clear()
         self._client.close()
 
     def __enter__(self) -> Client:

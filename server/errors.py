@@ -10,8 +10,6 @@
     TemplateError          a config template names a placeholder that was given no value
                            (core.files.TemplateError: core.files renders every template)
     ReleaseError           a promotion or rollback that did not happen (the old version serves)
-    SlowStopWarning        a warning: a stop ran out its exit timeout on a model that never
-                           unloaded, every inference done (docs/operations.md)
 """
 
 from __future__ import annotations
@@ -56,8 +54,3 @@ class PrometheusError(RuntimeError):
 
 class ReleaseError(RuntimeError):
     """A promotion or rollback that did not happen; the old version still serves."""
-
-
-class SlowStopWarning(UserWarning):
-    """A stop that ran out Triton's exit timeout because an idle model never unloaded
-    (TritonServer.stop_report says which stubs held it)."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,8 +19,7 @@ from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_ports as all_free_ports
 from core.versions import PROFILE_ENV
 from export.sources import resolve
-from server.errors import SlowStopWarning
-from server.launcher import ServerStartError, StopPhase, TritonServer, stop_phase
+from server.launcher import ServerStartError, TritonServer, stop_phase
 from server.settings import Ports, ServerOptions, admin_key
 
 # The suite serves and reads the reviewed configs (config.pbtxt), whatever host profile
@@ -73,19 +71,12 @@ def start_server(repository: Path, log_path: Path, **options: object) -> TritonS
 
 
 def stop_cleanly(server: TritonServer) -> None:
-    """Stop `server`: it must exit 0, with one exception, docs/operations.md "Known 2.51 behaviour":
-    exit 1 at the exit timeout because one idle model never unloaded after every inference
-    had finished ("unload"), which is reported as a warning with the stubs that held it
-    (TritonServer.stop_report; their stacks and Triton's are beside its log). Any other
-    slow stop fails: open client connections, inferences still running, a crash."""
+    """Stop `server`: it must exit 0. A slow stop names the phase its exit timeout was
+    spent in (open client connections, inferences still running, a model that never
+    unloaded: docs/reliability.md section 11) and the stubs still running near it."""
     code = server.stop()
     phase = stop_phase(server.log_text())
     why = server.stop_report or "no stub was still running near the exit timeout"
-    if code == 1 and phase is StopPhase.UNLOAD:
-        warnings.warn(SlowStopWarning(f"tritonserver reached its exit timeout with a model "
-                                      f"that never unloaded (no inference lost): {why}"),
-                      stacklevel=2)
-        return
     assert code == 0, (f"tritonserver exited with {code} (timeout spent in: {phase}); "
                        f"{why}; see {server.log_path}")
 

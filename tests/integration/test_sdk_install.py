@@ -17,6 +17,7 @@ import pytest
 from tmr_client import AsyncClient, Client, DeadlineExceededError
 
 from core.paths import PROJECT_ROOT
+from server.prometheus import metric_value
 
 INSTALL_TIMEOUT_S = 280  # the registry's wheels, cached after the first run
 LONG_TEXTS = ["a long sentence of many words " * 40] * 8  # 8 rows of 256 tokens, truncated
@@ -120,3 +121,57 @@ def test_a_client_timeout_bounds_every_call_of_the_sync_client(protocol, http_ur
         c.embed(LONG_TEXTS, truncate=True)
     with Client(url, max_batch_size=8, timeout=30) as c:
         assert c.embed(["still serving"]).shape == (1, 384)
+
+
+def canceled(triton) -> float:
+    """Requests to `embed` that Triton counted as cancelled by their client."""
+    return metric_value(triton.metrics_url, "nv_inference_request_failure", model="embed",
+                        reason="CANCELED")
+
+
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "asyncio"])
+def test_a_grpc_deadline_ends_the_wait_and_never_cancels_the_request(aio, triton):
+    """Triton 2.51 can lose a model reference to a gRPC call cancelled as it is answered,
+    and the model never unloads (docs/reliability.md §11). So the SDK's deadline ends the
+    caller's wait, the request runs to its end (or leaves the queue at its queue timeout),
+    and Triton counts no cancellation."""
+    url, calls = f"grpc://{triton.grpc_url}", 6
+    before = canceled(triton), served(triton)
+
+    async def run_async() -> list[BaseException | None]:
+        async with AsyncClient(url, max_batch_size=8) as c:
+            return [await caught(c.embed(LONG_TEXTS, truncate=True, timeout=0.002))
+                    for _ in range(calls)]
+
+    if aio:
+        errors = asyncio.run(run_async())
+    else:
+        with Client(url, max_batch_size=8) as c:
+            errors = [caught_sync(lambda: c.embed(LONG_TEXTS, truncate=True, timeout=0.002))
+                      for _ in range(calls)]
+    assert all(isinstance(e, DeadlineExceededError) for e in errors), errors
+    # close() waited for the abandoned requests: each was served or dropped by Triton.
+    assert canceled(triton) == before[0]
+    assert served(triton) > before[1]
+
+
+def served(triton) -> float:
+    """Requests `embed` answered or refused, whatever the reason (cancelled included)."""
+    return (metric_value(triton.metrics_url, "nv_inference_request_success", model="embed")
+            + metric_value(triton.metrics_url, "nv_inference_request_failure", model="embed"))
+
+
+async def caught(call) -> BaseException | None:
+    try:
+        await call
+    except Exception as err:  # the test inspects it
+        return err
+    return None
+
+
+def caught_sync(call) -> BaseException | None:
+    try:
+        call()
+    except Exception as err:  # the test inspects it
+        return err
+    return None
