@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+from tmr_client.contract import TRUNCATE_VALUES, OverlengthPolicy
 from tmr_client.core import Protocol
 
 from cli.errors import UsageError
@@ -38,13 +39,19 @@ class EmbedOptions:
     model: str
     priority: int | None
     timeout_s: float | None
-    truncate: str | None = None  # "true", "false", "chunk" or None (the model's policy)
+    truncate: str | None = None  # a TRUNCATE_CHOICES spelling or None (the model's policy)
     files: list[Path] = field(default_factory=list)  # more texts, one a line; `-`: stdin
     out: Path | None = None  # where to write the vectors (.npy or .jsonl)
     json: bool = False
 
 
-TRUNCATE = {"true": True, "false": False, "chunk": "chunk", None: None}
+# `--truncate`: the request parameter's string spellings (true, false and the policies).
+TRUNCATE_CHOICES = [value for value in TRUNCATE_VALUES if isinstance(value, str)]
+
+
+def truncate_policy(spelling: str | None) -> OverlengthPolicy | None:
+    """The overlength policy a `--truncate` spelling names; None leaves it to the model."""
+    return None if spelling is None else TRUNCATE_VALUES[spelling]
 
 
 def timeout_ms(timeout_s: float | None) -> int | None:
@@ -59,8 +66,7 @@ def add_call_options(parser: argparse.ArgumentParser, default_model: str | None,
     add_call_model(parser, default_model, default_help)
     parser.add_argument("--priority", type=int, default=None,
                         help="1 (high) or 2 (low, shed first); default: the model's")
-    add_timeout(parser, None, help="how long the request may wait in the server's queue",
-                old_ms=True)
+    add_timeout(parser, None, help="how long the request may wait in the server's queue")
 
 
 def make_options(args: argparse.Namespace) -> EmbedOptions:
@@ -81,10 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="write the vectors to PATH: .npy (one row per text, float32) "
                              "or .jsonl (one {\"text\", \"embedding\"} a line)")
     add_call_options(parser, text_front())
-    parser.add_argument("--truncate", choices=["true", "false", "chunk"], default=None,
-                        help="a text over the model's length: cut it (true), refuse it "
-                        "(false) or embed it in windows pooled into one vector (chunk); "
-                        "default: the model's overlength_policy")
+    parser.add_argument("--truncate", choices=TRUNCATE_CHOICES, default=None,
+                        help="a text over the model's length: cut it (true, truncate), "
+                        "refuse it (false, reject) or embed it in windows pooled into one "
+                        "vector (chunk); default: the model's overlength_policy")
     add_json(parser)
 
 
@@ -131,7 +137,7 @@ def embed_command(opts: EmbedOptions) -> int:
         task = progress.add_task("embedding", total=len(texts))
         result = client.embed_with_info(
             texts, priority=opts.priority, timeout_ms=timeout_ms(opts.timeout_s),
-            truncate=TRUNCATE[opts.truncate],
+            truncate=truncate_policy(opts.truncate),
             on_progress=lambda done, total: progress.update(task, completed=done, total=total))
     if opts.out is not None:
         write_vectors(opts.out, texts, result.embeddings)

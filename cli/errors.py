@@ -6,8 +6,11 @@ code. `tmr --debug` shows the full traceback instead.
             release that failed (`tmr rollout` also: 3 rolled back, 4 aborted)
     exit 2  a usage error: a bad option, an unknown model, front or version
 
-`message_for` maps the project's error types to their line once, here; the commands raise
-and never print a traceback themselves. An error of no known type still becomes one line
+`message_for` maps the project's errors to their line once, here; the commands raise and
+never print a traceback themselves. Each layer has one error root whose classes carry their
+exit code (`exit_code`): core.errors.CoreError, server.errors.ServerError,
+export.errors.ExportError and this module's UsageError; the SDK's TritonClientError is
+mapped from what the server answered. An error of no known type still becomes one line
 ("internal error: ...; rerun with --debug").
 """
 
@@ -30,6 +33,8 @@ SERVE_HINT = "start it with `make serve` (or `tmr serve`) or pass --url"
 
 class UsageError(Exception):
     """The command line names something that does not exist or cannot work (exit 2)."""
+
+    exit_code = USAGE
 
 
 @dataclass(frozen=True)
@@ -125,35 +130,44 @@ def _plain(code: int, hint: str = "") -> Callable[[BaseException, Tried], tuple[
     return describe
 
 
-def _handlers() -> list[tuple[type[BaseException], Callable[..., tuple[str, int]]]]:
-    """The project's error types, most specific first (imported here: the commands import
-    their heavy modules only when they run, and so does this table)."""
-    from tmr_client.errors import TritonClientError
-
+def _hints() -> list[tuple[type[BaseException], str]]:
+    """What to do next, for the errors that have a hint, most specific first."""
     from core.families.catalog import UnknownModelError
-    from core.host_profile import ProfileError
-    from core.params import ConfigError
-    from core.rollout import RolloutError
     from core.versions import VersionError
     from export.errors import ExportCheckError
     from server import errors as s
 
     return [
-        (UsageError, _plain(USAGE)),
+        (UnknownModelError, "`tmr versions` lists the models"),
+        (VersionError, "`tmr versions MODEL` lists its versions"),
+        (s.ReleaseError, "the old version still serves"),
+        (s.PortInUseError, "stop what listens there, or pick other ports"),
+        (s.DistributionError, "run `make setup`"),
+        (ExportCheckError, "nothing was written"),
+    ]
+
+
+def _layer_error(err: BaseException, tried: Tried) -> tuple[str, int]:
+    """An error of a layer's root: its message, its hint, its own exit code."""
+    hint = next((text for kind, text in _hints() if isinstance(err, kind)), "")
+    return _plain(getattr(err, "exit_code", FAILURE), hint)(err, tried)
+
+
+def _handlers() -> list[tuple[type[BaseException], Callable[..., tuple[str, int]]]]:
+    """The project's error roots, then the standard library's (imported here: the commands
+    import their heavy modules only when they run, and so does this table)."""
+    from tmr_client.errors import TritonClientError
+
+    from core.errors import CoreError
+    from export.errors import ExportError
+    from server.errors import ServerError
+
+    return [
+        (UsageError, _layer_error),
         (TritonClientError, _client_error),
-        (UnknownModelError, _plain(USAGE, "`tmr versions` lists the models")),
-        (VersionError, _plain(FAILURE, "`tmr versions MODEL` lists its versions")),
-        (RolloutError, _plain(FAILURE)),
-        (ConfigError, _plain(USAGE)),
-        (s.ReleaseError, _plain(FAILURE, "the old version still serves")),
-        (s.PortInUseError, _plain(FAILURE, "stop what listens there, or pick other ports")),
-        (s.ServerStartError, _plain(FAILURE)),
-        (s.DistributionError, _plain(FAILURE, "run `make setup`")),
-        (s.FrontDoorError, _plain(FAILURE)),
-        (s.PrometheusError, _plain(FAILURE)),
-        (s.TemplateError, _plain(FAILURE)),
-        (ExportCheckError, _plain(FAILURE, "nothing was written")),
-        (ProfileError, _plain(USAGE)),
+        (CoreError, _layer_error),
+        (ServerError, _layer_error),
+        (ExportError, _layer_error),
         (subprocess.CalledProcessError, _process_error),
         (OSError, _os_error),
     ]

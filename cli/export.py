@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli.errors import one_line
+from cli.errors import UsageError
 from cli.options import add_command, add_model, add_repository, options, parse_url
 from core.host_profile import DEFAULT_MEMORY_BUDGET_MB
 
@@ -125,15 +125,15 @@ def _logging(verbose: bool) -> None:
 
 
 def export_command(args: ExportOptions) -> int:
-    """Export from parsed arguments, a line per format; 0 ok, 1 a check failed, 2 bad name."""
+    """Export from parsed arguments, a line per format; 0 ok, 1 a check failed. A refused
+    request raises (cli/errors.py gives its line and exit code)."""
     _logging(args.verbose)
-    from core.families.catalog import UnknownModelError, catalog, find
+    from core.families.catalog import catalog, find
     from export.errors import ExportCheckError
     from export.pipeline import export_model, wanted_formats  # imports torch: when exporting
 
     if bool(args.model) == bool(args.all):
-        print("error: name one model, or --all", file=sys.stderr)
-        return 2
+        raise UsageError("name one model, or --all")
     started = time.perf_counter()
     try:
         models = catalog(args.repository) if args.all else [find(args.repository, args.model)]
@@ -144,9 +144,6 @@ def export_command(args: ExportOptions) -> int:
                 export_model(args.repository, model, args.formats, force=args.force,
                              threads=args.threads, on_result=stages.result,
                              on_stage=stages.stage)
-    except (UnknownModelError, ValueError) as exc:
-        print(f"tmr export: error: {one_line(exc)}", file=sys.stderr)
-        return 2
     except ExportCheckError as exc:
         print(f"export failed, nothing written for this format: {exc}", file=sys.stderr)
         return 1
@@ -155,13 +152,12 @@ def export_command(args: ExportOptions) -> int:
 
 
 def add_model_command(args: AddOptions) -> int:
-    """`tmr add`; 0 added (or already there), 1 a check failed, 2 refused."""
+    """`tmr add`; 0 added (or already there), 1 a check failed. A refused request raises
+    (cli/errors.py gives its line and exit code)."""
     _logging(args.verbose)
     from core.families import family
     from export.errors import ExportCheckError
-    from export.pipeline import AddError
     from export.pipeline import add_model as add_to_repository
-    from export.sources import SourceError
 
     started = time.perf_counter()
     try:
@@ -171,9 +167,6 @@ def add_model_command(args: AddOptions) -> int:
             add_to_repository(args.repository, args.model, args.family, args.source,
                               args.front, args.threads, on_result=stages.result,
                               primary=args.primary, on_stage=stages.stage)
-    except (AddError, SourceError, KeyError, ValueError) as exc:
-        print(f"tmr add: error: {one_line(exc)}", file=sys.stderr)
-        return 2
     except ExportCheckError as exc:
         print(f"tmr add failed, nothing was added: {exc}", file=sys.stderr)
         return 1

@@ -54,8 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         sub, "degrade", "force a front model's degradation level (or `auto`)", degrade_command,
         lambda a: options(DegradeOptions, a, url=resolve_url(a.url), model=resolve_name(
             a.repository, model_of(a, text_front()), FRONT)))
-    add_model(parser, default=text_front(), optional=True, old_option=True,
-              help="the front model")
+    add_model(parser, default=text_front(), optional=True, help="the front model")
     parser.add_argument("--level", required=True, choices=LEVELS,
                         help="the level to force (0: none; higher degrades more), or auto: the "
                              "signals decide again")

@@ -15,18 +15,13 @@ One spelling per concept:
     keys        $TMR_API_KEY (the front door's key), $TMR_ADMIN_KEY (restricted APIs);
                 never on the command line, where `ps` would show them
 
-Old spellings (`--mode`, `--poll`, `--timeout-ms`, `--model`/`--models` where the model is
-now positional; `--p99-budget-ms`, `--interval-ms`, `--latency-budget-ms`, and the percents
-`--max-error-rate` and `--canary-shadow`) still parse for one release: they print a
-deprecation line on stderr and set the new option, converted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,27 +60,6 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
                 or action.default in (None, False, [], argparse.SUPPRESS)):
             return text
         return f"{text} (default: %(default)s)"
-
-
-def warn_deprecated(old: str, new: str) -> None:
-    """The one deprecation line, on stderr."""
-    print(f"tmr: warning: {old} is deprecated and goes in the next release; use {new}",
-          file=sys.stderr)
-
-
-class Deprecated(argparse.Action):
-    """An old spelling: warns, then stores `convert(value)` in the new option's dest."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "",
-                 convert: Callable[[Any], Any] | None = None, **kwargs: Any) -> None:
-        self.new, self.convert = new, convert or (lambda value: value)
-        kwargs.setdefault("default", argparse.SUPPRESS)
-        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        warn_deprecated(option_string or self.dest, self.new)
-        setattr(namespace, self.dest, self.convert(values))
 
 
 def server_url(protocol: Protocol = "http") -> str:
@@ -153,25 +127,18 @@ def resolve_url(url: str | None, protocol: Protocol = "http") -> str:
 
 
 def add_model(parser: argparse.ArgumentParser, *, default: str | None = None,
-              optional: bool = False, old_option: bool = False,
-              help: str = "the model") -> None:
-    """MODEL as a positional (`optional`: may be left out, then `default`). `old_option`
-    keeps the old `--model NAME` spelling working, deprecated."""
+              optional: bool = False, help: str = "the model") -> None:
+    """MODEL as a positional (`optional`: may be left out, then `default`)."""
     if optional:
         parser.add_argument("model", nargs="?", default=None, metavar="MODEL",
                             help=f"{help} (default: {default})" if default else help)
     else:
         parser.add_argument("model", metavar="MODEL", help=help)
-    if old_option:
-        parser.add_argument("--model", dest="model_option", action=Deprecated,
-                            new="the positional MODEL")
 
 
 def add_models(parser: argparse.ArgumentParser, *, help: str) -> None:
-    """MODEL... (none: every family model), and the deprecated `--models A B`."""
+    """MODEL... (none: every family model)."""
     parser.add_argument("model", nargs="*", default=[], metavar="MODEL", help=help)
-    parser.add_argument("--models", dest="models_option", nargs="+", action=Deprecated,
-                        new="the positional MODEL...")
 
 
 def add_call_model(parser: argparse.ArgumentParser, default: str | None,
@@ -182,27 +149,18 @@ def add_call_model(parser: argparse.ArgumentParser, default: str | None,
                         help=f"the front model (default {default_help or default})")
 
 
-def add_control_mode(parser: argparse.ArgumentParser, *, old: bool = True) -> None:
-    """`--control-mode`; `old` keeps the old `--mode X` and `--poll` working, deprecated."""
+def add_control_mode(parser: argparse.ArgumentParser) -> None:
+    """`--control-mode explicit|poll`."""
     parser.add_argument("--control-mode", choices=CONTROL_MODES, default="explicit",
                         help="the server's model control mode (default explicit)")
-    if not old:
-        return
-    parser.add_argument("--mode", dest="control_mode", choices=CONTROL_MODES,
-                        action=Deprecated, new="--control-mode")
-    parser.add_argument("--poll", dest="control_mode", nargs=0, action=Deprecated,
-                        new="--control-mode poll", convert=lambda _: "poll")
 
 
 def add_timeout(parser: argparse.ArgumentParser, default_s: float | None, *,
-                help: str, old_ms: bool = False) -> None:
-    """`--timeout-s SECONDS`; `old_ms` keeps the old `--timeout-ms N`, deprecated."""
+                help: str) -> None:
+    """`--timeout-s SECONDS`."""
     shown = "none" if default_s is None else f"{default_s:g}"
     parser.add_argument("--timeout-s", type=float, default=default_s,
                         help=f"{help} (default {shown})")
-    if old_ms:
-        parser.add_argument("--timeout-ms", dest="timeout_s", type=float, action=Deprecated,
-                            new="--timeout-s", convert=lambda ms: ms / 1000.0)
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
@@ -245,13 +203,13 @@ def text_front() -> str:
 
 
 def model_of(namespace: argparse.Namespace, default: str | None = None) -> str | None:
-    """The positional MODEL, else the deprecated `--model`, else `default`."""
-    return namespace.model or getattr(namespace, "model_option", None) or default
+    """The positional MODEL, else `default`."""
+    return namespace.model or default
 
 
 def models_of(namespace: argparse.Namespace) -> list[str] | None:
-    """The positional MODELs, else the deprecated `--models`; None means every model."""
-    return list(namespace.model) or getattr(namespace, "models_option", None) or None
+    """The positional MODELs; None means every model."""
+    return list(namespace.model) or None
 
 
 SUMMARIES: dict[str, str] = {}  # command -> its one-line summary, for the grouped `tmr --help`

@@ -9,7 +9,6 @@ from pathlib import Path
 from cli.names import ENCODER, resolve_name
 from cli.options import (
     ENVIRONMENT_HELP,
-    Deprecated,
     HelpFormatter,
     add_model,
     add_repository,
@@ -51,12 +50,9 @@ def ms(seconds: float) -> float:
 
 def add_seconds(parser: argparse.ArgumentParser, name: str, default_ms: float,
                 help: str) -> None:
-    """`--NAME-s SECONDS`, and the old `--NAME-ms MS` (deprecated, converted)."""
-    dest = name.replace("-", "_") + "_s"
-    parser.add_argument(f"--{name}-s", dest=dest, type=float, default=default_ms / 1000.0,
-                        help=f"{help}, in seconds")
-    parser.add_argument(f"--{name}-ms", dest=dest, type=float, action=Deprecated,
-                        new=f"--{name}-s", convert=lambda value: value / 1000.0)
+    """`--NAME-s SECONDS`, defaulting to `default_ms`."""
+    parser.add_argument(f"--{name}-s", dest=name.replace("-", "_") + "_s", type=float,
+                        default=default_ms / 1000.0, help=f"{help}, in seconds")
 
 
 def add_p99_budget(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +70,7 @@ def add_sweep(verbs: argparse._SubParsersAction) -> None:
                        interval_ms=round(ms(a.interval_s)))
 
     parser = verb(verbs, "sweep", "sweep concurrency for a model", cmd_sweep, make)
-    add_model(parser, default=text_front(), optional=True, old_option=True,
+    add_model(parser, default=text_front(), optional=True,
               help="the model perf_analyzer calls")
     add_server(parser, protocol="grpc", start_own=True)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32],

@@ -24,7 +24,7 @@ from cli.options import (
     options,
     resolve_url,
 )
-from core import versions as v
+from core import versions
 
 RELEASE_TIMEOUT_S = 90.0  # until the new version answers
 ENCODER_HELP = "the encoder (a model's name or its front resolve to the encoder it serves)"
@@ -147,18 +147,18 @@ def server_states(url: str, model: str) -> tuple[dict, TritonClientError | None]
 
 def version_rows(model_dir: Path, states: dict) -> dict:
     """One model's versions on disk, selected and as the server reports them."""
-    selected = v.selected_on_disk(model_dir)
+    selected = versions.selected_on_disk(model_dir)
     ready = sorted(n for n, (s, _) in states.items() if s == "READY")
-    versions = []
-    for version in v.versions_on_disk(model_dir):
-        p = v.read_provenance(model_dir / str(version)) or {}
-        versions.append({"version": version, "selected": version in selected,
+    rows = []
+    for version in versions.versions_on_disk(model_dir):
+        p = versions.read_provenance(model_dir / str(version)) or {}
+        rows.append({"version": version, "selected": version in selected,
                          "state": states.get(version, (None, ""))[0],
                          "created_at": p.get("created_at"),
                          "sha256": p.get("artifact", {}).get("sha256"),
                          "checks": summarize(p.get("checks", {}))})
     return {"model": model_dir.name, "selected": selected,
-            "server_ready": ready if states else None, "versions": versions}
+            "server_ready": ready if states else None, "versions": rows}
 
 
 def print_versions(row: dict) -> None:

@@ -20,19 +20,18 @@ from cli.errors import UsageError
 from cli.names import ENCODER, resolve_name
 from cli.options import (
     ENVIRONMENT_HELP,
-    Deprecated,
     HelpFormatter,
     add_command,
     add_repository,
     resolve_url,
 )
-from core import rollout as r
-from core import versions as v
+from core import rollout, versions
+from server import rollout_judge
 from server.settings import Ports
 
 ACTIONS = ("status", "pause", "resume", "abort")
-EXIT = {r.PROMOTED: 0, r.ROLLED_BACK: 3, r.ABORTED: 4}
-DEFAULTS = {f.name: f.default for f in fields(r.RolloutState)}
+EXIT = {rollout.PROMOTED: 0, rollout.ROLLED_BACK: 3, rollout.ABORTED: 4}
+DEFAULTS = {f.name: f.default for f in fields(rollout.RolloutState)}
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 MODEL_HELP = "the encoder (a model's name or its front resolve to the encoder it serves)"
-START_DEFAULTS = {"steps": r.DEFAULT_STEPS, "canary_shadow": r.DEFAULT_CANARY_SHADOW,
+START_DEFAULTS = {"steps": rollout_judge.DEFAULT_STEPS,
+                  "canary_shadow": rollout_judge.DEFAULT_CANARY_SHADOW,
                   **{name: DEFAULTS[name] for name in ("min_requests", "min_seconds",
                                                        "min_pairs", "max_error_rate",
                                                        "step_timeout_s")},
@@ -137,15 +137,12 @@ def add_poll(parser: argparse.ArgumentParser) -> None:
 
 def add_start_options(parser: argparse.ArgumentParser) -> None:
     """How a rollout steps and what rolls it back."""
-    parser.add_argument("--steps", default=r.DEFAULT_STEPS,
+    parser.add_argument("--steps", default=rollout_judge.DEFAULT_STEPS,
                         help="shadow:PERCENT and growing canary:PERCENT steps before the "
                              "promotion")
     parser.add_argument("--canary-shadow-fraction", dest="canary_shadow", type=float,
-                        default=r.DEFAULT_CANARY_SHADOW,
+                        default=rollout_judge.DEFAULT_CANARY_SHADOW,
                         help="the fraction (0..1) of calls a canary step still shadows")
-    parser.add_argument("--canary-shadow", dest="canary_shadow", type=float,
-                        action=Deprecated, new="--canary-shadow-fraction (0..1, not percent)",
-                        convert=lambda percent: percent / 100)
     parser.add_argument("--min-requests", type=int, default=DEFAULTS["min_requests"],
                         help="candidate rows a step needs")
     parser.add_argument("--min-seconds", type=float, default=DEFAULTS["min_seconds"],
@@ -155,9 +152,6 @@ def add_start_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-error-fraction", dest="max_error_rate", type=float,
                         default=DEFAULTS["max_error_rate"],
                         help="the fraction (0..1) of failed candidate calls that rolls back")
-    parser.add_argument("--max-error-rate", dest="max_error_rate", type=float,
-                        action=Deprecated, new="--max-error-fraction (0..1, not percent)",
-                        convert=lambda percent: percent / 100)
     parser.add_argument("--step-timeout-s", type=float, default=DEFAULTS["step_timeout_s"],
                         help="a step not judged by then rolls back, in seconds")
     parser.add_argument("--max-p99-ratio", type=float, default=None,
@@ -172,10 +166,10 @@ def add_replicas(parser: argparse.ArgumentParser) -> None:
     """The replicas (`--url` and `--metrics-url` pairs) and the repository."""
     parser.add_argument("--url", action="append", default=None,
                         help="a replica's HTTP [http://]HOST:PORT; repeat for each replica "
-                             "(default: $TMR_URL, else localhost:8000)")
+                             f"(default: $TMR_URL, else localhost:{Ports().http})")
     parser.add_argument("--metrics-url", action="append", default=None,
                         help="each replica's metrics URL, in --url's order "
-                             "(default http://HOST:8002/metrics)")
+                             f"(default http://HOST:{Ports().metrics}/metrics)")
     add_repository(parser)
 
 
@@ -195,7 +189,7 @@ def rollout_command(opts: RolloutOptions) -> int:
     if opts.action == "abort":
         state = ctl.abort(model_dir, replicas, "aborted by an operator")
         print(f"{opts.model}: rollout of v{state.version} aborted; v{state.stable} serves")
-        return EXIT[r.ABORTED]
+        return EXIT[rollout.ABORTED]
     if opts.action == "resume":
         return resume(opts, model_dir, replicas)
     return start(opts, model_dir, replicas)
@@ -204,13 +198,14 @@ def rollout_command(opts: RolloutOptions) -> int:
 def start(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
     from server import rollout as ctl
 
-    state = r.RolloutState(
-        version=opts.version, stable=0, steps=r.parse_steps(opts.steps, opts.canary_shadow),
+    steps = rollout_judge.parse_steps(opts.steps, opts.canary_shadow)
+    state = rollout.RolloutState(
+        version=opts.version, stable=0, steps=steps,
         min_requests=opts.min_requests, min_seconds=opts.min_seconds,
         min_pairs=opts.min_pairs, max_error_rate=opts.max_error_rate,
         step_timeout_s=opts.step_timeout_s, max_p99_ratio=opts.max_p99_ratio)
     if not (model_dir / "config.pbtxt").exists():
-        raise r.RolloutError(f"unknown model {opts.model!r}: no {model_dir}/config.pbtxt")
+        raise rollout.RolloutError(f"unknown model {opts.model!r}: no {model_dir}/config.pbtxt")
     ctl.check_start(model_dir, opts.version)  # the refusal that names the running rollout
     with ctl.controller_lock(model_dir):
         stable = ctl.check_start(model_dir, opts.version)
@@ -225,7 +220,7 @@ def start(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
                       file=sys.stderr)
                 return 1
         controller = ctl.Controller(model_dir, replicas, poll_s=opts.poll_s)
-        state = controller.start(r.RolloutState(**{**state.__dict__, "stable": stable}))
+        state = controller.start(rollout.RolloutState(**{**state.__dict__, "stable": stable}))
         print(f"{opts.model}: rolling out v{opts.version} beside v{stable}: "
               f"{' -> '.join(s.describe() for s in state.steps)} -> promotion", flush=True)
         return finished(opts.model, state, controller.run(state), model_dir)
@@ -246,8 +241,8 @@ def resume(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
         return finished(opts.model, state, controller.run(state), model_dir)
 
 
-def finished(model: str, state: r.RolloutState, outcome: str, model_dir: Path) -> int:
-    last = r.last_of(v.read_config(model_dir)) or {}
+def finished(model: str, state: rollout.RolloutState, outcome: str, model_dir: Path) -> int:
+    last = rollout.last_of(versions.read_config(model_dir)) or {}
     print(f"{model}: v{state.version} {outcome.replace('_', ' ')}: {last.get('reason', '')}")
     return EXIT.get(outcome, 1)
 
@@ -257,8 +252,8 @@ def status_of(model_dir: Path, replicas: list) -> dict:
     figures (null when the servers do not answer), the last outcome, the recent log."""
     from server import rollout as ctl
 
-    config = v.read_config(model_dir)
-    state, last = r.state_of(config), r.last_of(config)
+    config = versions.read_config(model_dir)
+    state, last = rollout.state_of(config), rollout.last_of(config)
     report: dict = {"model": model_dir.name, "last": last, "running": None}
     if state is not None:
         try:
@@ -285,8 +280,8 @@ def status(opts: RolloutOptions, replicas: list) -> int:
         return 0
     shown = 0
     for model_dir in dirs:
-        config = v.read_config(model_dir)
-        state, last = r.state_of(config), r.last_of(config)
+        config = versions.read_config(model_dir)
+        state, last = rollout.state_of(config), rollout.last_of(config)
         if state is None and last is None:
             continue
         shown += 1

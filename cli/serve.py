@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--grpc-port", type=int, default=ports.grpc, help="Triton's gRPC port")
     parser.add_argument("--metrics-port", type=int, default=ports.metrics,
                         help="Triton's Prometheus metrics port")
-    add_control_mode(parser, old=False)  # serve always spelled it --control-mode
+    add_control_mode(parser)
     parser.add_argument("--model-config-name", default=None,
                         help="load configs/<name>.pbtxt where a model has one (e.g. gpu); "
                         "default: the host profile when it fits (`tmr tune --show`)")

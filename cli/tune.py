@@ -1,5 +1,5 @@
 """`tmr tune`: measure this host and write the host profile that `tmr serve` serves
-(perf/tune.py measures, core/host_profile.py decides); `tmr tune --show` says what serves
+(server/tune.py measures, core/host_profile.py decides); `tmr tune --show` says what serves
 and why."""
 
 from __future__ import annotations
@@ -84,9 +84,11 @@ def tune_command(opts: TuneOptions) -> int:
             print(f"tmr tune: the host profile fits this host ({why}); nothing to do")
             return 0
         print(f"tmr tune: {why}: tuning", file=sys.stderr)
-    from perf.tune import tune
+    from export.gate import precision_gate
+    from server.tune import tune
 
-    tune(opts.repository, opts.mode, opts.memory_budget_mb, progress_bar(time.monotonic()))
+    tune(opts.repository, precision_gate, opts.mode, opts.memory_budget_mb,
+         progress_bar(time.monotonic()))
     return show(opts)
 
 

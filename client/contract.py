@@ -1,4 +1,4 @@
-"""The wire contract between the SDK and the front models, written once (no imports).
+"""The wire contract between the SDK and the front models, written once (standard library only).
 
 The project's `core` re-exports these (core/families/, core/settings.py), so the server
 side, the Python backends and the SDK read the same names; the SDK itself needs nothing
@@ -9,12 +9,13 @@ but this module from that contract.
     parameters    request parameters (`truncate`, `chunk_overlap`, `rollout_key`, `top_k`)
                   and the values `truncate` / `overlength_policy` take
     config        what a client reads from a model config to size its requests
+    ports         Triton's default listening ports
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, get_args
 
 # Front tensors: the text-embedding family ...
 TEXT = "TEXT"  # BYTES [n, 1]: UTF-8 texts
@@ -47,16 +48,30 @@ ROLLOUT_KEY = "rollout_key"  # rows of one key go to one version during a rollou
 TOP_K = "top_k"
 # What a text over the model's length gets: a request's `truncate`, a model's
 # `overlength_policy` (config parameter).
-OVERLENGTH_POLICIES = ("reject", "truncate", "chunk")
+OverlengthPolicy = Literal["reject", "truncate", "chunk"]
+OVERLENGTH_POLICIES: tuple[OverlengthPolicy, ...] = get_args(OverlengthPolicy)
+# `truncate` also takes a bool, TEI's form (as JSON or as the string "true"/"false"):
+# true cuts the text, false refuses it.
+BOOL_POLICIES: dict[bool, OverlengthPolicy] = {True: "truncate", False: "reject"}
+# Every value `truncate` may take (a string lower-cased) -> the policy it names.
+TRUNCATE_VALUES: dict[bool | str, OverlengthPolicy] = {
+    **BOOL_POLICIES, **{str(b).lower(): p for b, p in BOOL_POLICIES.items()},
+    **{p: p for p in OVERLENGTH_POLICIES}}
 
 # Config parameters a client reads, with the defaults the front models use when a config
 # leaves them out (core.settings.TextFrontSettings takes its defaults from here).
 OVERLENGTH_POLICY = "overlength_policy"
-DEFAULT_OVERLENGTH_POLICY = "reject"
+DEFAULT_OVERLENGTH_POLICY: OverlengthPolicy = "reject"
 MAX_WINDOWS_PER_TEXT = "max_windows_per_text"
 DEFAULT_MAX_WINDOWS_PER_TEXT = 128  # a chunked text's windows
 MAX_WINDOWS_PER_REQUEST = "max_windows_per_request"
 DEFAULT_MAX_WINDOWS_PER_REQUEST = 256  # all texts of a request
+
+
+# Triton's default listening ports (server.settings.Ports; the SDK's URL defaults).
+HTTP_PORT = 8000
+GRPC_PORT = 8001
+METRICS_PORT = 8002
 
 
 def preferred_rows(preferred_batch_size: tuple[int, ...], max_batch_size: int) -> int:

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
@@ -646,7 +646,7 @@ EMBED_OUTPUTS = (EMBEDDING_OUTPUT, SERVED_BY_OUTPUT, TOKENS_OUTPUT, TRUNCATED_OU
 # What a text over the model's length gets (the front's `truncate` request parameter):
 # True cuts it, False refuses it (400), "chunk" embeds it in windows pooled into one
 # vector; None leaves it to the model's overlength_policy.
-Truncate = bool | Literal["reject", "truncate", "chunk"] | None
+Truncate = bool | contract.OverlengthPolicy | None
 TRUNCATE_CHOICES = contract.OVERLENGTH_POLICIES
 
 

@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from tmr_client.contract import GRPC_PORT, HTTP_PORT
 from tmr_client.errors import InvalidInputError
 
 Protocol = Literal["http", "grpc"]
 URL_ENV = "TMR_URL"  # the server a client talks to when it is given no URL
-DEFAULT_PORTS: dict[str, int] = {"http": 8000, "grpc": 8001}
+DEFAULT_PORTS: dict[str, int] = {"http": HTTP_PORT, "grpc": GRPC_PORT}
 # scheme -> (protocol, TLS, port when the URL names none)
 SCHEMES: dict[str, tuple[Protocol, bool, int]] = {
     "http": ("http", False, 80),
     "https": ("http", True, 443),
-    "grpc": ("grpc", False, 8001),
+    "grpc": ("grpc", False, GRPC_PORT),
     "grpcs": ("grpc", True, 443),
 }
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 from tmr_client import messages
+from tmr_client.messages import FailureKind
 
 
 class TritonClientError(Exception):
@@ -87,16 +88,16 @@ class ServerError(TritonClientError):
     """An unexpected server-side failure (HTTP 500, gRPC INTERNAL)."""
 
 
-_BY_KIND: dict[str, type[TritonClientError]] = {
+_BY_KIND: dict[FailureKind, type[TritonClientError]] = {
     # Triton's restricted APIs answer gRPC UNAVAILABLE, which must not be retried.
-    messages.RESTRICTED: AccessDeniedError,
-    messages.RATE_LIMITED: RateLimitedError,
-    messages.TOO_LARGE: RequestTooLargeError,
-    messages.QUEUE_FULL: QueueFullError,
-    messages.TIMEOUT: DeadlineExceededError,
-    messages.NOT_READY: ModelNotReadyError,
-    messages.NOT_FOUND: ModelNotFoundError,
-    messages.UNREACHABLE: ServerUnreachableError,
+    FailureKind.RESTRICTED: AccessDeniedError,
+    FailureKind.RATE_LIMITED: RateLimitedError,
+    FailureKind.TOO_LARGE: RequestTooLargeError,
+    FailureKind.QUEUE_FULL: QueueFullError,
+    FailureKind.TIMEOUT: DeadlineExceededError,
+    FailureKind.NOT_READY: ModelNotReadyError,
+    FailureKind.NOT_FOUND: ModelNotFoundError,
+    FailureKind.UNREACHABLE: ServerUnreachableError,
 }
 
 _BY_STATUS: dict[str, type[TritonClientError]] = {
@@ -121,7 +122,8 @@ _BY_STATUS: dict[str, type[TritonClientError]] = {
 
 def classify(status: str | None, message: str) -> type[TritonClientError]:
     """The error class for a Triton status and message (what the message says wins)."""
-    by_kind = _BY_KIND.get(messages.kind_of(message) or "")
+    kind = messages.kind_of(message)
+    by_kind = _BY_KIND.get(kind) if kind is not None else None
     return by_kind or _BY_STATUS.get(status or "", ServerError)
 
 

@@ -8,50 +8,59 @@ into one of these kinds with `kind_of`, then branch on the kind. The project's o
 `degraded_refusal` and read back by `degraded_level`: its wording lives here only. A
 message about one row of an input names it with `row_ref` (`TEXT[3]`), the form the
 OpenAI route (server/nginx/openai.js) rewrites into the request's own `input[i]`.
-No imports: the Python backend imports it through `core.messages`, which re-exports it.
+Standard library only: the Python backend imports it through `core.messages`, which
+re-exports it.
 """
 
 from __future__ import annotations
 
-RESTRICTED = "restricted"  # an admin API without the admin key
-RATE_LIMITED = "rate_limited"  # the front door's per-key rate
-TOO_LARGE = "too_large"  # the front door's body limit
-QUEUE_FULL = "queue_full"
-TIMEOUT = "timeout"  # a queue timeout or a deadline
-NOT_READY = "not_ready"  # known, but loading, unloading or unloaded
-NOT_FOUND = "not_found"
-STUB_UNHEALTHY = "stub_unhealthy"  # a dead Python stub (2.51 never restarts one)
-OUT_OF_MEMORY = "out_of_memory"
-SERVER_STOPPING = "server_stopping"
-UNREACHABLE = "unreachable"  # no connection
-DEGRADED = "degraded"  # a front model refusing work on purpose (not in MARKERS: see below)
+from enum import StrEnum
+
+
+class FailureKind(StrEnum):
+    """What a failure is, as its message says (`kind_of`); the value is its metric label."""
+
+    RESTRICTED = "restricted"  # an admin API without the admin key
+    RATE_LIMITED = "rate_limited"  # the front door's per-key rate
+    TOO_LARGE = "too_large"  # the front door's body limit
+    QUEUE_FULL = "queue_full"
+    TIMEOUT = "timeout"  # a queue timeout or a deadline
+    NOT_READY = "not_ready"  # known, but loading, unloading or unloaded
+    NOT_FOUND = "not_found"
+    STUB_UNHEALTHY = "stub_unhealthy"  # a dead Python stub (2.51 never restarts one)
+    OUT_OF_MEMORY = "out_of_memory"
+    SERVER_STOPPING = "server_stopping"
+    UNREACHABLE = "unreachable"  # no connection
+    DEGRADED = "degraded"  # a front model refusing work on purpose (not in MARKERS: see below)
+    OTHER = "error"  # a failure whose message no marker names
+
 
 # First match wins: "unknown model ... is not at ready state" is a version not ready.
 _DEGRADED_MARKER = "is degraded to level"
-MARKERS: tuple[tuple[str, str], ...] = (
-    ("is restricted, expecting header", RESTRICTED),
-    ("rate limit exceeded", RATE_LIMITED),
-    ("over the front door limit", TOO_LARGE),
-    ("exceeds maximum queue size", QUEUE_FULL),
-    ("request timeout expired", TIMEOUT),
-    ("deadline exceeded", TIMEOUT),
-    ("is not at ready state", NOT_READY),
-    ("is not ready", NOT_READY),
-    ("has been unloaded", NOT_READY),
-    ("is not healthy", STUB_UNHEALTHY),
-    ("out of memory", OUT_OF_MEMORY),
-    ("outofmemory", OUT_OF_MEMORY),
-    ("server not ready", SERVER_STOPPING),
-    ("stopped accepting new inference requests", SERVER_STOPPING),
-    ("unknown model", NOT_FOUND),
-    ("is not found", NOT_FOUND),
-    ("failed to connect", UNREACHABLE),
-    ("connection refused", UNREACHABLE),
-    ("socket closed", UNREACHABLE),
+MARKERS: tuple[tuple[str, FailureKind], ...] = (
+    ("is restricted, expecting header", FailureKind.RESTRICTED),
+    ("rate limit exceeded", FailureKind.RATE_LIMITED),
+    ("over the front door limit", FailureKind.TOO_LARGE),
+    ("exceeds maximum queue size", FailureKind.QUEUE_FULL),
+    ("request timeout expired", FailureKind.TIMEOUT),
+    ("deadline exceeded", FailureKind.TIMEOUT),
+    ("is not at ready state", FailureKind.NOT_READY),
+    ("is not ready", FailureKind.NOT_READY),
+    ("has been unloaded", FailureKind.NOT_READY),
+    ("is not healthy", FailureKind.STUB_UNHEALTHY),
+    ("out of memory", FailureKind.OUT_OF_MEMORY),
+    ("outofmemory", FailureKind.OUT_OF_MEMORY),
+    ("server not ready", FailureKind.SERVER_STOPPING),
+    ("stopped accepting new inference requests", FailureKind.SERVER_STOPPING),
+    ("unknown model", FailureKind.NOT_FOUND),
+    ("is not found", FailureKind.NOT_FOUND),
+    ("failed to connect", FailureKind.UNREACHABLE),
+    ("connection refused", FailureKind.UNREACHABLE),
+    ("socket closed", FailureKind.UNREACHABLE),
 )
 
 
-def kind_of(message: str) -> str | None:
+def kind_of(message: str) -> FailureKind | None:
     """The kind of failure a Triton (or front door) message reports, or None."""
     lowered = message.lower()
     return next((kind for marker, kind in MARKERS if marker in lowered), None)

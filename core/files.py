@@ -6,10 +6,12 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from core.errors import CoreError
+
 _PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
 
 
-class TemplateError(ValueError):
+class TemplateError(CoreError, ValueError):
     """A template names a placeholder that no value was given for (`missing`, sorted)."""
 
     def __init__(self, missing: list[str]) -> None:

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import CoreError
 from core.files import write_atomically
 from core.hardware import host_cpu
 from core.settings import EVERY_CORE, LANE_SHARE
@@ -42,8 +43,10 @@ LANE_MAX_THREADS = 4
 VOLATILE_PARAMETERS = ("rollout", "rollout_last")
 
 
-class ProfileError(RuntimeError):
+class ProfileError(CoreError, RuntimeError):
     """A host profile that must not be served: absent where required, or stale."""
+
+    exit_code = 2
 
 
 # -- the host -------------------------------------------------------------------------------

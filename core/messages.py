@@ -7,19 +7,8 @@ here; the SDK's errors (tmr_client.errors) read the same table.
 from __future__ import annotations
 
 from tmr_client.messages import (  # noqa: F401  (re-exported)
-    DEGRADED,
     MARKERS,
-    NOT_FOUND,
-    NOT_READY,
-    OUT_OF_MEMORY,
-    QUEUE_FULL,
-    RATE_LIMITED,
-    RESTRICTED,
-    SERVER_STOPPING,
-    STUB_UNHEALTHY,
-    TIMEOUT,
-    TOO_LARGE,
-    UNREACHABLE,
+    FailureKind,
     degraded_level,
     degraded_refusal,
     kind_of,

@@ -5,16 +5,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from core.errors import CoreError
+
 T = TypeVar("T")
 
 
+# Each CPU backend's intra-op threads parameter, as its native backend names it
+# (core/families/spec.py Format.threads_parameter; python_backends/tensor_model.py).
+ORT_THREADS_PARAMETER = "intra_op_thread_count"  # onnxruntime
+TORCH_THREADS_PARAMETER = "INTRA_OP_THREAD_COUNT"  # pytorch_libtorch
+OPENVINO_THREADS_PARAMETER = "INFERENCE_NUM_THREADS"
 # An onnxruntime encoder's second session, run when its peer instances are idle
 # (python_backends/tensor_model.py); its configs set it to instances x threads.
 IDLE_THREADS_PARAMETER = "idle_intra_op_thread_count"
 
 
-class ConfigError(ValueError):
+class ConfigError(CoreError, ValueError):
     """A config parameter is present but cannot be used; raised from initialize()."""
+
+    exit_code = 2
 
 
 def parameter(config: Mapping[str, Any], key: str, default: T, cast: Callable[[str], T]) -> T:

@@ -28,7 +28,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from tmr_client import contract
-from tmr_client.contract import (  # noqa: F401  (re-exported: the SDK reads configs so)
+from tmr_client.contract import (  # noqa: F401  (re-exported for python_backends)
+    CHUNK_OVERLAP,
+    OVERLENGTH_POLICIES,
+    ROLLOUT_KEY,
+    TOP_K,
+    TRUNCATE,
+    TRUNCATE_VALUES,
+    OverlengthPolicy,
     chunk_request_rows,
     chunks_by_default,
     request_rows,
@@ -39,7 +46,6 @@ from core.params import flag, non_negative_int, one_of, parameter, positive_int
 S = TypeVar("S", bound="ParameterSettings")
 TOP_LEVEL = 4  # the ladder's last level (503 for all); python_backends/degradation.py
 GC_POLICIES = ("default", "freeze")  # python_backends/gc_pauses.py says what each does
-OVERLENGTH_POLICIES = contract.OVERLENGTH_POLICIES  # python_backends/tokenization.py
 # Intra-op threads of an encoder instance unless its config sets its format's threads
 # parameter (core/families/spec.py Format.threads_parameter).
 ENCODER_THREADS = 1

@@ -21,6 +21,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 from core import rollout
+from core.errors import CoreError
 from core.files import write_atomically
 
 HISTORY = "version_history.json"
@@ -33,7 +34,7 @@ PROFILE_ENV = "TMR_CONFIG_NAME"
 HOST_PROFILE = "host"
 
 
-class VersionError(ValueError):
+class VersionError(CoreError, ValueError):
     """A version operation that is refused before anything changes."""
 
 

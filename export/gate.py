@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core import versions as v
+from core import versions
 from core.families import family
 from core.families.configs import encoder_spec, parameters_of
 from python_backends.runners import Runner, artifact_runner
@@ -130,18 +130,19 @@ def block_p99_ratio(candidate: list[list[float]], current: list[list[float]],
 def run_gate(model_dir: Path, candidate: int, threads: int = 2) -> GateResult:
     from export.pipeline import recipe_for
 
-    config = v.read_config(model_dir)
+    config = versions.read_config(model_dir)
     params, spec = parameters_of(config), encoder_spec(config)
     fam = family(spec.family)
     settings = GateSettings.from_params(params)
-    result = GateResult(model_dir.name, candidate, v.gate_baseline(model_dir, candidate), settings)
+    baseline = versions.gate_baseline(model_dir, candidate)
+    result = GateResult(model_dir.name, candidate, baseline, settings)
     recipe = recipe_for(fam, spec.source, threads, model_dir.parent)
     inputs, output = recipe.contract.input_names, config.output[0].name
     batches = recipe.gate_batches()
     runtime = fam.format(spec.format).runtime
 
     def version_runner(version: int) -> Runner:
-        return artifact_runner(v.artifact_file(model_dir, version), runtime, threads, inputs,
+        return artifact_runner(versions.artifact_file(model_dir, version), runtime, threads, inputs,
                                [output], precision=spec.precision)
 
     runs = {"candidate": version_runner(candidate)}
@@ -188,16 +189,17 @@ def precision_gate(model_dir: Path, precision: str, threads: int = 2
     What `tmr tune` checks before it times a precision (core/host_profile.py)."""
     from export.pipeline import recipe_for
 
-    config = v.read_config(model_dir)
+    config = versions.read_config(model_dir)
     spec, settings = encoder_spec(config), GateSettings.from_params(parameters_of(config))
     fam = family(spec.family)
     recipe = recipe_for(fam, spec.source, threads, model_dir.parent)
-    version = v.served_version(model_dir)
+    version = versions.served_version(model_dir)
     if version is None:
         return {}, f"{model_dir.name} serves no version"
     output = config.output[0].name
-    run = artifact_runner(v.artifact_file(model_dir, version), fam.format(spec.format).runtime,
-                          threads, recipe.contract.input_names, [output], precision=precision)
+    run = artifact_runner(versions.artifact_file(model_dir, version),
+                          fam.format(spec.format).runtime, threads,
+                          recipe.contract.input_names, [output], precision=precision)
     batches = recipe.gate_batches()
     return recipe.judge_quality(outputs_of(recipe.eager, batches, recipe.contract.output_names[0]),
                                 outputs_of(run, batches, output), settings.quality)

@@ -22,21 +22,20 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 from core.families import IMAGE_CLASSIFICATION
-from core.hardware import FP32
 from core.versions import sha256_file
 from export import onnx_fp32, openvino_format, torchscript
 from export.errors import ExportCheckError
+from export.formats import FormatBuilders
 from export.image_eval import (
     disagreements,
     sanity_report,
@@ -94,7 +93,43 @@ class PixelClassifier(torch.nn.Module):
         return self.network(pixel_values)
 
 
-def load_source(folder: Path) -> ModuleType:
+@runtime_checkable
+class ImageSource(Protocol):
+    """What an image model's source.py defines (the module docstring says what each is)."""
+
+    IMAGE: Mapping[str, str]
+
+    def network(self) -> torch.nn.Module: ...
+
+    def labels(self) -> Sequence[str]: ...
+
+    def calibration(self, spec: ImageSpec) -> np.ndarray: ...
+
+    def evaluation(self, spec: ImageSpec) -> Evaluation: ...
+
+
+@runtime_checkable
+class SanityImages(Protocol):
+    """A source that also names a few images and the classes each must land in."""
+
+    def sanity(self, spec: ImageSpec) -> Sanity: ...
+
+
+@runtime_checkable
+class PerfImages(Protocol):
+    """A source that also gives what its model's clients send, for perf_analyzer."""
+
+    def perf_images(self, count: int) -> list[bytes]: ...
+
+
+def members(protocol: type) -> list[str]:
+    """The names a protocol asks for, in the order it declares them."""
+    methods = [name for name, value in vars(protocol).items()
+               if not name.startswith("_") and callable(value)]
+    return [*protocol.__annotations__, *methods]
+
+
+def load_source(folder: Path) -> ImageSource:
     """The folder's source.py as a module (run: it is the model's own code)."""
     path = folder / SOURCE_FILE
     if not path.is_file():
@@ -104,9 +139,8 @@ def load_source(folder: Path) -> ModuleType:
     assert spec is not None and spec.loader is not None  # a file location always has both
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    missing = [n for n in ("IMAGE", "network", "labels", "calibration", "evaluation")
-               if not hasattr(module, n)]
-    if missing:
+    if not isinstance(module, ImageSource):
+        missing = [name for name in members(ImageSource) if not hasattr(module, name)]
         raise ExportCheckError(f"{path}", f"no {', '.join(missing)}", "what source.py must define")
     return module
 
@@ -127,7 +161,7 @@ class ImageFacts:
     front_parameters: dict[str, str]
 
 
-class ImageClassificationRecipe:
+class ImageClassificationRecipe(FormatBuilders):
     """Exports one image model folder in every format of the family."""
 
     family = FAMILY
@@ -168,24 +202,15 @@ class ImageClassificationRecipe:
 
     @cached_property
     def sanity(self) -> Sanity | None:
-        return self.source.sanity(self.spec) if hasattr(self.source, "sanity") else None
+        return self.source.sanity(self.spec) if isinstance(self.source, SanityImages) else None
 
-    def opset(self, fmt: str) -> int | None:
-        return None if fmt == "torchscript" else onnx_fp32.OPSET
+    def _recipe_settings(self) -> dict[str, Any]:
+        return {"recipe": RECIPE_VERSION, "image": self.facts.front_parameters,
+                "classes": self.facts.dimension}
 
-    def settings(self, fmt: str, precision: str = FP32) -> dict[str, Any]:
-        settings = {"recipe": RECIPE_VERSION, "image": self.facts.front_parameters,
-                    "classes": self.facts.dimension}
-        if fmt == "torchscript":
-            return {**settings, "torchscript": torchscript.export_settings()}
-        if fmt == openvino_format.FORMAT:
-            return settings | openvino_format.settings(
-                onnx_fp32.export_settings(self.contract), precision)
-        settings["onnx"] = onnx_fp32.export_settings(self.contract)
-        if fmt == "int8":
-            settings["quantization"] = DEFAULT_CONFIG.settings()
-            settings["gate"] = dict(FAMILY.format("int8").gate)
-        return settings
+    def _int8_settings(self) -> dict[str, Any]:
+        return {"quantization": DEFAULT_CONFIG.settings(),
+                "gate": dict(FAMILY.format("int8").gate)}
 
     @property
     def sample(self) -> tuple[torch.Tensor, ...]:
@@ -222,15 +247,6 @@ class ImageClassificationRecipe:
         for case, diff in diffs.items():
             check_max_abs_diff(f"{name} {case}", diff, PARITY_MAX_ABS_DIFF)
         return diffs
-
-    def build(self, fmt: str, work: Path,
-              precision: str = FP32) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Write the format's artifact into `work`; (checks for provenance, figures)."""
-        artifact = FAMILY.format(fmt).artifact
-        if fmt == openvino_format.FORMAT:
-            return self._openvino(work / artifact, precision)
-        return {"onnx": self._onnx, "torchscript": self._torchscript, "int8": self._int8}[fmt](
-            work, artifact)
 
     def _openvino(self, path: Path, precision: str) -> tuple[dict, dict]:
         """The format's checks, and the sanity photos' top-1 on OpenVINO too."""

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from core import config_edit
-from core import versions as v
+from core import config_edit, versions
 from core.families import Family, family
 from core.families.catalog import FamilyModel, UnknownModelError, find
 from core.families.configs import (
@@ -32,6 +31,7 @@ from core.families.configs import (
 from core.files import write_atomically
 from core.hardware import FP32
 from export import primary_choice, warmup
+from export.errors import ExportRequestError
 from export.provenance import build_provenance, source_fingerprint, tool_versions
 from export.recipe import ExportRecipe, RecipeModule
 from export.sources import resolve, stored
@@ -39,7 +39,7 @@ from export.sources import resolve, stored
 FRONT_VERSION = "1"  # a front model's files (its tokenizer) live in version 1
 
 
-class AddError(ValueError):
+class AddError(ExportRequestError):
     """`tmr add` refused: the name is taken by something else, or the family is unknown."""
 
 
@@ -68,8 +68,9 @@ def recipe_for(fam: Family, source: str, threads: int,
                repository: Path | None = None) -> ExportRecipe:
     """The family's export recipe for a source (folder, distribution or parts:...)."""
     if fam.name not in RECIPE_MODULES:
-        raise KeyError(f"no export recipe for the {fam.name} family; export/pipeline.py "
-                       f"RECIPE_MODULES has {sorted(RECIPE_MODULES)}")
+        raise ExportRequestError(f"no export recipe for the {fam.name} family; "
+                                 f"export/pipeline.py RECIPE_MODULES has "
+                                 f"{sorted(RECIPE_MODULES)}")
     module = cast(RecipeModule, importlib.import_module(RECIPE_MODULES[fam.name]))
     return module.recipe(resolve(source, repository), threads)
 
@@ -85,11 +86,12 @@ def publish(recipe: ExportRecipe, model_dir: Path, fmt: str, fingerprint: str,
     try:
         checks, figures = recipe.build(fmt, work, precision)
         artifact = work / recipe.family.format(fmt).artifact
-        version = v.next_version(model_dir)
-        v.write_provenance(work, build_provenance(
+        version = versions.next_version(model_dir)
+        versions.write_provenance(work, build_provenance(
             model_name=model_dir.name, version=version, weights=recipe.facts.weights,
             weights_sha256=recipe.weights_sha256, artifact=artifact,
-            artifact_sha256=v.sha256_file(artifact), export_format=fmt, opset=recipe.opset(fmt),
+            artifact_sha256=versions.sha256_file(artifact), export_format=fmt,
+            opset=recipe.opset(fmt),
             tools=tool_versions(), settings=recipe.settings(fmt, precision), checks=checks))
         size_mib = artifact.stat().st_size / 2**20
         final = model_dir / str(version)
@@ -115,14 +117,14 @@ PRIMARY = "primary"  # `--format primary`: the format the model's front serves o
 
 def wanted_formats(model: FamilyModel, formats: Sequence[str] | None = None) -> list[str]:
     """The formats to export (all the family's by default; `primary` is the one its front
-    serves here, core.families.catalog's served view); ValueError for one the model has no
-    encoder for."""
+    serves here, core.families.catalog's served view); ExportRequestError for one the model
+    has no encoder for."""
     named = [model.primary if f == PRIMARY else f for f in formats or []]
     wanted = list(dict.fromkeys(named or [f.name for f in model.family.formats]))
     unknown = [f for f in wanted if f not in model.encoders]
     if unknown:
-        raise ValueError(f"{model.base} has no encoder for {unknown}; it has "
-                         f"{sorted(model.encoders)}")
+        raise ExportRequestError(f"{model.base} has no encoder for {unknown}; it has "
+                                 f"{sorted(model.encoders)}")
     return wanted
 
 
@@ -140,17 +142,17 @@ def export_model(repository: Path, model: FamilyModel, formats: Sequence[str] | 
     fam = model.family
     wanted = wanted_formats(model, formats)
     stage = on_stage or (lambda _: None)
-    spec = encoder_spec(v.read_config(repository / model.encoder(wanted[0])))
+    spec = encoder_spec(versions.read_config(repository / model.encoder(wanted[0])))
     stage(f"{model.base}: loading {spec.source}")
     recipe = recipe_for(fam, spec.source, threads, sources_root or repository)
     tools = tool_versions()
     results = []
     for fmt in wanted:
         model_dir = repository / model.encoder(fmt)
-        precision = encoder_spec(v.read_config(model_dir)).precision
+        precision = encoder_spec(versions.read_config(model_dir)).precision
         fingerprint = source_fingerprint(recipe.weights_sha256, fmt, recipe.opset(fmt), tools,
                                          recipe.settings(fmt, precision))
-        current = None if force else v.is_up_to_date(model_dir, fingerprint)
+        current = None if force else versions.is_up_to_date(model_dir, fingerprint)
         if current is None:
             stage(f"{model_dir.name}: exporting {fmt}")
         result = (ExportResult(model_dir.name, current, "up to date", model_dir / str(current))
@@ -239,7 +241,7 @@ def readd(repository: Path, model: FamilyModel, fam: Family, source: str, thread
           on_result: Callable[[ExportResult], None] | None,
           on_stage: Callable[[str], None] | None = None) -> list[ExportResult]:
     """The model exists: the same family and source make `tmr add` a check; others refuse."""
-    spec = encoder_spec(v.read_config(repository / next(iter(model.encoders.values()))))
+    spec = encoder_spec(versions.read_config(repository / next(iter(model.encoders.values()))))
     if model.family.name != fam.name or spec.source != source:
         raise AddError(f"'{model.base}' already exists as a {model.family.name} model from "
                        f"{spec.source!r}; remove its folders first to add it from {source!r}")

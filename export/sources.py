@@ -24,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 from core.paths import PROJECT_ROOT
+from export.errors import ExportRequestError
 
 CACHE = PROJECT_ROOT / ".triton" / "sources"
 MODEL_FILE = "config.json"  # what an installed model distribution ships
@@ -31,7 +32,7 @@ MODEL_FILES = (MODEL_FILE, "source.py")
 _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 
-class SourceError(ValueError):
+class SourceError(ExportRequestError):
     """A source that names nothing usable; the message says what was looked for."""
 
 

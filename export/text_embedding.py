@@ -34,11 +34,11 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from core.families import TEXT_EMBEDDING
-from core.hardware import FP32
 from core.versions import sha256_file
 from export import onnx_fp32, openvino_format, quantize, sensitivity, torchscript
 from export.corpus import build_corpus, corpus_sha256, parity_batches
 from export.errors import ExportCheckError
+from export.formats import FormatBuilders
 from export.parity import check_fidelity, check_max_abs_diff, fidelity, max_abs_diff
 from export.quality import Judgement, cosine_quality
 from export.quiet import quiet_export
@@ -182,7 +182,7 @@ def encode(tokenizer: Tokenizer, texts: list[str], pad_id: int) -> tuple[np.ndar
     return pad_batch([e.ids for e in tokenizer.encode_batch(list(texts))], pad_id)
 
 
-class TextEmbeddingRecipe:
+class TextEmbeddingRecipe(FormatBuilders):
     """Exports one sentence-transformers folder in every format of the family."""
 
     family = FAMILY
@@ -218,28 +218,18 @@ class TextEmbeddingRecipe:
         return dict(zip(self.contract.input_names,
                         encode(self.tokenizer, texts, self.facts.pad_id)))
 
-    def settings(self, fmt: str, precision: str = FP32) -> dict[str, Any]:
-        """What, with the weights and the tools, determines a format's artifact."""
-        settings = {"recipe": RECIPE_VERSION, "model": self.facts.settings()}
-        if fmt == "torchscript":
-            return {**settings, "torchscript": torchscript.export_settings()}
-        if fmt == openvino_format.FORMAT:
-            return settings | openvino_format.settings(
-                onnx_fp32.export_settings(self.contract), precision)
-        settings["onnx"] = onnx_fp32.export_settings(self.contract)
-        if fmt == "int8":
-            gate = FAMILY.format("int8").gate
-            settings |= {"quantization_candidates": [v.settings() for v in quantize.VARIANTS],
-                         "guided": {"base": quantize.GUIDED_BASE.name,
-                                    "budget_share": GUIDED_BUDGET_SHARE,
-                                    "sensitivity_texts": SENSITIVITY_TEXTS},
-                         "fidelity": {"stride": FIDELITY_STRIDE,
-                                      "mean_cosine": gate["gate_mean_cosine"],
-                                      "min_cosine": gate["gate_min_cosine"]}}
-        return settings
+    def _recipe_settings(self) -> dict[str, Any]:
+        return {"recipe": RECIPE_VERSION, "model": self.facts.settings()}
 
-    def opset(self, fmt: str) -> int | None:
-        return None if fmt == "torchscript" else onnx_fp32.OPSET
+    def _int8_settings(self) -> dict[str, Any]:
+        gate = FAMILY.format("int8").gate
+        return {"quantization_candidates": [v.settings() for v in quantize.VARIANTS],
+                "guided": {"base": quantize.GUIDED_BASE.name,
+                           "budget_share": GUIDED_BUDGET_SHARE,
+                           "sensitivity_texts": SENSITIVITY_TEXTS},
+                "fidelity": {"stride": FIDELITY_STRIDE,
+                             "mean_cosine": gate["gate_mean_cosine"],
+                             "min_cosine": gate["gate_min_cosine"]}}
 
     @property
     def sample(self) -> tuple[torch.Tensor, ...]:
@@ -265,15 +255,6 @@ class TextEmbeddingRecipe:
             diffs[case] = max_abs_diff(self.eager(feeds)[output], run(feeds)[output])
             check_max_abs_diff(f"{name} {case}", diffs[case], PARITY_MAX_ABS_DIFF)
         return diffs
-
-    def build(self, fmt: str, work: Path,
-              precision: str = FP32) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Write the format's artifact into `work`; (checks for provenance, figures)."""
-        artifact = FAMILY.format(fmt).artifact
-        if fmt == openvino_format.FORMAT:
-            return self._openvino(work / artifact, precision)
-        return {"onnx": self._onnx, "torchscript": self._torchscript, "int8": self._int8}[fmt](
-            work, artifact)
 
     def _export_onnx(self, path: Path) -> None:
         onnx_fp32.export_onnx(self.embedder, path, self.sample, self.contract)

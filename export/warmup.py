@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core import versions as v
+from core import versions
 from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
 from core.families.catalog import FamilyModel, catalog
 from core.families.configs import (
@@ -42,6 +42,7 @@ from core.families.configs import (
 from core.families.warmup import WARMUP_FOLDER, data_files, serialized
 from core.files import write_atomically
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
+from export.errors import ExportError
 
 CLIENT_INPUTS = PROJECT_ROOT / "perf" / "inputs"  # what clients send, as perf_analyzer data
 
@@ -57,7 +58,8 @@ def client_inputs(model: FamilyModel) -> list[str]:
 def front_artifact(repository: Path, front: str) -> Path:
     """The front's file (its tokenizer.json or labels.txt) in the version it serves."""
     folder = repository / front
-    return folder / str(v.served_version(folder)) / v.read_config(folder).default_model_filename
+    filename = versions.read_config(folder).default_model_filename
+    return folder / str(versions.served_version(folder)) / filename
 
 
 def text_feeds(repository: Path, model: FamilyModel, texts: list[str],
@@ -77,7 +79,7 @@ def image_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str,
     """The encoder's input for one encoded image as the front preprocesses it."""
     from python_backends.images import ImageBatchBuffer, ImageSpec
 
-    config = v.read_config_json(repository / model.front)
+    config = versions.read_config_json(repository / model.front)
     pixels = ImageBatchBuffer(ImageSpec.from_config(config), 1).fill([image])
     return {model.family.encoder_inputs[0].name: pixels.copy()}
 
@@ -142,15 +144,15 @@ def write_warmup(repository: Path, model: FamilyModel) -> list[Path]:
     """The model's warmup files in its front's folder and its encoders' links to them; the
     paths that changed. Needs the front's exported files (its tokenizer)."""
     if not model.front:
-        raise ValueError(f"{model.base} has no front model to take a real input from")
+        raise ExportError(f"{model.base} has no front model to take a real input from")
     files = MAKERS[model.family.name](repository, model)
     folder = repository / model.front / WARMUP_FOLDER
     changed = [folder / name for name, data in sorted(files.items())
                if write_if_changed(folder / name, data)]
     for name in model.models:
-        wanted = data_files(v.read_config(repository / name))
+        wanted = data_files(versions.read_config(repository / name))
         if not wanted <= set(files):
-            raise ValueError(f"{name} warms with {sorted(wanted - set(files))}, which "
+            raise ExportError(f"{name} warms with {sorted(wanted - set(files))}, which "
                              f"export.warmup does not make")
         link = repository / name / WARMUP_FOLDER
         if name != model.front and link_folder(link, folder):
@@ -162,12 +164,12 @@ def rewrite_configs(repository: Path, model: FamilyModel) -> None:
     """Every config of the model re-rendered from what varies in it (core/families/configs)."""
     for name in model.encoders.values():
         folder = repository / name
-        spec = encoder_spec(v.read_config(folder))
+        spec = encoder_spec(versions.read_config(folder))
         gpu = folder / "configs" / "gpu.pbtxt"
-        write_encoder(repository, gpu_spec(spec, v.parse_config(gpu.read_text()))
+        write_encoder(repository, gpu_spec(spec, versions.parse_config(gpu.read_text()))
                       if gpu.exists() else spec)
     if model.front:
-        write_front(repository, front_spec(v.read_config(repository / model.front)))
+        write_front(repository, front_spec(versions.read_config(repository / model.front)))
 
 
 def main(argv: list[str] | None = None) -> int:

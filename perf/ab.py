@@ -34,8 +34,9 @@ from perf import harness
 from perf.peers.load import closed_loop_point, triton_endpoint
 from perf.peers.run import new_progress, sweep_rounds
 from perf.peers.servers import Running
-from perf.stats import LoadPoint, best_of, goodput, render_table
+from perf.stats import best_of, goodput, render_table
 from perf.subjects import build_repository, text_model
+from server.goodput import LoadPoint
 
 
 @dataclass(frozen=True)

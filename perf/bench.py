@@ -15,9 +15,7 @@ Stages, each announced with its number and elapsed time:
    over gRPC and HTTP (perf_analyzer); the SDK; the bare single-model fixture and the
    tokenizer alone; `embed`'s concurrency sweep; where the CPU goes (perf/profile.py);
 4. dynamic batching off, for `embed` at c16;
-5. the OpenAI route against the KServe route through the front door (perf/openai_route.py);
-6. every format of every family in-process (perf/runtimes.py): which runtime is fastest on
-   this host, and how faithful each is to onnxruntime FP32.
+5. the OpenAI route against the KServe route through the front door (perf/openai_route.py).
 
 Only the part between the GENERATED markers of docs/benchmarks.md is rewritten; the
 reading of the figures below it is kept. Plots: docs/benchmarks_ladder.png and
@@ -35,7 +33,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +43,19 @@ from core.families import TEXT_EMBEDDING
 from core.paths import DEFAULT_REPOSITORY, P99_OBJECTIVE_MS, PROJECT_ROOT
 from core.settings import TextFrontSettings
 from core.versions import artifact_file
-from perf import harness, openai_route, perf_analyzer, runtimes
+from perf import harness, openai_route, perf_analyzer
 from perf.knee import find_knee
 from perf.load import capacity_rps
 from perf.peers.run import run_peers
-from perf.profile import profile
+from perf.perf_analyzer import PerfRow
+from perf.profile import Profile, profile
 from perf.profile import report as profile_report
 from perf.stamp import Stamp, current_stamp, save_figure
 from perf.subjects import build_repository, counts, text_model, texts, tokenizer
 from perf.sweep import input_file
 from perf.sweep import plot as plot_sweep
 from perf.targets import allowed_rate, route_targets, serving_targets, table
+from server.goodput import LoadPoint
 from server.launcher import TritonServer
 
 DOC = PROJECT_ROOT / "docs" / "benchmarks.md"
@@ -66,6 +66,51 @@ ENCODER_INPUTS = [t.name for t in TEXT_EMBEDDING.encoder_inputs]  # token ids, a
 BUCKET_WASTE = next(s for s in TEXT_EMBEDDING.front_settings
                     if isinstance(s, TextFrontSettings)).length_bucket_waste
 console = Console()
+
+
+@dataclass(frozen=True)
+class Served:
+    """One perf_analyzer point of a model: infer/s, latencies, the encoder's average batch."""
+
+    model: str
+    protocol: str
+    concurrency: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    row: PerfRow
+    avg_batch: float | None = None  # None when no encoder's statistics were read
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """Stage 3: each served path at c16, the SDK's rate, `embed`'s sweep and the profiles."""
+
+    onnx_direct: Served
+    int8_direct: Served
+    ts_direct: Served
+    openvino_direct: Served
+    embed_grpc: Served
+    embed_http: Served
+    bare: Served
+    tokenize: Served
+    sdk: float  # served requests/s through the SDK, 16 in flight
+    sweep: list[PerfRow]
+    profile: list[Profile]
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One `make bench` run, every stage's results."""
+
+    stamp: Stamp
+    in_process: dict[int, float]  # batch -> seq/s
+    peers: dict[str, list[LoadPoint]]  # server -> best point per concurrency
+    peers_report: str
+    ladder: Ladder
+    no_batching: Served
+    openai_route: dict[str, Any]  # perf.openai_route.run's result
+    seconds: float
 
 
 def _worker(onnx_path: str, front: str, batch: int, seconds: float, queue: mp.Queue) -> None:
@@ -103,21 +148,20 @@ def in_process_rates(onnx_path: Path, front: str, seconds: float = 4.0) -> dict[
 
 
 def pa(server: TritonServer, model: str, c: int, protocol: str, out: Path,
-       batch_model: str | None = None) -> dict:
-    """perf_analyzer at concurrency c: rps, p50, p99, and the encoder's average batch."""
+       batch_model: str | None = None) -> Served:
+    """perf_analyzer at concurrency c, with `batch_model`'s average batch when named."""
     url = server.grpc_url if protocol == "grpc" else server.http_url
     before = counts(server.http_url, batch_model) if batch_model else None
     row = perf_analyzer.run(model, url, c, input_file(model),
                             out / f"{model}-{protocol}-c{c}.csv", protocol)
-    result = {"model": model, "protocol": protocol, "c": c, "rps": row.throughput,
-              "p50": row.p50_ms, "p99": row.p99_ms, "row": row}
-    if before:
+    avg_batch = None
+    if before and batch_model:
         after = counts(server.http_url, batch_model)
-        result["avg_batch"] = (after[0] - before[0]) / max(after[1] - before[1], 1)
-    return result
+        avg_batch = (after[0] - before[0]) / max(after[1] - before[1], 1)
+    return Served(model, protocol, c, row.throughput, row.p50_ms, row.p99_ms, row, avg_batch)
 
 
-def steps(todo: list[tuple[str, Callable[[], Any]]]) -> dict:
+def steps(todo: list[tuple[str, Callable[[], Any]]]) -> dict[str, Any]:
     """Run named measurements one after another, each announced as it starts."""
     results = {}
     for n, (name, measure) in enumerate(todo, start=1):
@@ -126,13 +170,13 @@ def steps(todo: list[tuple[str, Callable[[], Any]]]) -> dict:
     return results
 
 
-def ladder(out: Path, tmp: Path) -> dict:
+def ladder(out: Path, tmp: Path) -> Ladder:
     """Stage 3: the served paths, the sweep and the profile, on one server."""
     model = text_model()
     enc = {f.name: model.encoder(f.name) for f in model.family.formats}
     primary, front = enc[model.primary], model.front
     with harness.server(build_repository(tmp / "a", []), out / "triton-main.log") as server:
-        return steps([
+        return Ladder(**steps([
             ("onnx_direct", lambda: pa(server, enc["onnx"], 16, "grpc", out, enc["onnx"])),
             ("int8_direct", lambda: pa(server, enc["int8"], 16, "grpc", out, enc["int8"])),
             ("ts_direct", lambda: pa(server, enc["torchscript"], 16, "grpc", out,
@@ -145,14 +189,14 @@ def ladder(out: Path, tmp: Path) -> dict:
             ("tokenize", lambda: pa(server, "tokenize", 16, "grpc", out, "tokenize")),
             ("sdk", lambda: asyncio.run(capacity_rps(server.grpc_url, priority=0,
                                                      texts=itertools.cycle(texts())))),
-            ("sweep", lambda: [pa(server, front, c, "grpc", out)["row"]
+            ("sweep", lambda: [pa(server, front, c, "grpc", out).row
                                for c in (1, 2, 4, 8, 16)]),
             ("profile", lambda: [profile(server, m, 16, 6.0, out)
                                  for m in (front, "embed_bare")]),
-        ])
+        ]))
 
 
-def no_batching(out: Path, tmp: Path) -> dict:
+def no_batching(out: Path, tmp: Path) -> Served:
     """Stage 4: `embed` at c16 with its dynamic batcher removed."""
     model = text_model()
     edits = [(model.front, lambda config: config.ClearField("dynamic_batching"))]
@@ -164,73 +208,66 @@ def stage(n: int, total: int, name: str, began: float) -> None:
     console.rule(f"[bold]stage {n}/{total}: {name}[/] ({time.monotonic() - began:.0f} s in)")
 
 
-def run(out: Path) -> dict:
-    """Every stage, in order; the results as plain data."""
+def run(out: Path) -> BenchRun:
+    """Every stage, in order."""
     model = text_model()
     primary = model.encoder(model.primary)
-    began, total = time.monotonic(), 6
-    results: dict = {"stamp": asdict(current_stamp())}
+    began, total, stamp = time.monotonic(), 5, current_stamp()
     stage(1, total, "in-process onnxruntime, batch 1..32", began)
-    results["in_process"] = in_process_rates(artifact_file(DEFAULT_REPOSITORY / primary),
-                                             model.front)
+    in_process = in_process_rates(artifact_file(DEFAULT_REPOSITORY / primary), model.front)
     stage(2, total, "the peers: embed, infinity-emb, the seeds' batcher, naive FastAPI, "
           "and embed_bare (the floor)", began)
     peers = run_peers(out=out / "peers")
-    results["peers"] = {s.name: s.best for s in peers.servers}
-    results["peers_report"] = peers.report()
     with tempfile.TemporaryDirectory() as tmp:
         stage(3, total, "the serving ladder, the sweep and the CPU profile", began)
-        results.update(ladder(out, Path(tmp)))
+        served = ladder(out, Path(tmp))
         stage(4, total, "dynamic batching off", began)
-        results["no_batching"] = no_batching(out, Path(tmp))
+        unbatched = no_batching(out, Path(tmp))
     stage(5, total, "the OpenAI route against the KServe route, through the front door", began)
-    results["openai_route"] = openai_route.run([1, 16], seconds=8.0, rounds=3)
-    stage(6, total, "every format of every family, in-process", began)
-    results["runtimes"] = runtimes.run()
-    results["seconds"] = time.monotonic() - began
-    return results
+    route = openai_route.run([1, 16], seconds=8.0, rounds=3)
+    return BenchRun(stamp, in_process, {s.name: s.best for s in peers.servers},
+                    peers.report(), served, unbatched, route, time.monotonic() - began)
 
 
-def report(r: dict) -> str:
+def report(r: BenchRun) -> str:
     cores = os.cpu_count() or 1
-    reference, batch = allowed_rate(r["in_process"], cores, P99_OBJECTIVE_MS)
-    knee = find_knee(r["sweep"], p99_budget_ms=P99_OBJECTIVE_MS)
-    ratios = r["openai_route"]["ratios"]
-    targets = [*serving_targets(r["peers"], reference, P99_OBJECTIVE_MS),
-               *route_targets(ratios.get(16) or ratios.get("16"))]
-    floor = floor_section(r["peers"], reference)
+    reference, batch = allowed_rate(r.in_process, cores, P99_OBJECTIVE_MS)
+    lad = r.ladder
+    knee = find_knee(lad.sweep, p99_budget_ms=P99_OBJECTIVE_MS)
+    targets = [*serving_targets(r.peers, reference, P99_OBJECTIVE_MS),
+               *route_targets(r.openai_route["ratios"].get(16))]
+    floor = floor_section(r.peers, reference)
     checks = [
-        ("dynamic batching on >= 1.4x off at c16",
-         r["embed_grpc"]["rps"] / r["no_batching"]["rps"], 1.4),
-        ("INT8 >= 1.6x FP32 (direct, c16)",
-         r["int8_direct"]["rps"] / r["onnx_direct"]["rps"], 1.6),
-        ("full pipeline >= bare single-model embed (c16)",
-         r["embed_grpc"]["rps"] / r["bare"]["rps"], 1.0),
+        ("dynamic batching on >= 1.4x off at c16", lad.embed_grpc.rps / r.no_batching.rps, 1.4),
+        ("INT8 >= 1.6x FP32 (direct, c16)", lad.int8_direct.rps / lad.onnx_direct.rps, 1.6),
+        ("full pipeline >= bare single-model embed (c16)", lad.embed_grpc.rps / lad.bare.rps,
+         1.0),
     ]
 
-    def line(name: str, res: dict) -> str:
-        avg = f"{res['avg_batch']:.1f}" if "avg_batch" in res else "-"
-        return (f"| {name} | {res['rps']:.0f} | {res['rps'] / reference:.2f} | "
-                f"{res['p50']:.1f} | {res['p99']:.1f} | {avg} |")
+    def line(name: str, res: Served) -> str:
+        avg = "-" if res.avg_batch is None else f"{res.avg_batch:.1f}"
+        return (f"| {name} | {res.rps:.0f} | {res.rps / reference:.2f} | "
+                f"{res.p50_ms:.1f} | {res.p99_ms:.1f} | {avg} |")
 
     model = text_model()
     enc = {f.name: model.encoder(f.name) for f in model.family.formats}
-    stamp = Stamp(**r["stamp"])
+    stamp = r.stamp
     rows = [
         "## The last `make bench` run", "",
-        f"Served: {harness.served_profile()[1].splitlines()[0]} (`tmr tune --show`).", "",
+        f"Served: {harness.served_profile()[1].splitlines()[0]} (`tmr tune --show`); the "
+        f"front's primary `{enc[model.primary]}`.", "",
         f"`make bench` (`python -m perf.bench`) on an {stamp.cpu} ({stamp.cores} cores), one "
-        f"run ({r['seconds'] / 60:.1f} min), every figure a ratio to others of the same run.",
+        f"run ({r.seconds / 60:.1f} min), every figure a ratio to others of the same run.",
         "", stamp.markdown(), "",
-        "## Against the peers", "", r["peers_report"], "",
+        "## Against the peers", "", r.peers_report, "",
         "## Targets", "",
         table(targets), "", *floor,
         f"In-process reference: {reference:.0f} seq/s at batch {batch}, the best batch whose "
         f"in-process time fits the {P99_OBJECTIVE_MS:g} ms objective (1 process per core x 1 "
         "thread, tokenizer included):", "",
-        "| batch | " + " | ".join(str(b) for b in r["in_process"]) + " |",
-        "| --- |" + " ---: |" * len(r["in_process"]),
-        "| seq/s | " + " | ".join(f"{v:.0f}" for v in r["in_process"].values()) + " |",
+        "| batch | " + " | ".join(str(b) for b in r.in_process) + " |",
+        "| --- |" + " ---: |" * len(r.in_process),
+        "| seq/s | " + " | ".join(f"{v:.0f}" for v in r.in_process.values()) + " |",
         "",
         "| ladder check | measured | goal | |", "| --- | ---: | ---: | --- |",
         *(f"| {name} | {value:.2f} | >= {goal:g} | {'met' if value >= goal else 'MISSED'} |"
@@ -238,32 +275,27 @@ def report(r: dict) -> str:
         "## The serving ladder (perf_analyzer)", "",
         "| path (c16 unless said) | infer/s | x in-process | p50 ms | p99 ms | avg batch |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
-        line(f"Triton gRPC -> {enc['onnx']} (FP32, no tokenizer)", r["onnx_direct"]),
-        line(f"Triton gRPC -> {enc['int8']}", r["int8_direct"]),
-        line(f"Triton gRPC -> {enc['torchscript']}", r["ts_direct"]),
-        *([line(f"Triton gRPC -> {enc['openvino']}", r["openvino_direct"])]
-          if "openvino_direct" in r else []),
-        line(f"`{model.front}` gRPC (full pipeline)", r["embed_grpc"]),
-        line(f"`{model.front}` HTTP", r["embed_http"]),
-        line(f"`{model.front}` gRPC, dynamic batching off", r["no_batching"]),
-        line("`embed_bare` gRPC (tokenizer + ORT in one Python model)", r["bare"]),
-        line("`tokenize` model alone (Python backend, no encoder)", r["tokenize"]),
-        f"| SDK (AsyncClient, 16 in flight) | {r['sdk']:.0f} | "
-        f"{r['sdk'] / reference:.2f} | - | - | - |", "",
+        line(f"Triton gRPC -> {enc['onnx']} (FP32, no tokenizer)", lad.onnx_direct),
+        line(f"Triton gRPC -> {enc['int8']}", lad.int8_direct),
+        line(f"Triton gRPC -> {enc['torchscript']}", lad.ts_direct),
+        line(f"Triton gRPC -> {enc['openvino']}", lad.openvino_direct),
+        line(f"`{model.front}` gRPC (full pipeline)", lad.embed_grpc),
+        line(f"`{model.front}` HTTP", lad.embed_http),
+        line(f"`{model.front}` gRPC, dynamic batching off", r.no_batching),
+        line("`embed_bare` gRPC (tokenizer + ORT in one Python model)", lad.bare),
+        line("`tokenize` model alone (Python backend, no encoder)", lad.tokenize),
+        f"| SDK (AsyncClient, 16 in flight) | {lad.sdk:.0f} | "
+        f"{lad.sdk / reference:.2f} | - | - | - |", "",
         f"Best `{model.front}` gRPC point under p99 <= {P99_OBJECTIVE_MS:g} ms: concurrency "
         f"{knee.concurrency}, {knee.throughput:.0f} infer/s, p99 {knee.p99_ms:.0f} ms "
         f"({knee.reason}).", "",
-        "## The OpenAI route", "", r["openai_route"]["markdown"], "",
+        "## The OpenAI route", "", r.openai_route["markdown"], "",
         "![ladder](benchmarks_ladder.png)", "", "![sweep](benchmarks_sweep.png)", "",
-        "## Where the CPU goes (perf/profile.py)", "", profile_report(r["profile"], 16), "",
-        "## Every format in-process (perf/runtimes.py)", "",
-        f"The front's primary here: `{enc[model.primary]}` (the reviewed config's, or the "
-        "host profile's where `tmr tune` wrote one).", "",
-        runtimes.report(r["runtimes"]) if "runtimes" in r else "not measured in this run"]
+        "## Where the CPU goes (perf/profile.py)", "", profile_report(lad.profile, 16)]
     return "\n".join(rows) + "\n"
 
 
-def floor_section(peers: dict, reference: float) -> list[str]:
+def floor_section(peers: dict[str, list[LoadPoint]], reference: float) -> list[str]:
     """The serving targets judged for `embed_bare`, the floor of serving overhead; empty
     when the run did not measure it."""
     if "bare" not in peers:
@@ -276,28 +308,28 @@ def floor_section(peers: dict, reference: float) -> list[str]:
         table(serving_targets(peers, reference, P99_OBJECTIVE_MS, subject="bare")), ""]
 
 
-def plot_ladder(r: dict, path: Path) -> None:
+def plot_ladder(r: BenchRun, path: Path) -> None:
     """Each served path as a ratio to the in-process reference."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    reference, _ = allowed_rate(r["in_process"], os.cpu_count() or 1, P99_OBJECTIVE_MS)
-    bars = [("encoder FP32", r["onnx_direct"]["rps"]), ("encoder INT8", r["int8_direct"]["rps"]),
-            ("encoder TorchScript", r["ts_direct"]["rps"]),
-            *([("encoder OpenVINO", r["openvino_direct"]["rps"])] if "openvino_direct" in r
-              else []),
-            ("front gRPC", r["embed_grpc"]["rps"]),
-            ("front HTTP", r["embed_http"]["rps"]), ("no batching", r["no_batching"]["rps"]),
-            ("embed_bare", r["bare"]["rps"]), ("SDK", r["sdk"])]
+    reference, _ = allowed_rate(r.in_process, os.cpu_count() or 1, P99_OBJECTIVE_MS)
+    lad = r.ladder
+    bars = [("encoder FP32", lad.onnx_direct.rps), ("encoder INT8", lad.int8_direct.rps),
+            ("encoder TorchScript", lad.ts_direct.rps),
+            ("encoder OpenVINO", lad.openvino_direct.rps),
+            ("front gRPC", lad.embed_grpc.rps), ("front HTTP", lad.embed_http.rps),
+            ("no batching", r.no_batching.rps), ("embed_bare", lad.bare.rps),
+            ("SDK", lad.sdk)]
     fig, ax = plt.subplots(figsize=(9, 4))
     ax.barh([name for name, _ in bars][::-1], [v / reference for _, v in bars][::-1])
     ax.axvline(1.0, color="grey", linestyle="--", label=f"in-process {reference:.0f} seq/s")
     ax.set(xlabel="x in-process reference (c16)", title="serving ladder")
     ax.legend()
     fig.tight_layout()
-    save_figure(fig, path, 100, Stamp(**r["stamp"]))
+    save_figure(fig, path, 100, r.stamp)
 
 
 def write_doc(generated: str) -> None:
@@ -331,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         out = args.from_results
         results = pickle.loads((out / "bench.pickle").read_bytes())
-        results.setdefault("stamp", asdict(current_stamp()))  # a run from before stamps
+        if not isinstance(results, BenchRun):
+            parser.error(f"{out / 'bench.pickle'} is not a run of this version of perf.bench")
         (out / "bench.json").write_text(json.dumps(plain(results), indent=1))
     else:
         out = harness.run_dir("bench")
@@ -344,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     text = report(results)
     (out / "benchmarks.md").write_text(text)
     plot_ladder(results, DOC.parent / "benchmarks_ladder.png")
-    knee = find_knee(results["sweep"], p99_budget_ms=P99_OBJECTIVE_MS)
-    plot_sweep(results["sweep"], knee, out, "embed gRPC", Stamp(**results["stamp"]))
+    knee = find_knee(results.ladder.sweep, p99_budget_ms=P99_OBJECTIVE_MS)
+    plot_sweep(results.ladder.sweep, knee, out, "embed gRPC", results.stamp)
     shutil.copy(out / "sweep.png", DOC.parent / "benchmarks_sweep.png")
     write_doc(text)
     console.print(text)

@@ -22,11 +22,10 @@ from pathlib import Path
 
 from core.ports import free_ports
 from perf import harness
-from perf.load import closed_loop
 from perf.priority import RESENT, door_sender, unique_rows
-from perf.stats import Outcome, percentile
 from perf.subjects import build_repository, text_model
 from server.fleet import Fleet
+from server.goodput import Outcome, closed_loop, percentile
 from server.settings import FrontDoorSettings, Ports, ServerOptions
 
 

@@ -27,7 +27,7 @@ from PIL import Image
 
 from core.families import IMAGE_CLASSIFICATION
 from core.paths import DEFAULT_REPOSITORY
-from perf.subjects import INPUTS
+from server.goodput import INPUTS
 
 PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
 MODEL_IMAGES = 64
@@ -50,14 +50,14 @@ def photos() -> list[bytes]:
 def model_images(repository: Path, count: int = MODEL_IMAGES) -> dict[str, list[bytes]]:
     """Front model -> `perf_images(count)` of its source, for image models that have one."""
     from core.families.catalog import catalog
-    from export.image_classification import load_source
+    from export.image_classification import PerfImages, load_source
 
     found = {}
     for model in catalog(repository):
         folder = repository / model.front / "source"
         if model.family is IMAGE_CLASSIFICATION and folder.is_dir():
             source = load_source(folder)
-            if hasattr(source, "perf_images"):
+            if isinstance(source, PerfImages):
                 found[model.front] = source.perf_images(count)
     return found
 

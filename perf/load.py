@@ -1,4 +1,5 @@
-"""The load generators: one closed loop, one open loop, and the senders they drive.
+"""The load generators: the open loop, the SDK sender, and the closed loop and standard
+senders of server/goodput.py that `tmr tune` measures with.
 
 A `Send` asks the server one text at one priority and returns its `Outcome`; the loops
 only decide when to send. Every text is new (`unique_texts`), so Triton's response cache
@@ -7,7 +8,7 @@ cannot do here: a per-request priority mix, and going on through rejections.
 
     async with sdk_sender(url) as send:
         outcomes = await open_loop(send, 200.0, 10.0)    # 200 req/s, 20% priority 1
-        outcomes = await closed_loop(send, [(1, 16)], 5.0)  # 16 clients at priority 1
+        outcomes = await closed_loop(send, [(1, 16)], 5.0, short_texts())  # 16 at priority 1
 """
 
 from __future__ import annotations
@@ -17,57 +18,29 @@ import itertools
 import random
 import threading
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 
-import numpy as np
 from tmr_client import NO_RETRY, AsyncClient, TritonClientError
-from tmr_client.errors import from_exception
 
-from core.families import TEXT_EMBEDDING
 from perf import subjects
-from perf.stats import Outcome
+from server import goodput
+from server.goodput import Outcome, Record, Send, closed_loop
 from server.prometheus import samples
 from server.settings import admin_key
 
-Send = Callable[[str, int], Awaitable[Outcome]]  # (text, priority) -> how it ended
 Rate = float | Callable[[float], float]  # requests/s, or requests/s at t seconds in
-Record = Callable[[Outcome], None]
 
 
 def short_texts(tag: str = "load") -> Iterator[str]:
-    """Short numbered sentences, the default of both loops: `tag` names the run."""
+    """Short numbered sentences, the open loop's default: `tag` names the run."""
     for i in itertools.count():
         yield f"{tag} request {i}: the server under pressure keeps answering"
 
 
 def unique_texts(texts: Sequence[str] | None = None, nonce: str | None = None) -> Iterator[str]:
-    """The base texts (by default the text family's perf inputs) in turn, each with a
-    suffix no other request of any run carries."""
-    texts = texts or subjects.texts()
-    nonce = nonce or uuid.uuid4().hex[:8]
-    for i in itertools.count():
-        yield f"{texts[i % len(texts)]} ({nonce}-{i})"
-
-
-async def closed_loop(send: Send, clients: Sequence[tuple[int, int]], seconds: float,
-                      texts: Iterator[str] | None = None,
-                      record: Record | None = None) -> list[Outcome]:
-    """`clients` as (priority, how many): each client sends one request and waits for its
-    answer, starting new ones for `seconds`. The outcomes, or none when `record` takes
-    them as they come."""
-    pool = texts or short_texts()
-    outcomes: list[Outcome] = []
-    keep = record or outcomes.append
-    deadline = time.monotonic() + seconds
-
-    async def client(priority: int) -> None:
-        while time.monotonic() < deadline:
-            keep(await send(next(pool), priority))
-
-    await asyncio.gather(*(client(p) for p, n in clients for _ in range(n)))
-    return outcomes
+    """goodput.unique_texts of `texts`, by default the text family's perf inputs."""
+    return goodput.unique_texts(texts or subjects.texts(), nonce)
 
 
 def high_or_low(high_share: float, seed: int) -> Callable[[], int]:
@@ -138,54 +111,6 @@ async def sdk_sender(*urls: tuple[str, str] | str, protocol: str = "grpc") -> As
     finally:
         for c in clients:
             await c.close()
-
-
-async def timed_call(priority: int, call: Awaitable[object]) -> Outcome:
-    """How one call ended: its latency, or its error's class and status (a tritonclient
-    or SDK exception, classified by tmr_client.errors)."""
-    sent = time.monotonic()
-    error, status = None, "200"
-    try:
-        await call
-    except Exception as exc:  # tritonclient raises its own types; each is classified
-        typed = from_exception(exc)
-        error, status = type(typed).__name__, str(typed.status)
-    return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error, status)
-
-
-SendTexts = Callable[[Sequence[str], int], Awaitable[Outcome]]  # (texts, priority)
-
-
-@asynccontextmanager
-async def standard_texts_sender(url: str, model: str, conn_limit: int = 512,
-                                input_name: str | None = None) -> AsyncIterator[SendTexts]:
-    """Send requests of one or more rows (texts, or encoded images as bytes, to the front
-    input `input_name`: by default the text family's) over tritonclient's HTTP asyncio
-    client with only Triton's standard request `priority` (0: the model's default),
-    nothing project-specific."""
-    import tritonclient.http.aio as httpaio
-
-    client = httpaio.InferenceServerClient(url, conn_limit=conn_limit)
-    name = input_name or TEXT_EMBEDDING.front_inputs[0].name
-
-    def send(rows: Sequence[str | bytes], priority: int) -> Awaitable[Outcome]:
-        tensor = httpaio.InferInput(name, [len(rows), 1], "BYTES")
-        tensor.set_data_from_numpy(np.array(
-            [[r.encode() if isinstance(r, str) else r] for r in rows], dtype=np.object_))
-        return timed_call(priority, client.infer(model, [tensor], priority=priority))
-
-    try:
-        yield send
-    finally:
-        await client.close()
-
-
-@asynccontextmanager
-async def standard_sender(url: str, model: str, conn_limit: int = 512,
-                          input_name: str | None = None) -> AsyncIterator[Send]:
-    """standard_texts_sender, one row a request."""
-    async with standard_texts_sender(url, model, conn_limit, input_name) as send:
-        yield lambda text, priority: send([text], priority)
 
 
 def served_rate(outcomes: Sequence[Outcome], seconds: float) -> float:

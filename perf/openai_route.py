@@ -28,8 +28,8 @@ from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_ports
 from perf import harness
 from perf.peers.load import Endpoint, closed_loop_point, openai_endpoint, triton_endpoint
-from perf.stats import LoadPoint
 from perf.subjects import text_model
+from server.goodput import LoadPoint
 
 console = Console(stderr=True)
 TARGET = {"min_throughput_ratio": 0.9, "max_p99_ratio": 1.1, "concurrency": 16}

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core import versions as v
+from core import versions
 from core.families.catalog import find
 from core.families.configs import encoder_spec
 from core.files import write_atomically
@@ -65,7 +65,7 @@ def measure(model_dir: Path, seconds: float = 1.0) -> list[BatchPoint]:
 
     model = find(model_dir.parent, model_dir.name)
     fmt = model.family.split_encoder_name(model_dir.name)[1]
-    threads = encoder_spec(v.read_config(model_dir)).threads
+    threads = encoder_spec(versions.read_config(model_dir)).threads
     forward = served_runner(model_dir.parent, model, fmt, threads)
     ids_name, mask_name = (t.name for t in model.family.encoder_inputs)
     idle = peak_rss_mb()
@@ -92,7 +92,7 @@ def proposed_config(text: str, proposal: Plan) -> str:
     text, count = re.subn(r"dynamic_batching \{[^}]*\}", batching, text)
     if count != 1:
         raise ValueError("expected one single-line dynamic_batching block to replace")
-    v.parse_config(text)  # only propose what Triton would parse
+    versions.parse_config(text)  # only propose what Triton would parse
     return text
 
 
@@ -100,7 +100,8 @@ def check_with_sweep(model: str, proposal_text: str) -> tuple[PerfRow, float]:
     """The proposal served on a copy of the repository and swept at concurrency = the
     preferred batch: perf_analyzer's row, and the executed batch size from statistics."""
     from perf import harness, perf_analyzer
-    from perf.subjects import INPUTS, counts
+    from perf.subjects import counts
+    from server.goodput import INPUTS
 
     def propose(repo: Path) -> None:
         write_atomically(repo / model / "config.pbtxt", proposal_text)

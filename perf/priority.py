@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from tmr_client import NO_RETRY, AsyncClient
+from tmr_client.contract import METRICS_PORT
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from core.config_edit import Change
@@ -46,18 +47,17 @@ from core.ports import free_ports
 from core.repository import put_parameter
 from core.settings import IN_PROCESS_THREADS_PARAMETER
 from perf import harness
-from perf.load import (
+from perf.load import open_loop, served_rate, unique_texts
+from perf.stats import by_priority
+from perf.subjects import build_repository, text_model
+from server.goodput import (
+    Outcome,
     Send,
     closed_loop,
-    open_loop,
-    served_rate,
     standard_sender,
     standard_texts_sender,
     timed_call,
-    unique_texts,
 )
-from perf.stats import Outcome, by_priority
-from perf.subjects import build_repository, text_model
 from server.prometheus import samples
 from server.settings import admin_key
 
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     out = harness.run_dir("priority")
     results, reports = {}, []
     if args.url:
-        metrics = args.metrics_url or f"http://{args.url.split(':')[0]}:8002/metrics"
+        metrics = args.metrics_url or f"http://{args.url.split(':')[0]}:{METRICS_PORT}/metrics"
         args.routes = [r for r in args.routes if r in ("shared", "lane")]
         found = asyncio.run(measure(Servers(args.url, "", metrics), args))
         results |= {f"served, {route}": f for route, f in found.items()}

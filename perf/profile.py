@@ -42,10 +42,11 @@ from perf import harness, perf_analyzer, subjects
 from perf.load import unique_texts
 from perf.peers import cpu
 from perf.subjects import build_repository
+from server import goodput
 from server.launcher import TritonServer, stub_processes
 from server.prometheus import metric_value
 
-INPUTS = subjects.INPUTS / TEXT_EMBEDDING.perf_inputs
+INPUTS = goodput.INPUTS / TEXT_EMBEDDING.perf_inputs
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHERS = "rest of the machine (perf_analyzer, OS)"
 OWN_CODE = ("python_backends/", "perf/stub_fixtures/", "core/")  # code we wrote, in the stubs
@@ -170,7 +171,7 @@ def request_stages(server: TritonServer, model: str, requests: int = 300) -> str
     client = http.InferenceServerClient(server.http_url)
 
     def one() -> float:
-        tensor = http.InferInput("TEXT", [1, 1], "BYTES")
+        tensor = http.InferInput(TEXT_EMBEDDING.front_inputs[0].name, [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[next(texts).encode()]], dtype=np.object_))
         began = time.perf_counter()
         client.infer(model, [tensor])

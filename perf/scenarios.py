@@ -34,19 +34,11 @@ from itertools import pairwise
 from pathlib import Path
 
 from perf import harness
-from perf.load import (
-    LevelSampler,
-    Rate,
-    capacity_rps,
-    closed_loop,
-    open_loop,
-    sdk_sender,
-    short_texts,
-    standard_sender,
-)
+from perf.load import LevelSampler, Rate, capacity_rps, open_loop, sdk_sender, short_texts
 from perf.stamp import save_figure
-from perf.stats import Outcome, PrioritySummary, by_priority
+from perf.stats import PrioritySummary, by_priority
 from perf.subjects import text_model
+from server.goodput import Outcome, closed_loop, standard_sender
 from server.prometheus import metric_value
 
 OVERLOAD_MULTIPLES = {"normal": 0.7, "2x": 2.0, "10x": 10.0}  # x measured capacity

@@ -43,11 +43,11 @@ from tmr_client.core import DEFAULT_MODEL
 from core.paths import DEFAULT_REPOSITORY
 from perf import harness, host_cpu
 from perf.load import capacity_rps, open_loop, sdk_sender, short_texts
-from perf.memory import server_memory
 from perf.stamp import save_figure
-from perf.stats import Outcome, percentile
 from python_backends.gc_pauses import GcPauses, apply_policy
+from server.goodput import Outcome, percentile
 from server.launcher import TritonServer
+from server.memory import server_memory
 from server.prometheus import samples
 from server.watchdog import Watchdog
 

@@ -2,7 +2,7 @@
 
 Every writer of a generated doc stamps its output with one `Stamp`: `make bench` the top of
 docs/benchmarks.md's generated part, `harness.write_report` every perf report, and
-`save_figure` every plot (bench, sweep, soak, scenarios, rollout_plot) in its footer. A
+`save_figure` every plot (bench, sweep, soak, scenarios) in its footer. A
 figure without its host and commit cannot be compared with another.
 """
 

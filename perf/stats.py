@@ -1,6 +1,6 @@
-"""The pure parts of every load run: one request's outcome, the one percentile, a
-closed-loop point's summary, the per-priority summary, the best of rounds, goodput under
-the p99 objective, round orders and the result table."""
+"""The pure parts of the load runs beyond server/goodput.py (one request's outcome, the
+percentile, a closed-loop point): the per-priority summary, the best of rounds, goodput
+under the p99 objective, round orders and the result table."""
 
 from __future__ import annotations
 
@@ -9,74 +9,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from server.goodput import LoadPoint, Outcome, percentile
+
 NOISY_SHARE = 0.10  # a point during which other work used more of the cores is marked
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One request: when it was sent (monotonic s), its priority, how long it took, and how
-    it ended."""
-
-    sent: float
-    priority: int
-    latency_ms: float
-    error: str | None  # the error's kind (SDK error class, "HTTP 503", ...), None if served
-    status: str = ""  # Triton's status of a failure (HTTP code or gRPC StatusCode)
-
-    @property
-    def failure(self) -> str:
-        """`status error` of a failure ("" for a served request), status only when known."""
-        return f"{self.status} {self.error}".strip() if self.error else ""
-
-
-@dataclass(frozen=True)
-class LoadPoint:
-    """One closed-loop run at one concurrency: answered requests/s and their latencies."""
-
-    concurrency: int
-    seconds: float
-    requests: int  # answered with status 200 and a well-formed vector
-    errors: int
-    rps: float  # answered requests / seconds
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    error_kinds: dict[str, int] = field(default_factory=dict)
-    foreign_cpu: float | None = None  # share of the cores other work used meanwhile (cpu.py)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), linear between closest ranks (numpy's default);
-    NaN for no values."""
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} is outside 0..100")
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def summarize(concurrency: int, latencies_ms: Sequence[float], errors: Counter[str],
-              seconds: float) -> LoadPoint:
-    """A LoadPoint from the latencies of answered requests and the errors by kind."""
-    if seconds <= 0:
-        raise ValueError("a load point needs a positive duration")
-    return LoadPoint(
-        concurrency=concurrency, seconds=seconds, requests=len(latencies_ms),
-        errors=sum(errors.values()), rps=len(latencies_ms) / seconds,
-        p50_ms=percentile(latencies_ms, 50), p95_ms=percentile(latencies_ms, 95),
-        p99_ms=percentile(latencies_ms, 99), error_kinds=dict(errors),
-    )
-
-
-def load_point(concurrency: int, outcomes: Sequence[Outcome], seconds: float) -> LoadPoint:
-    """The LoadPoint of a closed-loop run's outcomes."""
-    errors = Counter(o.error for o in outcomes if o.error)
-    return summarize(concurrency, [o.latency_ms for o in outcomes if o.error is None], errors,
-                     seconds)
 
 
 @dataclass(frozen=True)
@@ -130,22 +65,6 @@ def goodput(points: Sequence[LoadPoint], p99_budget_ms: float) -> LoadPoint | No
     the budget; None when no point meets it."""
     within = [p for p in points if p.errors == 0 and p.p99_ms <= p99_budget_ms]
     return max(within, key=lambda p: p.rps, default=None)
-
-
-def interpolated_goodput(points: Sequence[LoadPoint], p99_budget_ms: float) -> float:
-    """Requests/s where the p99 reaches the budget, linear between the two concurrencies
-    around it (closed-loop points, no errors); the best rate when none exceeds it, 0 when
-    even the first does. Smoother than `goodput`, which jumps between concurrencies."""
-    ordered = sorted(points, key=lambda p: p.concurrency)
-    best = 0.0
-    for low, high in zip([None, *ordered], ordered):
-        if high.errors or high.p99_ms > p99_budget_ms:
-            if low is None:
-                return 0.0
-            share = (p99_budget_ms - low.p99_ms) / (high.p99_ms - low.p99_ms)
-            return max(best, low.rps + share * (high.rps - low.rps))
-        best = max(best, high.rps)
-    return best
 
 
 def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:

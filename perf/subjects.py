@@ -10,14 +10,13 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from core import versions as v
+from core import versions
 from core.config_edit import Change
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import FamilyModel, catalog, find
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from python_backends.tokenization import TextEncoder
-
-INPUTS = PROJECT_ROOT / "perf" / "inputs"
+from server.goodput import input_texts
 
 
 def text_model(repository: Path = DEFAULT_REPOSITORY, name: str | None = None) -> FamilyModel:
@@ -37,9 +36,7 @@ def tokenizer(repository: Path, front: str) -> TextEncoder:
 
 def texts(family_inputs: str = TEXT_EMBEDDING.perf_inputs) -> list[str]:
     """The texts of the family's perf_analyzer input data."""
-    data = json.loads((INPUTS / family_inputs).read_text())["data"]
-    name = TEXT_EMBEDDING.front_inputs[0].name
-    return [d[name]["content"][0] for d in data]
+    return input_texts(family_inputs)
 
 
 FIXTURES = PROJECT_ROOT / "perf" / "fixtures"
@@ -64,7 +61,8 @@ def build_repository(root: Path, edits: list[tuple[str, Change]],
                 shutil.rmtree(folder)
     if (repo / "embed_bare").is_dir():
         primary = model.encoder(model.primary)
-        set_parameter(repo, "embed_bare", "onnx_path", str(v.artifact_file(source / primary)))
+        onnx_path = versions.artifact_file(source / primary)
+        set_parameter(repo, "embed_bare", "onnx_path", str(onnx_path))
     # Fixtures with Python code tokenize as the front does: its tokenizer.json, beside them.
     front_tokenizer = repo / model.front / "1" / "tokenizer.json"
     for fixture in FIXTURES.iterdir():

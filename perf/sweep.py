@@ -26,8 +26,8 @@ from perf import perf_analyzer
 from perf.knee import Knee, find_knee, ratios, regressions
 from perf.perf_analyzer import PerfRow
 from perf.stamp import Stamp, save_figure
+from server.goodput import INPUTS
 
-INPUTS = PROJECT_ROOT / "perf" / "inputs"
 BASELINES = PROJECT_ROOT / "perf" / "baselines"
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from perf.stats import LoadPoint, at, goodput
+from perf.stats import at, goodput
+from server.goodput import LoadPoint
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,10 @@ from typing import Any
 import numpy as np
 
 from core.settings import ModelSettings
-from core.stacks import dump_stacks_on_signal
-from python_backends import bls, metrics
+from python_backends import bls, diagnostics, metrics
 from python_backends.cpu_priority import lower
 from python_backends.errors import ModelError
-from python_backends.gc_pauses import GcPauses, apply_policy
-from python_backends.metrics import CounterFamily, Gauge
+from python_backends.gc_pauses import apply_policy
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BatchFacts, BatchLog
 from python_backends.warmup import WarmupRuns
@@ -40,7 +38,7 @@ class BaseModel:
         self.version = args["model_version"]
         self.model_dir = Path(args["model_repository"])
         self.log = Log(f"{self.name}/{self.version}")
-        dump_stacks_on_signal()  # kill -USR1: every thread's stack into the server log
+        diagnostics.install()
         settings = ModelSettings.from_parameters(self.config)
         self.scheduling = (settings.cpu_scheduling, settings.cpu_nice)
         self.batch_log = BatchLog(self.log, self.name, self.version,
@@ -48,8 +46,7 @@ class BaseModel:
         self.batch = BatchFacts()
         self.warmup = WarmupRuns(self.config, self.log, args.get("model_instance_name", "0"))
         self.setup(args)
-        self.gc = GcMetrics(self.name, args.get("model_instance_name", "0"),
-                            settings.gc_policy)
+        apply_policy(settings.gc_policy)
         if not self.warmup.active:
             self.yield_cpu()
 
@@ -95,7 +92,6 @@ class BaseModel:
         responses = one_per_request(responses, len(requests), lambda: error_response(
             ModelError(f"{self.name} produced no response for this request")))
         self.batch_log.emit(requests, responses, self.batch, began, self.degradation_level())
-        self.gc.flush()
         metrics.flush()  # the batch's counters, one round trip each
         if warming:
             self.warmup.finished(len(requests), time.monotonic() - began)
@@ -112,37 +108,6 @@ class BaseModel:
 
     def finalize(self) -> None:
         self.log.info("finalized")
-
-
-class GcMetrics:
-    """This stub's GC pauses as counters, flushed after each batch (a collection can
-    happen anywhere, so its callback only adds numbers; the IPC to Triton happens here)."""
-
-    def __init__(self, model: str, instance: str, policy: str) -> None:
-        apply_policy(policy)
-        self.pauses = GcPauses().install()
-        self.sent = ([0, 0, 0], [0.0, 0.0, 0.0])
-        labels = {"model": model, "gc_policy": policy}
-        self.collections = CounterFamily("tmr_gc_collections_total",
-                                         "Python GC collections in the model's stubs", labels)
-        self.seconds = CounterFamily("tmr_gc_pause_seconds_total",
-                                     "Seconds the model's stubs spent in Python GC", labels)
-        self.longest = Gauge("tmr_gc_longest_pause_seconds",
-                             "The longest Python GC pause of one stub so far",
-                             {**labels, "instance": instance})
-
-    def flush(self) -> None:
-        counts, seconds = self.pauses.collections, self.pauses.seconds
-        if counts == self.sent[0]:
-            return
-        for generation in range(3):
-            new = counts[generation] - self.sent[0][generation]
-            if new:
-                self.collections.inc(new, generation=str(generation))
-                self.seconds.inc(seconds[generation] - self.sent[1][generation],
-                                 generation=str(generation))
-        self.longest.set(self.pauses.longest_s)
-        self.sent = (list(counts), list(seconds))
 
 
 def one_per_request(responses: Any, count: int, missing: Callable[[], Any]) -> list[Any]:

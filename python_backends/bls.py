@@ -8,16 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from core import messages as messages
+from core import messages
+from core.messages import FailureKind
 from python_backends.errors import ChildModelError
 from python_backends.pb import pb_utils
 
 # Child failures that mean "cannot serve now" rather than "broken": the caller may retry
 # elsewhere. BLS reports every child failure as INTERNAL, so the kind comes from the
 # message (core.messages, the one table of Triton's messages).
-UNAVAILABLE_KINDS = frozenset({messages.QUEUE_FULL, messages.TIMEOUT, messages.NOT_FOUND,
-                               messages.NOT_READY, messages.STUB_UNHEALTHY,
-                               messages.SERVER_STOPPING})
+UNAVAILABLE_KINDS = frozenset({FailureKind.QUEUE_FULL, FailureKind.TIMEOUT,
+                               FailureKind.NOT_FOUND, FailureKind.NOT_READY,
+                               FailureKind.STUB_UNHEALTHY, FailureKind.SERVER_STOPPING})
 
 
 # The trace the current batch's BLS calls join (`follow`): with tracing on (`tmr serve
@@ -37,7 +38,7 @@ def follow(requests: Sequence[Any]) -> None:
 def child_failure(model: str, message: str) -> ChildModelError:
     """A typed child failure: its kind, and UNAVAILABLE or INTERNAL as its code."""
     kind = messages.kind_of(message)
-    return ChildModelError(model, message, kind or "error",
+    return ChildModelError(model, message, kind or FailureKind.OTHER,
                            "UNAVAILABLE" if kind in UNAVAILABLE_KINDS else "INTERNAL")
 
 

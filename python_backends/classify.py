@@ -9,7 +9,7 @@ its bytes (python_backends/image_inputs.py). Every image of a dynamic batch is d
 preprocessed into its row of a buffer allocated once at start (python_backends/images.py);
 a bad image fails its own request with INVALID_ARG naming the row, and the rest of the
 batch is served. The batch then goes through the degradation ladder
-(python_backends/router.py) to the encoder, whose logits become the `top_k` best classes
+(python_backends/front.py) to the encoder, whose logits become the `top_k` best classes
 (a request may ask for its own `top_k` as a request parameter), with the labels of the
 front's version folder. The router's cache (level 3) keys a row by its image's digest.
 """
@@ -32,13 +32,13 @@ from core.families.image_classification import (
 )
 from core.families.spec import SERVED_BY
 from core.messages import row_ref
-from core.settings import ImageFrontSettings
+from core.settings import TOP_K, ImageFrontSettings
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.errors import InvalidInputError
+from python_backends.front import ONE_CALL, Prepared, strings_array
 from python_backends.front_warmup import WarmedRouter
 from python_backends.image_inputs import image_bytes
 from python_backends.images import ImageBatchBuffer, ImageSpec, top_k
-from python_backends.router import ONE_CALL, Prepared, strings_array
 
 IMAGE_INPUT = IMAGE.name
 ENCODER_INPUT = PIXEL_VALUES.name
@@ -47,7 +47,7 @@ ENCODER_INPUT = PIXEL_VALUES.name
 def requested_top_k(parameters_json: str, default: int, classes: int) -> int:
     """The request's `top_k` parameter, or the model's default; 1..classes."""
     try:
-        value = json.loads(parameters_json or "{}").get("top_k", default)
+        value = json.loads(parameters_json or "{}").get(TOP_K, default)
     except (ValueError, AttributeError):
         value = default
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= classes:
@@ -56,7 +56,7 @@ def requested_top_k(parameters_json: str, default: int, classes: int) -> int:
 
 
 class ImageClassificationFront:
-    """The image family's front logic (router.FrontLogic): decode and preprocess into a
+    """The image family's front logic (front.FrontLogic): decode and preprocess into a
     preallocated buffer, hand the buffer's rows to the encoder, top-k of its logits."""
 
     bucket_waste = ONE_CALL  # images are all one size: a batch is one call

@@ -3,7 +3,7 @@ and WINDOWS out.
 
 Validates, tokenizes and fits every request of a dynamic batch to the model's length
 (python_backends/text_model.py: reject, truncate or chunk, the request's choice or the
-model's), then routes it through the degradation ladder (python_backends/router.py): the
+model's), then routes it through the degradation ladder (python_backends/front.py): the
 encoder gets token ids and attention masks, in calls of similar length
 (`length_bucket_waste`) bounded by `max_batch_tokens`, each distinct row once. Its
 embeddings come back as they are (the pooling and normalisation are in its graph); a
@@ -21,8 +21,8 @@ from core.families.spec import SERVED_BY
 from core.families.text_embedding import EMBEDDING, TOKENS, TRUNCATED_TOKENS, WINDOWS
 from core.families.text_embedding import ENCODER_INPUTS as ENCODER_TENSORS
 from python_backends.base import BaseModel, ok_response
+from python_backends.front import Prepared, strings_array
 from python_backends.front_warmup import WarmedRouter
-from python_backends.router import Prepared, strings_array
 from python_backends.text_model import TextInputs, TextRequest
 from python_backends.tokenization import pad_batch, pool_windows, row_digest
 
@@ -35,7 +35,7 @@ def int_column(values: Sequence[int]) -> np.ndarray:
 
 
 class TextEmbeddingFront:
-    """The text-embedding family's front logic (router.FrontLogic): texts to token rows
+    """The text-embedding family's front logic (front.FrontLogic): texts to token rows
     (a chunked text's windows), rows to padded id and mask tensors, embeddings (pooled
     per text) to the answer."""
 

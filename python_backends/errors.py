@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from core.messages import FailureKind
+
 
 class ModelError(Exception):
     """A per-request failure that is returned to the client, never raised past execute()."""
@@ -30,11 +32,11 @@ class UnavailableError(ModelError):
 class ChildModelError(ModelError):
     """A BLS call failed; the message names the child model and repeats its error.
 
-    `kind` is what the child's message reports (core.messages: queue_full,
-    not_found, stub_unhealthy...; "error" otherwise); `code` is UNAVAILABLE when the child
-    cannot serve now and another model might, INTERNAL otherwise."""
+    `kind` is what the child's message reports (core.messages.FailureKind); `code` is
+    UNAVAILABLE when the child cannot serve now and another model might, INTERNAL
+    otherwise."""
 
-    def __init__(self, model: str, message: str, kind: str = "error",
+    def __init__(self, model: str, message: str, kind: FailureKind = FailureKind.OTHER,
                  code: str = "INTERNAL") -> None:
         super().__init__(f"model '{model}' failed: {message}")
         self.model = model

@@ -1,21 +1,11 @@
-"""A front model's warmup: the whole path once the server has started, its own stage before.
+"""A front model's warmup: each sample takes a request's whole path through the primary
+encoder when the encoder can answer, and everything but the encoder call otherwise.
 
-A front's warmup sample (a real text or image, core/families/warmup.py) goes the whole
-path a request takes, decoding, the router, the BLS call to its primary encoder and the
-answer, when it can: on a reload, a promotion or any load once the server has started,
-with the encoder READY. At a server's start it cannot: Triton 2.51 loads the models of a
-start in parallel (explicit mode, `--load-model`; only an ensemble's steps are ordered
-after their models) and takes no BLS call, not even a readiness question, until every one
-of them is loaded ("Server not ready"); that error path of the Python backend's
-model-readiness message crashed the whole server here (boost::interprocess::lock_exception
-with a three-instance front). So the front first asks the operating system whether Triton
-has started (python_backends/warmup.py `server_started`: it listens only then), and
-otherwise runs everything but the call: decoding, tokenizing or preprocessing into its
-buffers, the encoder's input tensors, and the answer built from zero outputs. The encoders
-warm themselves with their own samples (the same real input, as the front makes it), so
-an encoder that is not loaded never fails its front's load. A primary the front runs in
-process (python_backends/in_process.py) needs no call: its samples go the whole path at
-any time. The log line of each sample says which path it took.
+The encoder can answer when it runs in process, or when Triton has started and it is READY.
+While Triton starts it takes no BLS call, not even a readiness question, and such a call can
+crash the server, so the front asks the operating system first (python_backends/warmup.py
+`server_started`) and otherwise answers from zero outputs. The log line of each sample says
+which path it took.
 """
 
 from __future__ import annotations
@@ -26,7 +16,7 @@ import numpy as np
 
 from core import versions
 from python_backends.bls import is_loaded
-from python_backends.router import FamilyRouter
+from python_backends.front import FamilyRouter
 from python_backends.warmup import server_started
 
 WARMUP_SERVED_BY = "warmup"  # what an answer built without the encoder says served it

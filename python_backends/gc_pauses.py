@@ -1,10 +1,8 @@
-"""Python GC pauses inside a stub: measured with `gc.callbacks`, tuned by a config parameter.
+"""Python GC pauses: measured with `gc.callbacks`, tuned by a config parameter.
 
 The seeds (000_*.txt section 5.2) warn that automatic collections during peaks cause
-latency spikes. `GcPauses` times every collection of this process; the model flushes the
-totals into Prometheus counters after each batch (never from inside the callback, which
-runs wherever an allocation triggers a collection). `gc_policy` chooses what a model does
-after its setup:
+latency spikes. `GcPauses` times every collection of the process that installs it (the
+soak's load client does). `gc_policy` chooses what a model does after its setup:
 
     default   CPython's automatic GC as is
     freeze    gc.freeze() once setup is done: the objects built by `initialize` (the

@@ -1,7 +1,7 @@
 """A front model's side of a rollout (core/rollout.py): the sticky split, the shadowed
 calls, and the figures the controller judges, as Prometheus counters.
 
-The router (python_backends/router.py) hands every primary-encoder call of a batch here
+The router (python_backends/front.py) hands every primary-encoder call of a batch here
 while its primary encoder has a rollout running. Rows whose key (the row's own cache
 key: its text or image digest, or the request's `rollout_key` parameter) falls in the
 canary share go to the candidate version; a candidate call that fails is counted and

@@ -14,7 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from core.params import IDLE_THREADS_PARAMETER, ConfigError, parameter, positive_int, tensor_names
+from core.params import (
+    IDLE_THREADS_PARAMETER,
+    OPENVINO_THREADS_PARAMETER,
+    ORT_THREADS_PARAMETER,
+    TORCH_THREADS_PARAMETER,
+    ConfigError,
+    parameter,
+    positive_int,
+    tensor_names,
+)
 from core.settings import ENCODER_THREADS, BackendSettings, OpenVinoSettings
 from python_backends.base import BaseModel, error_response, input_array, ok_response
 from python_backends.batching import concat_feeds, group_by_shape, split_outputs
@@ -29,7 +38,7 @@ from python_backends.structured_log import BatchFacts
 class TensorModel(BaseModel):
     """The shared request loop of the Python-based backends: one runner per instance."""
 
-    threads_parameter = "intra_op_thread_count"  # the native backend's parameter name
+    threads_parameter = ORT_THREADS_PARAMETER  # the native backend's parameter name
     runtime: str  # python_backends.runners.artifact_runner's runtime (each subclass's)
     idle_threads_supported = False  # a second session with more threads (ONNX, OpenVINO)
     idle_aware: IdleAwareRunner | None = None
@@ -140,7 +149,7 @@ class OpenVinoModel(TensorModel):
 
     default_filename = "model.xml"  # the native backend's default; configs name model.onnx
     runtime = "openvino"
-    threads_parameter = "INFERENCE_NUM_THREADS"
+    threads_parameter = OPENVINO_THREADS_PARAMETER
     idle_threads_supported = True  # a second compiled model: +38 MiB for MiniLM, measured
 
     def runner(self, path: Any, threads: int, idle: bool = False) -> Runner:
@@ -186,7 +195,7 @@ class TorchScriptModel(TensorModel):
 
     default_filename = "model.pt"
     runtime = "pytorch"
-    threads_parameter = "INTRA_OP_THREAD_COUNT"
+    threads_parameter = TORCH_THREADS_PARAMETER
 
 
 # The Python-based backend of each `backend` (or `platform`) an encoder's config names.

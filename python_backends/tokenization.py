@@ -24,20 +24,20 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from core.messages import row_ref
-from core.settings import OVERLENGTH_POLICIES, TextFrontSettings
+from core.settings import (
+    CHUNK_OVERLAP,
+    OVERLENGTH_POLICIES,
+    TRUNCATE,
+    TRUNCATE_VALUES,
+    OverlengthPolicy,
+    TextFrontSettings,
+)
 from python_backends.errors import InvalidInputError
-
-OverlengthPolicy = Literal["reject", "truncate", "chunk"]
-TRUNCATE = "truncate"  # the request parameter naming a request's overlength policy
-CHUNK_OVERLAP = "chunk_overlap"  # ... and its windows' overlap, in tokens
-# What `truncate` may say: a bool (TEI's form: true truncates, false refuses) or a policy.
-TRUNCATE_VALUES = {True: "truncate", False: "reject", "true": "truncate", "false": "reject",
-                   **{p: p for p in OVERLENGTH_POLICIES}}
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def server_started(pid: int | None = None, proc: Path = Path("/proc")) -> bool:
     HTTP, gRPC and metrics endpoints open only once every model of its start is loaded
     (r24.10 src/main.cc: TRITONSERVER_ServerNew, then StartEndpoints), and until then it
     takes no BLS call. Read from /proc, with no call to Triton: asking Triton while it
-    starts is what crashed it (python_backends/front_warmup.py)."""
+    starts can crash it (python_backends/front_warmup.py)."""
     pid = os.getppid() if pid is None else pid
     fds = proc / str(pid) / "fd"
     try:

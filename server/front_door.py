@@ -27,6 +27,7 @@ from core.files import TemplateError, render_template, write_atomically
 from core.paths import DEFAULT_REPOSITORY
 from server.errors import FrontDoorError
 from server.launcher import stop_process
+from server.local_server import LocalServer
 from server.openai_models import render as render_openai_models
 from server.settings import API_KEYS_ENV, DEV_API_KEYS, FrontDoorSettings
 
@@ -139,7 +140,7 @@ def listed(upstream: str | Sequence[str]) -> list[str]:
     return [upstream] if isinstance(upstream, str) else list(upstream)
 
 
-class FrontDoor:
+class FrontDoor(LocalServer):
     """nginx on `settings`' ports in front of Triton's `http_upstream` and `grpc_upstream`.
 
     A context manager: it renders the config into a fresh runtime folder, checks it with
@@ -153,20 +154,13 @@ class FrontDoor:
                  repository: Path = DEFAULT_REPOSITORY) -> None:
         """Each upstream: one replica's `host:port`, or the replicas' (a fleet)."""
         self.settings = settings or FrontDoorSettings()
+        super().__init__(self.settings.http_port, self.settings.grpc_port)
         self.repository = repository  # whose text-embedding models the OpenAI route serves
         self.upstreams = (listed(http_upstream), listed(grpc_upstream))
         self.api_keys = dict(api_keys) if api_keys is not None else api_keys_from_env()
         self.workdir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self._output: IO[bytes] | None = None
-
-    @property
-    def http_url(self) -> str:
-        return f"localhost:{self.settings.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"localhost:{self.settings.grpc_port}"
 
     @property
     def error_log(self) -> Path:
@@ -254,7 +248,7 @@ class FrontDoor:
 
     def _grpc_accepts(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.settings.grpc_port), timeout=2):
+            with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=2):
                 return True
         except OSError:
             return False
@@ -305,18 +299,6 @@ class FrontDoor:
         if code == 0 and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
         return code
-
-    def __enter__(self) -> FrontDoor:
-        self.start()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 HEALTH_MODEL = "health"
+# Triton's HTTP port (tmr_client.contract.HTTP_PORT), written out because this file runs
+# without the project; tests/unit/test_compose.py keeps the two equal.
+DEFAULT_URL = "localhost:8000"
 DRAIN_FILE = Path("/tmp/tmr-draining")
 REQUEST = {"inputs": [{"name": "QUERY", "datatype": "BYTES", "shape": [1], "data": ["probe"]}]}
 
@@ -65,7 +68,7 @@ def check(url: str, timeout_s: float = 5.0, drain_file: Path = DRAIN_FILE) -> tu
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--url", default="localhost:8000", help="Triton's HTTP host:port")
+    parser.add_argument("--url", default=DEFAULT_URL, help="Triton's HTTP host:port")
     parser.add_argument("--timeout-s", type=float, default=5.0)
     parser.add_argument("--drain-file", type=Path, default=DRAIN_FILE)
     args = parser.parse_args(argv)

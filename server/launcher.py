@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,15 +21,15 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
 from core.paths import PROJECT_ROOT
-from core.stacks import DUMP_STACKS_SIGNAL
 from core.versions import PROFILE_ENV
+from server import diagnostics
 from server.distribution import ServerHome, prepare_home
 from server.errors import ModelLoadError, PortInUseError, ServerStartError
+from server.local_server import LocalServer
 from server.settings import ServerOptions, server_flags
 
 HOME_DIR = PROJECT_ROOT / ".triton"
@@ -154,49 +153,6 @@ def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,
     return process.returncode
 
 
-def native_stacks(pid: int, out: Path) -> Path | None:
-    """Every thread's native stack of process `pid` written to `out` by gdb (None without
-    gdb, or when it cannot attach): where a server that does not stop is waiting."""
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        return None
-    try:
-        result = subprocess.run([gdb, "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
-                                capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if "Thread " not in result.stdout:
-        return None
-    out.write_text(result.stdout)
-    return out
-
-
-_CONNECTIONS = re.compile(r"Found [1-9]\d* \S+ service connections")
-_IN_FLIGHT = re.compile(r"Found [1-9]\d* model versions that have in-flight inferences")
-_LIVE = re.compile(r"Found [1-9]\d* live models")
-
-
-class StopPhase(StrEnum):
-    """Where Triton's last stop spent its exit timeout."""
-
-    CLEAN = "clean"  # it did not run out
-    CONNECTIONS = "connections"  # clients kept HTTP connections open: 2.51 waits for them
-    IN_FLIGHT = "in-flight"  # inferences still running
-    UNLOAD = "unload"  # every inference done, yet some model never unloaded
-
-
-def stop_phase(log_text: str) -> StopPhase:
-    """The StopPhase of the last stop in Triton's log."""
-    stop = log_text[max(0, log_text.rfind("Signal (")):]
-    if "Exit timeout expired" not in stop:
-        return StopPhase.CLEAN
-    if _CONNECTIONS.search(stop):
-        return StopPhase.CONNECTIONS
-    if _IN_FLIGHT.search(stop):
-        return StopPhase.IN_FLIGHT
-    return StopPhase.UNLOAD if _LIVE.search(stop) else StopPhase.CLEAN
-
-
 def load_failures(log_text: str) -> dict[str, str]:
     """Models that Triton reported as failed to load, with Triton's reason."""
     failures: dict[str, str] = {}
@@ -208,25 +164,18 @@ def load_failures(log_text: str) -> dict[str, str]:
     return failures
 
 
-class TritonServer:
+class TritonServer(LocalServer):
     """One tritonserver process; a context manager that stops it on exit."""
 
     def __init__(self, opts: ServerOptions, home: ServerHome | None = None,
                  log_path: Path | None = None) -> None:
+        super().__init__(opts.ports.http, opts.ports.grpc)
         self.opts = opts
         self.home = home or prepare_home(HOME_DIR)
         self.log_path = log_path or HOME_DIR / f"tritonserver-{opts.ports.http}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.stop_report = ""  # why the last stop was slow, when it was (stop)
         self._log: IO[bytes] | None = None
-
-    @property
-    def http_url(self) -> str:
-        return f"localhost:{self.opts.ports.http}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"localhost:{self.opts.ports.grpc}"
 
     @property
     def metrics_url(self) -> str:
@@ -293,7 +242,7 @@ class TritonServer:
         """SIGTERM, wait for Triton's own exit timeout plus a margin, then SIGKILL. A server
         still running at 80% of its exit timeout has a model that does not unload: the
         stubs still alive are named in `stop_report` and write their threads' stacks into
-        the log (core/stacks.py)."""
+        the log (server/diagnostics.py)."""
         if self.process is None:
             return None
         wait_s = timeout_s if timeout_s is not None else self.opts.exit_timeout_s + 10
@@ -308,28 +257,5 @@ class TritonServer:
         return 0.8 * self.opts.exit_timeout_s
 
     def _report_slow_stop(self, pid: int) -> None:
-        stubs = stub_processes(pid)
-        for pids in stubs.values():
-            for stub in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(stub, DUMP_STACKS_SIGNAL)
-        time.sleep(1.0)  # the stubs write their stacks
-        live = ", ".join(f"{model} (pids {' '.join(map(str, pids))})"
-                         for model, pids in sorted(stubs.items())) or "none"
-        native = native_stacks(pid, self.log_path.with_suffix(".native-stacks.txt"))
-        self.stop_report = (f"tritonserver still running {self.slow_stop_s:.0f} s "
-                            f"after SIGTERM; stubs alive: {live}; their threads' stacks "
-                            f"are in {self.log_path}"
-                            + (f", tritonserver's own in {native}" if native else ""))
-
-    def __enter__(self) -> TritonServer:
-        self.start()
-        try:
-            self.wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.stop_report = diagnostics.slow_stop_report(pid, stub_processes(pid),
+                                                        self.log_path, self.slow_stop_s)

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from tmr_client import TritonClientError
 
-from core import config_edit
-from core import versions as v
+from core import config_edit, versions
 from core.rollout import state_of
 from server.admin_client import AdminClient
 from server.errors import ReleaseError
@@ -40,15 +39,15 @@ class Target:
 def check_candidate(model_dir: Path, version: int) -> None:
     """Refuse a missing or corrupt version before anything changes."""
     version_dir = model_dir / str(version)
-    if version not in v.versions_on_disk(model_dir):
-        raise v.VersionError(f"{model_dir.name} has no version {version} on disk "
-                             f"(have {v.versions_on_disk(model_dir)})")
-    provenance = v.read_provenance(version_dir)
+    if version not in versions.versions_on_disk(model_dir):
+        raise versions.VersionError(f"{model_dir.name} has no version {version} on disk "
+                                    f"(have {versions.versions_on_disk(model_dir)})")
+    provenance = versions.read_provenance(version_dir)
     if not provenance:
-        raise v.VersionError(f"{version_dir} has no provenance.json")
-    if not v.artifact_intact(version_dir, provenance):
-        raise v.VersionError(f"{version_dir}: artifact missing or its sha256 differs from "
-                             "provenance.json (corrupt)")
+        raise versions.VersionError(f"{version_dir} has no provenance.json")
+    if not versions.artifact_intact(version_dir, provenance):
+        raise versions.VersionError(f"{version_dir}: artifact missing or its sha256 differs from "
+                                    "provenance.json (corrupt)")
 
 
 def states_of(admin: AdminClient, model: str) -> dict[int, tuple[str, str]]:
@@ -72,7 +71,7 @@ def serves(url: str, model: str, version: int) -> bool:
 def apply_explicit(target: Target) -> None:
     """Hand the served on-disk config to Triton through the load API (it loads the
     version): the host profile's where it has one, so a release keeps the host's fitting."""
-    config = v.served_config(target.model_dir)
+    config = versions.served_config(target.model_dir)
     try:
         with AdminClient(target.url) as admin:
             admin.load(target.model, config)
@@ -118,19 +117,19 @@ def wait_serving(target: Target, version: int) -> float:
 
 def switch(target: Target, version: int, action: str) -> SwitchTiming:
     """Edit, apply, wait; on failure restore the old config and re-apply it."""
-    running = state_of(v.read_config(target.model_dir))
+    running = state_of(versions.read_config(target.model_dir))
     if running is not None:
-        raise v.VersionError(f"a rollout of {target.model} v{running.version} is running: "
-                             f"`tmr rollout abort {target.model}` first, or let it finish")
+        raise versions.VersionError(f"a rollout of {target.model} v{running.version} is running: "
+                                    f"`tmr rollout abort {target.model}` first, or let it finish")
     began = time.monotonic()
-    current = v.selected_on_disk(target.model_dir)
-    history = target.model_dir / v.HISTORY
+    current = versions.selected_on_disk(target.model_dir)
+    history = target.model_dir / versions.HISTORY
     # The history and the configs change together: in poll mode every write in the model
     # folder is a reload, so one burst of writes gives one reload, not two racing ones.
     previous = {history: history.read_text()} if history.exists() else {}
-    if not v.read_history(target.model_dir) and current:
-        v.append_history(target.model_dir, current[-1], "initial")
-    v.append_history(target.model_dir, version, action)
+    if not versions.read_history(target.model_dir) and current:
+        versions.append_history(target.model_dir, current[-1], "initial")
+    versions.append_history(target.model_dir, version, action)
     previous.update(config_edit.set_version(target.model_dir, version))
     try:
         if target.mode == "explicit":
@@ -139,7 +138,7 @@ def switch(target: Target, version: int, action: str) -> SwitchTiming:
         wait_serving(target, version)
         return SwitchTiming(time.monotonic() - began, applied - began, target.mode)
     except ReleaseError:
-        v.restore(previous)
+        versions.restore(previous)
         if not previous.get(history):
             history.unlink(missing_ok=True)
         if target.mode == "explicit":
@@ -150,12 +149,12 @@ def switch(target: Target, version: int, action: str) -> SwitchTiming:
 
 
 def current_version(model_dir: Path) -> int:
-    served = v.served_version(model_dir)
+    served = versions.served_version(model_dir)
     if served is None:
-        raise v.VersionError(f"{model_dir.name}: its version_policy selects nothing on disk")
+        raise versions.VersionError(f"{model_dir.name}: its version_policy selects nothing on disk")
     return served
 
 
 def rollback_target(model_dir: Path, to: int | None) -> int:
-    return to if to is not None else v.previous_version(v.read_history(model_dir),
-                                                        current_version(model_dir))
+    return to if to is not None else versions.previous_version(versions.read_history(model_dir),
+                                                               current_version(model_dir))

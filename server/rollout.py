@@ -1,10 +1,10 @@
 """`tmr rollout`: the controller that takes a candidate version through its steps.
 
 The routers split and measure (python_backends/rollout_traffic.py); this process judges
-(core.rollout.judge) and edits the repository: the encoder's `rollout` parameter and
-version policy (core.rollout.with_state), applied with the load API where the policy
-changes. Every decision is one structured log line (logger `server.rollout`, its figures
-as fields) and one line of `rollout_log.jsonl` in the model's folder.
+(server/rollout_judge.py) and edits the repository: the encoder's `rollout` parameter and
+version policy (with_state), applied with the load API where the policy changes. Every
+decision is one structured log line (logger `server.rollout`, its figures as fields) and
+one line of `rollout_log.jsonl` in the model's folder.
 
 One controller per model, held by a lock file (`.rollout.lock` in the model folder): a
 second `tmr rollout` is refused, and `tmr rollout resume` takes over a rollout whose
@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from tmr_client import TritonClientError
+from tritonclient.grpc import model_config_pb2 as mc
 
-from core import config_edit
-from core import rollout as r
-from core import versions as v
+from core import config_edit, rollout, versions
 from core.families import family
 from core.families.catalog import UnknownModelError
+from server import rollout_judge
 from server.admin_client import AdminClient
 from server.errors import ReleaseError
 from server.prometheus import samples
@@ -58,18 +58,38 @@ def now_iso() -> str:
 
 
 # -- the repository side ----------------------------------------------------------------------
-def read_state(model_dir: Path) -> r.RolloutState | None:
-    return r.state_of(v.read_config(model_dir))
+def read_state(model_dir: Path) -> rollout.RolloutState | None:
+    return rollout.state_of(versions.read_config(model_dir))
 
 
-def write_state(model_dir: Path, state: r.RolloutState | None,
+def with_state(state: rollout.RolloutState | None, last: Mapping[str, Any] | None = None
+               ) -> Callable[[mc.ModelConfig], None]:
+    """A config change (core.config_edit) selecting the versions the state serves (both
+    during a rollout; `last["served"]` once it ended) and setting or clearing it."""
+    def change(config: mc.ModelConfig) -> None:
+        config.version_policy.Clear()
+        if state is not None:
+            selected = sorted({state.stable, state.version})
+            config.parameters[rollout.STATE_PARAMETER].string_value = state.to_json()
+        else:
+            selected = [int(last["served"])] if last else []
+            if rollout.STATE_PARAMETER in config.parameters:
+                del config.parameters[rollout.STATE_PARAMETER]
+        config.version_policy.specific.versions.extend(selected)
+        if last is not None:
+            config.parameters[rollout.LAST_PARAMETER].string_value = json.dumps(
+                dict(last), sort_keys=True, separators=(",", ":"))
+    return change
+
+
+def write_state(model_dir: Path, state: rollout.RolloutState | None,
                 last: dict[str, Any] | None = None) -> None:
     """The state (and policy) into every config file of the model, the profiles too."""
-    for path in v.config_files(model_dir):
-        config_edit.edit_file(path, r.with_state(state, last))
+    for path in versions.config_files(model_dir):
+        config_edit.edit_file(path, with_state(state, last))
 
 
-def record(model_dir: Path, event: str, state: r.RolloutState, reason: str,
+def record(model_dir: Path, event: str, state: rollout.RolloutState, reason: str,
            figures: dict[str, Any] | None = None, level: int = logging.INFO) -> dict[str, Any]:
     """One decision: a structured log line and a line of the model's rollout log."""
     line = {"at": now_iso(), "event": event, "model": model_dir.name, "rollout": state.id,
@@ -103,8 +123,8 @@ def controller_lock(model_dir: Path) -> Iterator[None]:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise r.RolloutError(f"a rollout controller of {model_dir.name} already runs "
-                             f"({holder})") from None
+        raise rollout.RolloutError(f"a rollout controller of {model_dir.name} already runs "
+                                   f"({holder})") from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} since {now_iso()}")
@@ -148,7 +168,7 @@ def routing_fronts(repository: Path, encoder: str) -> list[str]:
     fronts = []
     for config_path in sorted(repository.glob("*/config.pbtxt")):
         try:
-            params = v.served_config(config_path.parent).parameters
+            params = versions.served_config(config_path.parent).parameters
         except (OSError, ValueError):
             continue
         if "primary_model" in params and params["primary_model"].string_value == encoder:
@@ -156,34 +176,37 @@ def routing_fronts(repository: Path, encoder: str) -> list[str]:
     return fronts
 
 
-def thresholds_of(model_dir: Path) -> r.Thresholds:
+def thresholds_of(model_dir: Path) -> rollout_judge.Thresholds:
     """The candidate's thresholds: its family's agreement keys, its gate parameters."""
-    params = {k: p.string_value for k, p in v.read_config(model_dir).parameters.items()}
+    params = {k: p.string_value for k, p in versions.read_config(model_dir).parameters.items()}
     try:
         fam = family(params.get("family", ""))
     except (KeyError, UnknownModelError) as err:
-        raise r.RolloutError(f"{model_dir.name} is not a family encoder: {err}") from err
-    return r.thresholds(params, *fam.agreement_gates)
+        raise rollout.RolloutError(f"{model_dir.name} is not a family encoder: {err}") from err
+    return rollout_judge.thresholds(params, *fam.agreement_gates)
 
 
 def check_start(model_dir: Path, version: int) -> int:
     """Refuse a rollout that cannot run, before anything changes; the stable version."""
     if not (model_dir / "config.pbtxt").exists():
-        raise r.RolloutError(f"unknown model {model_dir.name!r}: no {model_dir}/config.pbtxt")
+        raise rollout.RolloutError(f"unknown model {model_dir.name!r}: "
+                                   f"no {model_dir}/config.pbtxt")
     running = read_state(model_dir)
     if running is not None:
-        raise r.RolloutError(f"a rollout of {model_dir.name} v{running.version} is running "
-                             f"({running.current.describe()}): `tmr rollout abort "
-                             f"{model_dir.name}` or let it finish first")
+        raise rollout.RolloutError(f"a rollout of {model_dir.name} v{running.version} is "
+                                   f"running ({running.current.describe()}): `tmr rollout "
+                                   f"abort {model_dir.name}` or let it finish first")
     if not routing_fronts(model_dir.parent, model_dir.name):
-        raise r.RolloutError(f"no front model routes to {model_dir.name} as its primary "
-                             "encoder, so no live traffic could judge it: use `tmr promote`")
+        raise rollout.RolloutError(f"no front model routes to {model_dir.name} as its "
+                                   "primary encoder, so no live traffic could judge it: use "
+                                   "`tmr promote`")
     check_candidate(model_dir, version)
-    stable = v.served_version(model_dir)
+    stable = versions.served_version(model_dir)
     if stable is None:
-        raise r.RolloutError(f"{model_dir.name} serves no version to compare a candidate with")
+        raise rollout.RolloutError(f"{model_dir.name} serves no version to compare a "
+                                   "candidate with")
     if stable == version:
-        raise r.RolloutError(f"{model_dir.name} already serves v{version}")
+        raise rollout.RolloutError(f"{model_dir.name} already serves v{version}")
     thresholds_of(model_dir)
     return stable
 
@@ -191,7 +214,7 @@ def check_start(model_dir: Path, version: int) -> int:
 # -- the server side ------------------------------------------------------------------------
 def apply(replicas: list[Replica], model_dir: Path) -> None:
     """Hand the served on-disk config to every replica (it loads or unloads versions)."""
-    config = v.served_config(model_dir)
+    config = versions.served_config(model_dir)
     for replica in replicas:
         try:
             with AdminClient(replica.url) as admin:
@@ -222,10 +245,10 @@ def wait_versions(replicas: list[Replica], model: str, want: set[int], timeout_s
                 time.sleep(0.25)
 
 
-def scrape(replicas: list[Replica], encoder: str, state: r.RolloutState,
-           trace: Path | None = None) -> r.Window:
+def scrape(replicas: list[Replica], encoder: str, state: rollout.RolloutState,
+           trace: Path | None = None) -> rollout_judge.Window:
     """The rollout's counters summed over the replicas; with `trace`, a line per version
-    and path of the rows so far is appended to that CSV (perf/rollout_plot.py draws it)."""
+    and path of the rows so far is appended to that CSV."""
     every: list = []
     for replica in replicas:
         try:
@@ -241,7 +264,7 @@ def scrape(replicas: list[Replica], encoder: str, state: r.RolloutState,
         with trace.open("a", encoding="utf-8") as f:
             f.writelines(f"{state.id},{time.time():.3f},{state.step},{version},{path},{n:g}\n"
                          for (version, path), n in sorted(rows.items()))
-    return r.window_from(every, encoder, state)
+    return rollout_judge.window_from(every, encoder, state)
 
 
 # -- the controller -----------------------------------------------------------------------------
@@ -259,7 +282,7 @@ class Controller:
     def model(self) -> str:
         return self.model_dir.name
 
-    def start(self, state: r.RolloutState) -> r.RolloutState:
+    def start(self, state: rollout.RolloutState) -> rollout.RolloutState:
         """Write the first step, load the candidate beside the stable version, wait until
         both answer. A candidate that fails to load never takes traffic: the state goes."""
         state = replace(state, id=now_iso())
@@ -271,29 +294,29 @@ class Controller:
             wait_versions(self.replicas, self.model, {state.stable, state.version},
                           self.load_timeout_s)
         except ReleaseError as err:
-            self.finish(state, r.ROLLED_BACK, f"the candidate did not load: {err}", {})
+            self.finish(state, rollout.ROLLED_BACK, f"the candidate did not load: {err}", {})
             raise
         return state
 
-    def finish(self, state: r.RolloutState, outcome: str, reason: str,
+    def finish(self, state: rollout.RolloutState, outcome: str, reason: str,
                figures: dict[str, Any]) -> str:
         """End the rollout: the candidate serves (promoted) or the stable one does. When
         someone else ended it meanwhile (an abort), theirs is the outcome."""
-        served = state.version if outcome == r.PROMOTED else state.stable
+        served = state.version if outcome == rollout.PROMOTED else state.stable
         last = {"id": state.id, "version": state.version, "stable": state.stable,
                 "served": served, "outcome": outcome, "reason": reason, "at": now_iso()}
         with state_edit(self.model_dir):
             current = read_state(self.model_dir)
             if current is None or current.id != state.id:
-                ended = r.last_of(v.read_config(self.model_dir)) or {}
-                return str(ended.get("outcome", r.ABORTED))
-            if outcome == r.PROMOTED and not v.read_history(self.model_dir):
-                v.append_history(self.model_dir, state.stable, "initial")
+                ended = rollout.last_of(versions.read_config(self.model_dir)) or {}
+                return str(ended.get("outcome", rollout.ABORTED))
+            if outcome == rollout.PROMOTED and not versions.read_history(self.model_dir):
+                versions.append_history(self.model_dir, state.stable, "initial")
             write_state(self.model_dir, None, last)
-            if outcome == r.PROMOTED:
-                v.append_history(self.model_dir, served, "rollout")
+            if outcome == rollout.PROMOTED:
+                versions.append_history(self.model_dir, served, "rollout")
         record(self.model_dir, outcome, current, reason, figures,
-               logging.INFO if outcome == r.PROMOTED else logging.WARNING)
+               logging.INFO if outcome == rollout.PROMOTED else logging.WARNING)
         try:
             apply(self.replicas, self.model_dir)
             wait_versions(self.replicas, self.model, {served}, self.load_timeout_s)
@@ -302,7 +325,7 @@ class Controller:
                       f"applied: {err}", extra={"model": self.model, "rollout": state.id})
         return outcome
 
-    def run(self, state: r.RolloutState) -> str:
+    def run(self, state: rollout.RolloutState) -> str:
         """Judge the steps until the end; the outcome."""
         thresholds = thresholds_of(self.model_dir)
         base, began, unreachable_since = None, time.monotonic(), None
@@ -311,8 +334,8 @@ class Controller:
             time.sleep(self.poll_s)
             current = read_state(self.model_dir)
             if current is None or current.id != state.id:
-                last = r.last_of(v.read_config(self.model_dir)) or {}
-                return str(last.get("outcome", r.ABORTED))  # `tmr rollout abort` ended it
+                last = rollout.last_of(versions.read_config(self.model_dir)) or {}
+                return str(last.get("outcome", rollout.ABORTED))  # `tmr rollout abort` ended it
             state = current
             try:
                 totals = scrape(self.replicas, self.model, state,
@@ -339,24 +362,25 @@ class Controller:
                 continue
             if state.step != step:  # resumed elsewhere, or a new step
                 base, began, step, rechecking = None, time.monotonic(), state.step, False
-            delta = r.minus(totals, base) if base is not None else None
+            delta = rollout_judge.minus(totals, base) if base is not None else None
             if delta is None:  # first look at this step, or a server restarted
                 if base is not None:
                     record(self.model_dir, "window restarted", state,
                            "a server's counters went back to zero (a restart)")
                 base, began = totals, time.monotonic()
                 continue
-            verdict = r.judge(state, delta, thresholds, time.monotonic() - began, rechecking)
-            if verdict.action is r.Action.RECHECK:  # measure the step again before a verdict
+            verdict = rollout_judge.judge(state, delta, thresholds, time.monotonic() - began,
+                                          rechecking)
+            if verdict.action is rollout_judge.Action.RECHECK:  # measure again before a verdict
                 record(self.model_dir, "recheck", state, verdict.reason, verdict.figures)
                 base, began, rechecking = totals, time.monotonic(), True
                 continue
-            if verdict.action is r.Action.ROLLBACK:
-                return self.finish(state, r.ROLLED_BACK, verdict.reason, verdict.figures)
-            if verdict.action is not r.Action.ADVANCE:
+            if verdict.action is rollout_judge.Action.ROLLBACK:
+                return self.finish(state, rollout.ROLLED_BACK, verdict.reason, verdict.figures)
+            if verdict.action is not rollout_judge.Action.ADVANCE:
                 continue
             if state.last_step:
-                return self.finish(state, r.PROMOTED, verdict.reason, verdict.figures)
+                return self.finish(state, rollout.PROMOTED, verdict.reason, verdict.figures)
             with state_edit(self.model_dir):
                 current = read_state(self.model_dir)
                 if current != state:  # paused, resumed or ended meanwhile: look again
@@ -367,21 +391,21 @@ class Controller:
             base, began, step, rechecking = totals, time.monotonic(), state.step, False
 
 
-def abort(model_dir: Path, replicas: list[Replica], reason: str) -> r.RolloutState:
+def abort(model_dir: Path, replicas: list[Replica], reason: str) -> rollout.RolloutState:
     """End the running rollout at once: the stable version takes all traffic."""
     state = read_state(model_dir)
     if state is None:
-        raise r.RolloutError(f"no rollout of {model_dir.name} is running")
-    Controller(model_dir, replicas).finish(state, r.ABORTED, reason, {})
+        raise rollout.RolloutError(f"no rollout of {model_dir.name} is running")
+    Controller(model_dir, replicas).finish(state, rollout.ABORTED, reason, {})
     return state
 
 
-def set_paused(model_dir: Path, paused: bool) -> r.RolloutState:
+def set_paused(model_dir: Path, paused: bool) -> rollout.RolloutState:
     """Hold (or release) the current step; breaches still roll back while paused."""
     with state_edit(model_dir):
         state = read_state(model_dir)
         if state is None:
-            raise r.RolloutError(f"no rollout of {model_dir.name} is running")
+            raise rollout.RolloutError(f"no rollout of {model_dir.name} is running")
         state = replace(state, paused=paused)
         write_state(model_dir, state)
     record(model_dir, "paused" if paused else "resumed", state, "operator")

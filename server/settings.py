@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from tmr_client.auth import ADMIN_KEY_ENV, ADMIN_KEY_HEADER
+from tmr_client.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from tmr_client.limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_BODY_BYTES
 
 from core.paths import DEFAULT_REPOSITORY
@@ -60,11 +61,11 @@ CLUSTER_TRACE_RATE = 0
 
 @dataclass(frozen=True)
 class Ports:
-    """The three listening ports of one server."""
+    """The three listening ports of one server (by default, Triton's)."""
 
-    http: int = 8000
-    grpc: int = 8001
-    metrics: int = 8002
+    http: int = HTTP_PORT
+    grpc: int = GRPC_PORT
+    metrics: int = METRICS_PORT
 
     def as_dict(self) -> dict[str, int]:
         return {"http": self.http, "grpc": self.grpc, "metrics": self.metrics}

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from tmr_client import DeadlineExceededError, TritonClientError, UnavailableError
 
 from core import messages
+from core.messages import FailureKind
 from core.probes import ProbeTarget
 from server.admin_client import AdminClient, Check, IndexEntry
 from server.prometheus import samples
@@ -68,12 +69,12 @@ class Sample:
     executions: float
 
     @property
-    def failure(self) -> str | None:
+    def failure(self) -> FailureKind | None:
         """The failure's kind (core.messages), None when the probe succeeded or says none."""
         if self.ok:
             return None
         if messages.degraded_level(self.error) is not None:
-            return messages.DEGRADED
+            return FailureKind.DEGRADED
         return messages.kind_of(self.error)
 
 
@@ -89,10 +90,10 @@ class StallDetector:
 
     def decide(self, model: str, sample: Sample) -> Reload | None:
         """The reload `model` needs now, or None."""
-        if sample.failure == messages.STUB_UNHEALTHY:
+        if sample.failure == FailureKind.STUB_UNHEALTHY:
             return self._reset(model, Reload(ReloadKind.DEAD_STUB, sample.error))
         # The router refusing work at its degradation level is not a fault.
-        healthy = sample.ok or sample.failure == messages.DEGRADED
+        healthy = sample.ok or sample.failure == FailureKind.DEGRADED
         self._failed[model] = 0 if healthy else self._failed.get(model, 0) + 1
         if self._failed[model] >= self.failures_to_reload:
             return self._reset(model, Reload(ReloadKind.FAILED_PROBES,

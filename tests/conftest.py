@@ -19,7 +19,8 @@ from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_ports as all_free_ports
 from core.versions import PROFILE_ENV
 from export.sources import resolve
-from server.launcher import ServerStartError, TritonServer, stop_phase
+from server.diagnostics import stop_phase
+from server.launcher import ServerStartError, TritonServer
 from server.settings import Ports, ServerOptions, admin_key
 
 # The suite serves and reads the reviewed configs (config.pbtxt), whatever host profile

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from core.errors import UnknownFamilyError
 from core.families.image_classification import IMAGE_CLASSIFICATION
 from core.families.spec import DIM, PRECISION_PARAMETER, Family, Format, Tensor
 from core.families.text_embedding import TEXT_EMBEDDING
@@ -12,11 +13,11 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (TEXT_EMBEDDING, IMAGE_CLASSIF
 
 
 def family(name: str) -> Family:
-    """The family called `name`, or a KeyError naming the known ones."""
+    """The family called `name`, or an UnknownFamilyError naming the known ones."""
     try:
         return FAMILIES[name]
     except KeyError:
-        raise KeyError(f"unknown model family {name!r}; known: "
+        raise UnknownFamilyError(f"unknown model family {name!r}; known: "
                        f"{', '.join(sorted(FAMILIES))}") from None
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.errors import CoreError
 from core.families import Family, family
 from core.families.configs import parameters_of
 from core.families.lanes import LANE_PARAMETER
@@ -19,8 +20,10 @@ from core.versions import served_config, versions_on_disk
 DEFAULT_FRONT_PARAMETER = "default_front"
 
 
-class UnknownModelError(KeyError):
+class UnknownModelError(CoreError, KeyError):
     """A name that is neither a model nor a front model of any family in the repository."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

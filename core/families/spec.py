@@ -14,6 +14,11 @@ from typing import NamedTuple
 import numpy as np
 
 from core.families.warmup import WarmupPlan
+from core.params import (
+    OPENVINO_THREADS_PARAMETER,
+    ORT_THREADS_PARAMETER,
+    TORCH_THREADS_PARAMETER,
+)
 from core.served_by import OUTPUT as SERVED_BY_OUTPUT
 from core.settings import DynamicBatching, OpenVinoSettings, ParameterSettings
 
@@ -56,7 +61,7 @@ class Format:
     backend: str = ""  # `backend:` of the config (onnxruntime), or
     platform: str = ""  # `platform:` (pytorch_libtorch)
     output_suffix: str = ""  # libtorch wants outputs named "<name>__<index>"
-    threads_parameter: str = "intra_op_thread_count"  # the CPU backend's thread setting
+    threads_parameter: str = ORT_THREADS_PARAMETER  # the CPU backend's thread setting
     gpu: bool = True  # has a GPU profile (configs/gpu.pbtxt)
     gate: Mapping[str, str] = field(default_factory=dict)  # default gate_* parameters
     parameters: Mapping[str, str] = field(default_factory=dict)  # the backend's own settings
@@ -88,11 +93,11 @@ def standard_formats(fp32_gate: Mapping[str, str],
         Format("onnx", "fp32", "model.onnx", backend="onnxruntime", gate=fp32_gate,
                idle_session=True),
         Format("torchscript", "fp32", "model.pt", platform="pytorch_libtorch",
-               output_suffix="__0", threads_parameter="INTRA_OP_THREAD_COUNT", gate=fp32_gate),
+               output_suffix="__0", threads_parameter=TORCH_THREADS_PARAMETER, gate=fp32_gate),
         Format("int8", "int8", "model.onnx", backend="onnxruntime", gpu=False, gate=int8_gate,
                idle_session=True),
         Format("openvino", "fp32", "model.onnx", backend="openvino", gpu=False,
-               threads_parameter="INFERENCE_NUM_THREADS", gate=fp32_gate,
+               threads_parameter=OPENVINO_THREADS_PARAMETER, gate=fp32_gate,
                parameters=OPENVINO_PARAMETERS, host_precision=True, idle_session=True),
     )
 

@@ -38,8 +38,9 @@ TOKENS = Tensor(contract.TOKENS, "TYPE_INT32", (1,))
 TRUNCATED_TOKENS = Tensor(contract.TRUNCATED_TOKENS, "TYPE_INT32", (1,))
 WINDOWS = Tensor(contract.WINDOWS, "TYPE_INT32", (1,))
 # ... and the encoders': token ids and mask in, the pooled (normalised) embedding out.
-ENCODER_INPUTS = (Tensor("input_ids", "TYPE_INT64", (-1,)),
-                  Tensor("attention_mask", "TYPE_INT64", (-1,)))
+INPUT_IDS, ATTENTION_MASK = "input_ids", "attention_mask"
+ENCODER_INPUTS = (Tensor(INPUT_IDS, "TYPE_INT64", (-1,)),
+                  Tensor(ATTENTION_MASK, "TYPE_INT64", (-1,)))
 ENCODER_OUTPUT = Tensor("embedding", "TYPE_FP32", (DIM,))
 FP32_GATE = {"gate_mean_cosine": "0.9999", "gate_min_cosine": "0.999",
              "gate_min_throughput_ratio": "0.8", "gate_max_p99_ratio": "1.5"}
@@ -54,9 +55,8 @@ def front_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[
 
 
 def encoder_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
-    ids, mask = (t.name for t in ENCODER_INPUTS)
-    return {ids: PROBE_IDS, mask: np.ones_like(PROBE_IDS)}, [params.get("output",
-                                                                        ENCODER_OUTPUT.name)]
+    return {INPUT_IDS: PROBE_IDS, ATTENTION_MASK: np.ones_like(PROBE_IDS)}, [
+        params.get("output", ENCODER_OUTPUT.name)]
 
 
 def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:

@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 
 from core.families import TEXT_EMBEDDING
-from perf.load import Send, closed_loop, unique_texts
-from perf.stats import LoadPoint, Outcome, load_point
+from perf.load import unique_texts
+from server.goodput import LoadPoint, Outcome, Send, closed_loop, load_point
 
 TEXT_IN, VECTOR_OUT = TEXT_EMBEDDING.front_inputs[0].name, TEXT_EMBEDDING.front_outputs[0].name
 EMBEDDING_DIM = 384  # the served model's (all-MiniLM-L6-v2)

@@ -17,6 +17,9 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 MAX_TOKENS = 256  # the project's `embed` rejects longer texts; the peers truncate them
+# The exported encoder's tensors (core.families.text_embedding ENCODER_INPUTS and
+# ENCODER_OUTPUT; tests/unit/test_perf_peers.py keeps the two in step).
+INPUT_IDS, ATTENTION_MASK, OUTPUT = "input_ids", "attention_mask", "embedding"
 PAD_ID, PAD_TOKEN = 0, "[PAD]"
 
 
@@ -48,7 +51,7 @@ class OnnxEmbedder:
         encodings = self.tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        return self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0]
+        return self.session.run([OUTPUT], {INPUT_IDS: ids, ATTENTION_MASK: mask})[0]
 
 
 def arguments(description: str, argv: list[str] | None = None) -> argparse.Namespace:

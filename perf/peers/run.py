@@ -33,7 +33,8 @@ from perf.peers.servers import (
     triton_bare,
     triton_embed,
 )
-from perf.stats import NOISY_SHARE, LoadPoint, best_of, render_table, round_orders
+from perf.stats import NOISY_SHARE, best_of, render_table, round_orders
+from server.goodput import LoadPoint
 
 SERVERS = ("embed", "infinity", "batcher", "naive", "bare")
 LEVELS = (1, 4, 8, 16, 32)

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from core.params import IDLE_THREADS_PARAMETER, parameter, positive_int
+from core.params import IDLE_THREADS_PARAMETER, ORT_THREADS_PARAMETER, parameter, positive_int
 from core.settings import ENCODER_THREADS, BackendSettings
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.embed import EmbedModel
 from python_backends.errors import ModelError
-from python_backends.router import Encoder
+from python_backends.front import Encoder
 from python_backends.runners import onnx_runner
 
 
@@ -28,7 +28,7 @@ class BareEmbedModel(EmbedModel):
 
     def setup(self, args: dict[str, str]) -> None:
         super().setup(args)
-        threads = parameter(self.config, "intra_op_thread_count", ENCODER_THREADS, positive_int)
+        threads = parameter(self.config, ORT_THREADS_PARAMETER, ENCODER_THREADS, positive_int)
         idle = parameter(self.config, IDLE_THREADS_PARAMETER, threads, positive_int)
         spinning = BackendSettings.from_parameters(self.config).allow_spinning
         path = parameter(self.config, "onnx_path", "", str)

@@ -16,7 +16,8 @@ const MAX_INPUTS = 2048;
 const MAX_USER_CHARS = 256;
 const PRIORITIES = {"1": 1, "high": 1, "2": 2, "standard": 2};
 // The extension field `truncate`: what a text over the model's length gets (the front
-// model's request parameter of the same name, python_backends/tokenization.py).
+// model's request parameter of the same name; its values are the request contract's
+// OVERLENGTH_POLICIES, client/contract.py, which a unit test keeps in step).
 const TRUNCATE_CHOICES = ["reject", "truncate", "chunk"];
 // The per-text counts the front returns beside EMBEDDING, summed into `usage`.
 const COUNTS = {TOKENS: "prompt_tokens", TRUNCATED_TOKENS: "truncated_tokens",
@@ -366,4 +367,4 @@ function models(r) {
 
 export default {embeddings, models, parseRequest, textParameters, chunks, kserveBody,
                 decodeAnswer,
-                upstreamFailure, failure, errorBody, TEXT_INPUT};
+                upstreamFailure, failure, errorBody, TEXT_INPUT, TRUNCATE_CHOICES};

@@ -20,7 +20,7 @@ import numpy as np
 from tmr_client import NO_RETRY, AsyncClient
 from tmr_client.auth import key_headers
 
-from core import versions as v
+from core import versions
 from core.paths import PROJECT_ROOT
 from core.versions import sha256_file
 from server.prometheus import metric_value
@@ -179,7 +179,7 @@ def add_version(model_dir: Path, version: int, artifact: Path | bytes) -> Path:
         (target / "model.onnx").write_bytes(artifact)
     else:
         shutil.copy(artifact, target / "model.onnx")
-    provenance = v.read_provenance(model_dir / "1")
+    provenance = versions.read_provenance(model_dir / "1")
     provenance["version"] = version
     provenance["artifact"] = {**provenance["artifact"],
                               "sha256": sha256_file(target / "model.onnx")}
@@ -266,4 +266,4 @@ def reloaded_with(server, model: str, parameters: dict[str, str]) -> Iterator[No
         yield
     finally:
         with AdminClient(server.http_url) as admin:
-            admin.load(model, v.read_config(server.opts.repository / model))
+            admin.load(model, versions.read_config(server.opts.repository / model))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core import versions as v
+from core import versions
 from core.paths import PROJECT_ROOT
 from core.rollout import PROMOTED
 from server.fleet import Fleet
@@ -176,7 +176,7 @@ def test_a_replica_that_dies_mid_rollout_holds_it_and_comes_back_at_the_step_on_
 
     model_dir = fleet.options.repository / ENCODER
     add_version(model_dir, 3, (model_dir / "1" / "model.onnx").resolve())
-    stable = v.served_version(model_dir)  # 2 after the rollout test above, else 1
+    stable = versions.served_version(model_dir)  # 2 after the rollout test above, else 1
     args = ["--repository", str(fleet.options.repository), *LENIENT, "--min-seconds", "4"]
     for replica in fleet.replicas:
         args += ["--url", replica.http_url, "--metrics-url", replica.metrics_url]

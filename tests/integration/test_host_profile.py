@@ -19,7 +19,7 @@ import pytest
 from tmr_client import Client
 
 from core import host_profile as hp
-from core import versions as v
+from core import versions
 from core.families.catalog import find
 from core.families.configs import write_variant
 from core.hardware import host_precision
@@ -72,10 +72,10 @@ def profiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     model = find(repo, "minilm")
     assert model.front is not None
     precision, layout = host_precision(), LAYOUTS[request.param]
-    write_variant(repo, model.front, model.encoders, v.HOST_PROFILE, "openvino", precision,
+    write_variant(repo, model.front, model.encoders, versions.HOST_PROFILE, "openvino", precision,
                   layout, "the test's host")
-    server = start_server(repo, root / "tritonserver.log", model_config_name=v.HOST_PROFILE,
-                          load_models=tuple(startup_models(repo, v.HOST_PROFILE)))
+    server = start_server(repo, root / "tritonserver.log", model_config_name=versions.HOST_PROFILE,
+                          load_models=tuple(startup_models(repo, versions.HOST_PROFILE)))
     yield Profiled(server, repo, precision, layout)
     stop_cleanly(server)
 
@@ -87,7 +87,7 @@ def runtime_calls(server: TritonServer, model: str) -> float:
 @pytest.fixture
 def served_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI reads the configs the host serves (the suite reads the reviewed ones)."""
-    monkeypatch.delenv(v.PROFILE_ENV)
+    monkeypatch.delenv(versions.PROFILE_ENV)
 
 
 def test_the_profile_serves_the_hosts_precision_and_matches_eager_pytorch(profiled) -> None:
@@ -112,7 +112,7 @@ def test_where_the_primary_runs_is_the_layouts_choice(profiled) -> None:
             assert served == [f"{ENCODER}:1:{profiled.precision}:L0"]
     calls = runtime_calls(profiled.server, ENCODER) - before
     assert calls == (0 if profiled.layout.in_process else 5)
-    config = v.served_config(profiled.repo / ENCODER, v.HOST_PROFILE)
+    config = versions.served_config(profiled.repo / ENCODER, versions.HOST_PROFILE)
     assert sum(g.count for g in config.instance_group) == (
         1 if profiled.layout.in_process else profiled.layout.encoder_instances)
 
@@ -131,10 +131,10 @@ def test_the_readme_rollout_example_works_on_a_profile_that_routes_to_openvino(
     out = tmr("export", "minilm", "--format", "primary", "--force", "--repository", str(repo),
               timeout_s=280)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "minilm_openvino" in out.stdout and v.versions_on_disk(repo / ENCODER) == [1, 2]
+    assert "minilm_openvino" in out.stdout and versions.versions_on_disk(repo / ENCODER) == [1, 2]
     # Exporting made a version and changed no routing: v1 still serves, the front unchanged.
-    front = v.served_config(repo / "embed").parameters["primary_model"].string_value
-    assert front == ENCODER and v.served_version(repo / ENCODER) == 1
+    front = versions.served_config(repo / "embed").parameters["primary_model"].string_value
+    assert front == ENCODER and versions.served_version(repo / ENCODER) == 1
     args = ["--url", server.http_url, "--metrics-url", server.metrics_url,
             "--repository", str(repo), *FAST, "--max-p99-ratio", "3"]
     with Load(server.http_url, server.grpc_url) as load:
@@ -144,7 +144,7 @@ def test_the_readme_rollout_example_works_on_a_profile_that_routes_to_openvino(
     assert load.requests > 0 and load.failures == []
     # Promoted in every config the model has, the host profile's too, which still serves
     # the host's precision.
-    for path in v.config_files(repo / ENCODER):
+    for path in versions.config_files(repo / ENCODER):
         assert "versions: [ 2 ]" in path.read_text(), path
     with Client(server.http_url) as client:
         served = client.embed_with_info(["after the rollout"]).served_by
@@ -157,7 +157,7 @@ def test_the_lane_follows_a_rollback_and_a_promote(profiled) -> None:
     the version before it in the history) of the encoder the profile serves; each time
     the front and its lane answer from the same version."""
     repo, server = profiled.repo, profiled.server
-    assert v.served_version(repo / ENCODER) == 2, "runs after the rollout example"
+    assert versions.served_version(repo / ENCODER) == 2, "runs after the rollout example"
     args = ["--url", server.http_url, "--repository", str(repo)]
     for command, version in ((["promote", ENCODER, "1", "--no-gate"], 1),
                              (["rollback", ENCODER], 2)):

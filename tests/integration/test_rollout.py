@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 from tmr_client import Client
 
-from core import rollout as r
-from core import versions as v
+from core import versions
 from core.paths import PROJECT_ROOT
-from python_backends.router import VERSION_REFRESH_S
+from core.rollout import ABORTED, PROMOTED, ROLLED_BACK, state_of
+from python_backends.front import VERSION_REFRESH_S
 from server import rollout as ctl
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
@@ -209,7 +209,7 @@ def decisions(rollout: Rollout) -> list[dict]:
 
 
 def config_texts(rollout: Rollout) -> dict[Path, str]:
-    return {p: p.read_text() for p in v.config_files(rollout.model_dir)}
+    return {p: p.read_text() for p in versions.config_files(rollout.model_dir)}
 
 
 def refused(rollout: Rollout, *args: str, match: str, rollout_command: bool = True,
@@ -270,8 +270,8 @@ def test_abort_returns_all_traffic_to_the_stable_version(rollout: Rollout) -> No
     assert load.failures == []
     assert {by for t, _, by in load.seen if t > after and by.startswith(ENCODER)} \
         == {f"{ENCODER}:1"}
-    assert r.state_of(v.read_config(rollout.model_dir)) is None
-    assert decisions(rollout)[-1]["event"] == r.ABORTED
+    assert state_of(versions.read_config(rollout.model_dir)) is None
+    assert decisions(rollout)[-1]["event"] == ABORTED
 
 
 def rolled_back(rollout: Rollout, version: int, reason: str, *options: str) -> dict:
@@ -285,9 +285,9 @@ def rolled_back(rollout: Rollout, version: int, reason: str, *options: str) -> d
     assert out.returncode == 3, out.stdout + out.stderr
     assert load.failures == []
     last = decisions(rollout)[-1]
-    assert last["event"] == r.ROLLED_BACK and re.search(reason, last["reason"]), last
+    assert last["event"] == ROLLED_BACK and re.search(reason, last["reason"]), last
     assert rollout.ready_versions() == {1}
-    assert v.served_version(rollout.model_dir) == 1
+    assert versions.served_version(rollout.model_dir) == 1
     print(f"v{version} rolled back after {detect_s:.1f} s and {detect_requests} requests: "
           f"{last['reason']}")
     return last
@@ -315,12 +315,12 @@ def test_a_good_candidate_goes_through_every_step_and_is_promoted(rollout: Rollo
     assert out.returncode == 0, out.stdout + out.stderr
     assert load.failures == []
     log = decisions(rollout)
-    assert [d["event"] for d in log] == ["start", "advance", "advance", r.PROMOTED]
+    assert [d["event"] for d in log] == ["start", "advance", "advance", PROMOTED]
     assert [d["step_name"] for d in log[1:]] == ["shadow 50%", "canary 10% (shadow 10%)",
                                                  "canary 50% (shadow 10%)"]
     assert all(d["figures"]["paired_calls"] >= 40 for d in log[1:])
-    assert rollout.ready_versions() == {GOOD} and v.served_version(rollout.model_dir) == GOOD
-    assert v.read_history(rollout.model_dir)[-1].action == "rollout"
+    assert rollout.ready_versions() == {GOOD} and versions.served_version(rollout.model_dir) == GOOD
+    assert versions.read_history(rollout.model_dir)[-1].action == "rollout"
     # the candidate answered during the canary, and only it answers after the promotion
     candidate, stable = f"{ENCODER}:{GOOD}", f"{ENCODER}:1"
     assert any(by == candidate for t, _, by in load.seen if t < after)
@@ -365,7 +365,7 @@ def test_a_restart_mid_rollout_resumes_it(rollout: Rollout) -> None:
         assert code == 0, output
     assert load.failures == []
     events = [d["event"] for d in decisions(rollout)]
-    assert "window restarted" in events and events[-1] == r.PROMOTED
+    assert "window restarted" in events and events[-1] == PROMOTED
     assert rollout.ready_versions() == {AGAIN}
 
 
@@ -376,7 +376,7 @@ def test_pause_holds_the_step_and_resume_takes_over_a_dead_controller(rollout: R
         out = tmr("rollout", "pause", ENCODER, *rollout.args())
         assert out.returncode == 0, out.stdout + out.stderr
         time.sleep(6)  # three times the step's minimum: a paused step does not advance
-        state = r.state_of(v.read_config(rollout.model_dir))
+        state = state_of(versions.read_config(rollout.model_dir))
         assert state.paused and state.step == 0
         controller.kill()  # the controller dies: the rollout holds where it is
         ended(controller, 30)
@@ -390,7 +390,7 @@ def test_pause_holds_the_step_and_resume_takes_over_a_dead_controller(rollout: R
     events = [d["event"] for d in decisions(rollout)]
     held = events[events.index("paused"):events.index("resumed")]
     assert "advance" not in held, events  # nothing advanced while paused
-    assert events[-1] == r.PROMOTED and rollout.ready_versions() == {TAKEOVER}
+    assert events[-1] == PROMOTED and rollout.ready_versions() == {TAKEOVER}
 
 
 IMAGE_FRONT, IMAGE_ENCODER = "digits", "digits_onnx"

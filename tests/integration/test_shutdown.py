@@ -67,7 +67,7 @@ def test_sigterm_under_load_drains_and_refuses_cleanly(tmp_path) -> None:
 
 
 def test_a_stub_dumps_its_threads_stacks_into_the_log_on_sigusr1_and_goes_on(triton) -> None:
-    """What TritonServer.stop does to the stubs that hold up a stop (core.stacks): here on
+    """What TritonServer.stop does to the stubs that hold up a stop (server.diagnostics): here on
     a healthy server, whose stub must go on serving."""
     stubs = stub_processes(triton.process.pid)[DEFAULT_FRONT]
     before = len(triton.log_text())
@@ -79,7 +79,7 @@ def test_a_stub_dumps_its_threads_stacks_into_the_log_on_sigusr1_and_goes_on(tri
         time.sleep(0.2)
     dumped = triton.log_text()[before:]
     assert dumped.count("Current thread") == len(stubs), dumped[-2000:]
-    assert "tmr-served-versions" in dumped or "router.py" in dumped  # the router's threads
+    assert "tmr-served-versions" in dumped or "front.py" in dumped  # the router's threads
     with Client(triton.http_url) as client:
         assert client.embed(["still serving after the dump"]).shape == (1, 384)
     assert stub_processes(triton.process.pid)[DEFAULT_FRONT] == stubs

@@ -16,8 +16,7 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 
-from core import config_edit
-from core import versions as v
+from core import config_edit, versions
 from server.launcher import TritonServer
 from tests.conftest import start_server, stop_cleanly
 from tests.integration.helpers import add_version, noisy_copy, repository_of, tmr
@@ -167,12 +166,13 @@ def test_request_pinned_to_a_removed_version_gets_not_ready_503(explicit) -> Non
 
 def test_rollback_twice_returns_to_the_original_version(explicit) -> None:
     server, repo = explicit
-    start = v.selected_versions(v.parse_config((repo / MODEL / "config.pbtxt").read_text()),
-                                v.versions_on_disk(repo / MODEL))
+    start = versions.selected_versions(
+        versions.parse_config((repo / MODEL / "config.pbtxt").read_text()),
+        versions.versions_on_disk(repo / MODEL))
     first = release(server, repo, "explicit", "rollback", MODEL)
     second = release(server, repo, "explicit", "rollback", MODEL)
     assert f"v{start[-1]} is serving" in second and "is serving" in first
-    history = [e.version for e in v.read_history(repo / MODEL)]
+    history = [e.version for e in versions.read_history(repo / MODEL)]
     assert history[-1] == start[-1] and history[-2] != start[-1]
 
 
@@ -195,7 +195,8 @@ def test_missing_or_corrupt_version_is_refused_before_anything_changes(explicit)
 def test_candidate_that_fails_to_load_never_takes_traffic(explicit) -> None:
     server, repo = explicit
     before = (repo / MODEL / "config.pbtxt").read_text()
-    current = v.selected_versions(v.parse_config(before), v.versions_on_disk(repo / MODEL))[-1]
+    current = versions.selected_versions(versions.parse_config(before),
+                                         versions.versions_on_disk(repo / MODEL))[-1]
     broken = add_version(repo / MODEL, 5, b"not an onnx graph at all")
     out = tmr("promote", MODEL, "5", "--no-gate", "--url", server.http_url,
               "--repository", str(repo))
@@ -276,8 +277,9 @@ def test_tmr_versions_shows_disk_policy_provenance_and_server_state(explicit) ->
     out = tmr("versions", MODEL, "--url", server.http_url, "--repository", str(repo))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    selected = v.selected_versions(v.parse_config((repo / MODEL / "config.pbtxt").read_text()),
-                                   v.versions_on_disk(repo / MODEL))
+    selected = versions.selected_versions(
+        versions.parse_config((repo / MODEL / "config.pbtxt").read_text()),
+        versions.versions_on_disk(repo / MODEL))
     assert lines[0] == f"minilm_onnx: selected {selected}"  # no DRIFT: the server agrees
     row = next(line for line in lines if line.strip().startswith(f"v{selected[-1]} "))
     assert "*" in row and "READY" in row and "parity max|diff|" in row

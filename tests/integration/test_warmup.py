@@ -7,7 +7,7 @@ The proof is in Triton's own records: its verbose log starts every sample's ever
 every instance before it logs the model loaded, and the per-model statistics of a model
 no request has reached count exactly the warmup's executions and requests; the models'
 own warmup lines (python_backends/warmup.py) say what each run went through. No timing is
-asserted (perf/coldstart.py measures it)."""
+asserted (docs/serving.md, "Ready means warm", has the figures)."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_a_reload_warms_the_new_instances_and_a_config_without_warmup_does_not(
         assert len(lines) == 2 * expected_counts(ENCODER)[0]  # the start's and the reload's
         cold = admin.config(ENCODER)
         without_warmup(cold)
-        admin.load(ENCODER, cold)  # the cold baseline perf.coldstart measures against
+        admin.load(ENCODER, cold)  # the cold baseline, no warmup
         counts = model_counts(small.http_url, ENCODER)
         assert (counts.execution_count, counts.inference_count) == (0, 0)
         admin.load(ENCODER, read_config(small.opts.repository / ENCODER))

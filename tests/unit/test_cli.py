@@ -1,6 +1,5 @@
 """The `tmr` parser: every command parses its documented spellings into its typed options,
-old spellings warn on stderr and map to the new ones, and `tmr --help` lists each command
-once, by group."""
+and `tmr --help` lists each command once, by group."""
 
 from __future__ import annotations
 
@@ -9,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tmr_client.contract import OVERLENGTH_POLICIES
 
 from cli.classify import ClassifyOptions
-from cli.embed import EmbedOptions
+from cli.embed import TRUNCATE_CHOICES, EmbedOptions, truncate_policy
 from cli.export import AddOptions, ExportOptions
 from cli.main import GROUPS, build_parser, main
 from cli.operate import DegradeOptions, HealthOptions
@@ -102,6 +102,13 @@ def test_calls_take_their_inputs_positionally_and_the_model_as_an_option() -> No
     assert parsed("classify", "a.png").model == "efficientnet_lite0"
 
 
+def test_embed_truncate_spells_the_request_contracts_values() -> None:
+    assert ["true", "false", *OVERLENGTH_POLICIES] == TRUNCATE_CHOICES
+    assert {truncate_policy(s) for s in TRUNCATE_CHOICES} == set(OVERLENGTH_POLICIES)
+    assert (truncate_policy("true"), truncate_policy("false")) == ("truncate", "reject")
+    assert truncate_policy(None) is None
+
+
 def test_the_server_url_comes_from_the_environment_per_protocol(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMR_URL", "triton:8000")
@@ -147,35 +154,6 @@ def test_perf_verbs_build_perf_s_own_options() -> None:
     assert isinstance(opts, PlanOptions) and (opts.model, opts.write) == ("minilm_onnx", True)
     opts = parsed("perf", "capacity", "R", "--target-rps", "1000")
     assert opts == CapacityOptions(Path("R"), 1000.0, 60.0, 0.2)
-
-
-DEPRECATED = [
-    (("promote", "minilm_onnx", "2", "--mode", "poll"), "--mode", "control_mode", "poll"),
-    (("rollback", "minilm_onnx", "--mode", "explicit"), "--mode", "control_mode", "explicit"),
-    (("degrade", "--level", "4", "--poll"), "--poll", "control_mode", "poll"),
-    (("degrade", "--model", "digits", "--level", "2"), "--model", "model", "digits"),
-    (("embed", "x", "--timeout-ms", "250"), "--timeout-ms", "timeout_s", 0.25),
-    (("health", "--models", "embed", "digits"), "--models", "models", ["embed", "digits"]),
-    (("watchdog", "--models", "embed"), "--models", "models", ["embed"]),
-    (("perf", "sweep", "--model", "embed_bare"), "--model", "model", "embed_bare"),
-]
-
-
-@pytest.mark.parametrize(("argv", "old", "field", "value"), DEPRECATED,
-                         ids=[" ".join(d[0]) for d in DEPRECATED])
-def test_an_old_spelling_still_works_with_a_deprecation_line_on_stderr(
-        capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], old: str, field: str,
-        value: object) -> None:
-    opts = parsed(*argv)
-    assert getattr(opts, field) == value
-    assert f"tmr: warning: {old} is deprecated" in capsys.readouterr().err
-
-
-def test_the_new_spellings_print_no_warning(capsys: pytest.CaptureFixture[str]) -> None:
-    parsed("promote", "minilm_onnx", "2", "--control-mode", "poll")
-    parsed("degrade", "digits", "--level", "4", "--control-mode", "poll")
-    parsed("embed", "x", "--timeout-s", "0.25")
-    assert capsys.readouterr().err == ""
 
 
 def test_classify_of_an_unreadable_file_is_a_clear_error_and_exit_1(

@@ -16,9 +16,16 @@ from cli.main import build_parser
 from cli.names import ENCODER, FOLDER, FRONT, resolve
 from cli.options import parse_url
 from cli.rollout import with_verb
+from core.errors import CoreError, UnknownFamilyError
 from core.families.catalog import UnknownModelError, served_encoder
+from core.params import ConfigError
 from core.paths import DEFAULT_REPOSITORY
 from core.versions import VersionError
+from export.errors import ExportCheckError, ExportError
+from export.pipeline import AddError
+from export.sources import SourceError
+from server import errors as server_errors
+from server.errors import PortInUseError, ServerError, TraceBackendError
 
 
 @pytest.mark.parametrize(("text", "protocol", "expected"), [
@@ -80,6 +87,13 @@ def test_an_error_caused_by_an_unreachable_server_reads_as_that() -> None:
     (AccessDeniedError("restricted"), "refused the key", FAILURE),
     (UnknownModelError("no model 'x' in repo"), "no model 'x' in repo: `tmr versions`", USAGE),
     (VersionError("embed has no version 9 on disk"), "no version 9", FAILURE),
+    (UnknownFamilyError("unknown model family 'x'"), "unknown model family 'x'", USAGE),
+    (ConfigError("max_batch_size must be > 0"), "max_batch_size", USAGE),
+    (PortInUseError("http port 8000 already in use"), "in use: stop what listens", FAILURE),
+    (TraceBackendError("no Phoenix in .venv-traces"), "no Phoenix", FAILURE),
+    (SourceError("nosuch is neither a folder"), "nosuch is neither", USAGE),
+    (AddError("'m' already exists"), "already exists", USAGE),
+    (ExportCheckError("int8 parity", 0.9, 0.99), "threshold 0.99: nothing was written", FAILURE),
     (UsageError("give one --metrics-url per --url"), "one --metrics-url", USAGE),
     (FileNotFoundError(2, "No such file or directory", "/a/b"), "/a/b: No such file", USAGE),
     (subprocess.CalledProcessError(99, ["/x/perf_analyzer", "-m"]),
@@ -91,6 +105,18 @@ def test_each_error_type_is_one_line_with_its_exit_code(err, fragment, code) -> 
     text, got = message_for(err, TRIED)
     assert fragment in text and "\n" not in text
     assert got == code
+
+
+def test_each_layer_has_one_error_root_that_carries_the_exit_code() -> None:
+    tree = [getattr(server_errors, name) for name in dir(server_errors)
+            if name.endswith("Error")]
+    assert {cls for cls in tree if not issubclass(cls, ServerError)} == set()
+    for cls in (VersionError, ConfigError, UnknownModelError, UnknownFamilyError):
+        assert issubclass(cls, CoreError)
+    for cls in (ExportCheckError, SourceError, AddError):
+        assert issubclass(cls, ExportError)
+    assert (ServerError.exit_code, CoreError.exit_code, ExportError.exit_code,
+            UsageError.exit_code) == (FAILURE, FAILURE, FAILURE, USAGE)
 
 
 def test_unreachable_reasons_are_a_few_words() -> None:
@@ -167,22 +193,6 @@ def test_help_shows_each_default(capsys: pytest.CaptureFixture[str]) -> None:
     out = " ".join(capsys.readouterr().out.split())
     assert "--min-requests MIN_REQUESTS candidate rows a step needs (default: " in out
     assert "--max-error-fraction" in out and "(default: 0.01)" in out
-
-
-@pytest.mark.parametrize(("argv", "old", "field", "value"), [
-    (["rollout", "m", "2", "--max-error-rate", "2"], "--max-error-rate", "max_error_rate", 0.02),
-    (["rollout", "m", "2", "--canary-shadow", "10"], "--canary-shadow", "canary_shadow", 0.1),
-    (["perf", "capacity", "R", "--target-rps", "1", "--p99-budget-ms", "250"],
-     "--p99-budget-ms", "p99_budget_s", 0.25),
-    (["perf", "sweep", "--interval-ms", "5000"], "--interval-ms", "interval_s", 5.0),
-    (["perf", "plan", "m", "--latency-budget-ms", "100"], "--latency-budget-ms",
-     "latency_budget_s", 0.1),
-])
-def test_old_units_still_parse_into_seconds_and_fractions_with_a_warning(
-        capsys: pytest.CaptureFixture[str], argv, old, field, value) -> None:
-    args = build_parser().parse_args(with_verb(argv))
-    assert getattr(args, field) == pytest.approx(value)
-    assert f"tmr: warning: {old} is deprecated" in capsys.readouterr().err
 
 
 def test_new_units_parse_as_given() -> None:

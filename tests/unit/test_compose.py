@@ -25,7 +25,7 @@ from tmr_client.auth import ADMIN_KEY_ENV
 from core.files import placeholders
 from core.paths import PROJECT_ROOT
 from server import front_door, observability
-from server.healthcheck import DRAIN_FILE
+from server.healthcheck import DEFAULT_URL, DRAIN_FILE
 from server.serve import WATCHDOG_PORT_OFFSET
 from server.settings import (
     API_KEYS_ENV,
@@ -141,6 +141,7 @@ def test_triton_health_is_the_deep_check_not_readiness() -> None:
     test = service("triton")["healthcheck"]["test"]
     assert test == ["CMD", "python3", "/opt/tmr/healthcheck.py", "--url",
                     f"localhost:{PORTS.http}"]
+    assert test[-1] == DEFAULT_URL  # the script's own default is Triton's HTTP port
     assert "COPY server/healthcheck.py /opt/tmr/healthcheck.py" in DOCKERFILE
     # The stubs import core, which re-exports the SDK's contract; tools installs the SDK too.
     assert "COPY client /opt/tmr/tmr_client" in DOCKERFILE

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
+from cli.errors import Tried, message_for
 from cli.export import ExportOptions
 from core.families.catalog import find
 from core.paths import DEFAULT_REPOSITORY
 from export import pipeline
-from export.errors import ExportCheckError
+from export.errors import ExportCheckError, ExportRequestError
 from export.pipeline import ExportResult
 
 STAGE_LINE = re.compile(r"^\[ *\d+\.\ds\] ")
@@ -36,7 +37,7 @@ def test_export_model_announces_the_source_and_only_the_formats_it_builds(
     built: list[str] = []
     monkeypatch.setattr(pipeline, "recipe_for", lambda *a: FakeRecipe())
     monkeypatch.setattr(pipeline, "write_front_files", lambda *a: None)
-    monkeypatch.setattr(pipeline.v, "is_up_to_date",
+    monkeypatch.setattr(pipeline.versions, "is_up_to_date",
                         lambda model_dir, _: 3 if model_dir.name == "minilm_int8" else None)
     monkeypatch.setattr(pipeline, "publish", lambda recipe, model_dir, fmt, *_: built.append(fmt)
                         or ExportResult(model_dir.name, 4, "written", tmp_path))
@@ -106,5 +107,7 @@ def test_tmr_export_keeps_its_exit_codes_for_a_failed_check_and_an_unknown_forma
     out, err = capsys.readouterr()
     assert "minilm_onnx              v2   written" in out and "done in" not in out
     assert "export failed, nothing written for this format: int8 parity: measured 0.97" in err
-    assert export_command(export_args(formats=["fp16"])) == 2
-    assert "error: minilm has no encoder for ['fp16']" in capsys.readouterr().err
+    with pytest.raises(ExportRequestError) as refused:
+        export_command(export_args(formats=["fp16"]))
+    text, code = message_for(refused.value, Tried("export"))
+    assert code == 2 and text.startswith("minilm has no encoder for ['fp16']")

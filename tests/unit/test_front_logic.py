@@ -1,4 +1,4 @@
-"""Every family's front logic is what the router reads (router.FrontLogic), built from the
+"""Every family's front logic is what the router reads (front.FrontLogic), built from the
 repository's own config and version folder; and the text front's pure answer path: a
 chunked text's windows pooled, duplicates and the counts it reports."""
 
@@ -16,7 +16,7 @@ from core.paths import DEFAULT_REPOSITORY
 from core.versions import read_config
 from python_backends.classify import ImageClassificationFront
 from python_backends.embed import TextEmbeddingFront
-from python_backends.router import FrontLogic
+from python_backends.front import FrontLogic
 from python_backends.structured_log import BatchFacts
 
 FRONTS = {"embed": TextEmbeddingFront, "digits": ImageClassificationFront,

@@ -26,7 +26,7 @@ from core.settings import (
 )
 from core.startup import startup_models
 from core.versions import HOST_PROFILE, PROFILE_ENV, served_config
-from perf.tune import MODES, kinds
+from server.tune import MODES, kinds
 
 REVIEWED = hp.Layout(2, 1, 3)
 # Zen 4 with avx512_bf16, 2 cores (tmr tune, 2026-12-04): reviewed onnxruntime FP32 against

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tmr_client.contract import OVERLENGTH_POLICIES
 
 from core.families.text_embedding import TEXT_EMBEDDING
 from python_backends.errors import InvalidInputError
@@ -131,6 +132,10 @@ def test_the_counts_the_route_sums_are_the_familys_front_outputs():
 def test_truncate_and_chunk_overlap_become_the_front_models_request_parameters(extension,
                                                                               parameters):
     assert parse({"model": "minilm", "input": "x", **extension})["parameters"] == parameters
+
+
+def test_the_routes_truncate_values_are_the_request_contracts():
+    assert njs("openai.TRUNCATE_CHOICES") == list(OVERLENGTH_POLICIES)
 
 
 @pytest.mark.parametrize(("extension", "param", "message"), [

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from perf import harness
-from perf.load import closed_loop, open_loop
-from perf.stats import Outcome, by_priority
+from perf.load import open_loop, short_texts
+from perf.stats import by_priority
+from server.goodput import Outcome, closed_loop
 
 
 def recording_send(seen: list[tuple[str, int]], delay_s: float = 0.0):
@@ -61,7 +62,7 @@ def test_the_closed_loop_keeps_each_group_at_its_number_of_clients() -> None:
         in_flight[priority] -= 1
         return Outcome(time.monotonic(), priority, 10.0, None)
 
-    outcomes = asyncio.run(closed_loop(send, [(1, 2), (2, 5)], 0.2))
+    outcomes = asyncio.run(closed_loop(send, [(1, 2), (2, 5)], 0.2, short_texts()))
     assert dict(most) == {1: 2, 2: 5}
     assert Counter(o.priority for o in outcomes)[2] > Counter(o.priority for o in outcomes)[1]
 

@@ -17,19 +17,11 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from perf.peers import cpu, load, servers
+from perf.peers import cpu, load, ort_text, servers
 from perf.peers.ort_text import load_tokenizer
 from perf.peers.run import PeersResult, ServerResult, check_servers, cosine
-from perf.stats import (
-    LoadPoint,
-    best_of,
-    cell,
-    goodput,
-    percentile,
-    render_table,
-    round_orders,
-    summarize,
-)
+from perf.stats import best_of, cell, goodput, render_table, round_orders
+from server.goodput import LoadPoint, percentile, summarize
 from tests.conftest import MINILM_SOURCE
 
 PEERS_SRC = Path(servers.__file__).parent
@@ -260,6 +252,14 @@ def test_the_locustfile_sends_the_text_familys_front_input() -> None:
 
     text = (PEERS_SRC.parent / "locustfile.py").read_text()
     assert f'"name": "{TEXT_EMBEDDING.front_inputs[0].name}"' in text
+
+
+def test_the_fastapi_peers_feed_the_text_familys_encoder_tensors() -> None:
+    from core.families import TEXT_EMBEDDING
+
+    names = (*(t.name for t in TEXT_EMBEDDING.encoder_inputs),
+             TEXT_EMBEDDING.encoder_output.name)
+    assert names == (ort_text.INPUT_IDS, ort_text.ATTENTION_MASK, ort_text.OUTPUT)
 
 
 def test_the_fastapi_peers_pad_each_batch_to_its_longest_text() -> None:

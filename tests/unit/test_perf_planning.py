@@ -65,14 +65,14 @@ def test_plan_respects_memory_and_latency_budgets() -> None:
 
 
 def test_the_proposal_is_a_config_triton_parses_with_the_planned_values() -> None:
-    from core import versions as v
+    from core import versions
     from core.paths import DEFAULT_REPOSITORY
     from perf.plan_cli import proposed_config
     from perf.planning import Plan
 
     text = (DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt").read_text()
     new = proposed_config(text, Plan(48, 16, 20_000, 5.0, 60.0, 266.0))
-    config = v.parse_config(new)
+    config = versions.parse_config(new)
     assert config.max_batch_size == 48
     assert list(config.dynamic_batching.preferred_batch_size) == [16]
     assert config.dynamic_batching.max_queue_delay_microseconds == 20_000

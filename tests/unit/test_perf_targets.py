@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perf.stats import LoadPoint
 from perf.targets import Target, allowed_rate, route_targets, serving_targets, table
+from server.goodput import LoadPoint
 
 
 def point(c: int, rps: float, p50: float, p99: float, errors: int = 0) -> LoadPoint:

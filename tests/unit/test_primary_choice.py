@@ -6,7 +6,7 @@ import pytest
 
 from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
 from core.hardware import cpu_flags, cpu_model, inference_precision
-from export.primary_choice import candidates, sized
+from export.primary_choice import candidates
 
 
 def test_bf16_where_the_cpu_computes_it_natively() -> None:
@@ -26,14 +26,6 @@ def test_cpuinfo_is_read_for_the_first_processor() -> None:
 def test_candidates_are_the_formats_gated_at_fp32() -> None:
     for fam in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION):
         assert candidates(fam) == ["onnx", "torchscript", "openvino"]
-
-
-def test_a_typical_batch_is_cut_or_repeated_to_size() -> None:
-    import numpy as np
-
-    feeds = {"ids": np.arange(6).reshape(3, 2)}
-    assert sized(feeds, 2)["ids"].tolist() == [[0, 1], [2, 3]]
-    assert sized(feeds, 7)["ids"].shape == (7, 2)
 
 
 def test_an_operators_primary_must_be_gated_at_fp32() -> None:

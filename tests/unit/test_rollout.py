@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core import config_edit
-from core import rollout as r
-from core import versions as v
+from core import config_edit, rollout, versions
 from core.paths import DEFAULT_REPOSITORY
+from server import rollout_judge
+from server.rollout import with_state
 
 pytestmark = pytest.mark.timeout(30)
 
-STEPS = r.parse_steps(r.DEFAULT_STEPS, r.DEFAULT_CANARY_SHADOW)
-STATE = r.RolloutState(version=2, stable=1, steps=STEPS, min_requests=100, min_seconds=10,
-                       min_pairs=20, id="2026-12-02T00:00:00+00:00")
-TEXT = r.Thresholds(mean_agreement=0.9999, min_agreement=0.999, max_p99_ratio=1.5)
+STEPS = rollout_judge.parse_steps(rollout_judge.DEFAULT_STEPS, rollout_judge.DEFAULT_CANARY_SHADOW)
+STATE = rollout.RolloutState(version=2, stable=1, steps=STEPS, min_requests=100, min_seconds=10,
+                             min_pairs=20, id="2026-12-02T00:00:00+00:00")
+TEXT = rollout_judge.Thresholds(mean_agreement=0.9999, min_agreement=0.999, max_p99_ratio=1.5)
 
 
 def test_default_steps_shadow_then_growing_canaries() -> None:
@@ -34,17 +34,17 @@ def test_default_steps_shadow_then_growing_canaries() -> None:
     ("canary:100", "(0, 100)"), ("blue:5", "shadow:PERCENT or canary"),
     ("canary:x", "NAME:PERCENT"), ("canary:nan", "(0, 100)")])
 def test_bad_steps_are_refused(text: str, error: str) -> None:
-    with pytest.raises(r.RolloutError, match=error.replace("(", r"\(").replace(")", r"\)")):
-        r.parse_steps(text, 0.1)
+    with pytest.raises(rollout.RolloutError, match=error.replace("(", r"\(").replace(")", r"\)")):
+        rollout_judge.parse_steps(text, 0.1)
 
 
 def test_steps_that_never_shadow_are_refused() -> None:
-    with pytest.raises(r.RolloutError, match="could not be judged"):
-        r.parse_steps("canary:10", 0.0)
+    with pytest.raises(rollout.RolloutError, match="could not be judged"):
+        rollout_judge.parse_steps("canary:10", 0.0)
 
 
 def test_state_round_trips_through_json() -> None:
-    assert r.RolloutState.from_json(STATE.to_json()) == STATE
+    assert rollout.RolloutState.from_json(STATE.to_json()) == STATE
     assert STATE.advanced().current == STEPS[1]
     assert not STATE.last_step and replace(STATE, step=3).last_step
 
@@ -61,95 +61,100 @@ def encoder_dir(tmp_path: Path) -> Path:
 
 
 def test_state_in_the_config_selects_both_versions_and_serves_the_stable(encoder_dir) -> None:
-    for path in v.config_files(encoder_dir):
-        config_edit.edit_file(path, r.with_state(STATE))
-    config = v.read_config(encoder_dir)
-    assert r.state_of(config) == STATE
-    assert v.selected_on_disk(encoder_dir) == [1, 2]
-    assert v.served_version(encoder_dir) == 1  # the candidate is not "served"
+    for path in versions.config_files(encoder_dir):
+        config_edit.edit_file(path, with_state(STATE))
+    config = versions.read_config(encoder_dir)
+    assert rollout.state_of(config) == STATE
+    assert versions.selected_on_disk(encoder_dir) == [1, 2]
+    assert versions.served_version(encoder_dir) == 1  # the candidate is not "served"
     assert "versions: [ 1, 2 ]" in (encoder_dir / "config.pbtxt").read_text()
-    last = {"id": STATE.id, "version": 2, "served": 2, "outcome": r.PROMOTED}
-    for path in v.config_files(encoder_dir):
-        config_edit.edit_file(path, r.with_state(None, last))
-    config = v.read_config(encoder_dir)
-    assert r.state_of(config) is None and r.last_of(config)["outcome"] == r.PROMOTED
-    assert v.selected_on_disk(encoder_dir) == [2] and v.served_version(encoder_dir) == 2
-    gpu = v.parse_config((encoder_dir / "configs" / "gpu.pbtxt").read_text())
+    last = {"id": STATE.id, "version": 2, "served": 2, "outcome": rollout.PROMOTED}
+    for path in versions.config_files(encoder_dir):
+        config_edit.edit_file(path, with_state(None, last))
+    config = versions.read_config(encoder_dir)
+    assert rollout.state_of(config) is None
+    assert rollout.last_of(config)["outcome"] == rollout.PROMOTED
+    assert versions.selected_on_disk(encoder_dir) == [2]
+    assert versions.served_version(encoder_dir) == 2
+    gpu = versions.parse_config((encoder_dir / "configs" / "gpu.pbtxt").read_text())
     assert list(gpu.version_policy.specific.versions) == [2]
 
 
 def test_an_unreadable_state_is_refused_not_guessed(encoder_dir) -> None:
     config_edit.edit_file(encoder_dir / "config.pbtxt",
-                          config_edit.set_parameter(r.STATE_PARAMETER, "{broken", add=True))
-    with pytest.raises(r.RolloutError, match="unreadable"):
-        r.state_of(v.read_config(encoder_dir))
+                          config_edit.set_parameter(rollout.STATE_PARAMETER, "{broken", add=True))
+    with pytest.raises(rollout.RolloutError, match="unreadable"):
+        rollout.state_of(versions.read_config(encoder_dir))
 
 
 def test_the_split_is_sticky_and_grows_monotonically() -> None:
     keys = [f"text {i}" for i in range(20000)]
-    at = {share: r.to_candidate(keys, share, "2") for share in (0.01, 0.1, 0.5)}
-    assert at[0.01] == r.to_candidate(keys, 0.01, "2")  # the same answer every time
+    at = {share: rollout.to_candidate(keys, share, "2") for share in (0.01, 0.1, 0.5)}
+    assert at[0.01] == rollout.to_candidate(keys, 0.01, "2")  # the same answer every time
     for small, large in ((0.01, 0.1), (0.1, 0.5)):
         assert all(b for a, b in zip(at[small], at[large]) if a)  # a canary row stays one
     for share, chosen in at.items():
         assert abs(sum(chosen) / len(keys) - share) < 0.01 + share * 0.1
-    assert r.to_candidate(keys[:5], 0.0, "2") == [False] * 5
-    assert at[0.5] != r.to_candidate(keys, 0.5, "3")  # another candidate, other rows
+    assert rollout.to_candidate(keys[:5], 0.0, "2") == [False] * 5
+    assert at[0.5] != rollout.to_candidate(keys, 0.5, "3")  # another candidate, other rows
 
 
 def test_agreement_metrics() -> None:
     a = np.array([[1.0, 0.0], [0.0, 1.0]])
-    assert np.allclose(r.row_cosine(a, a), 1.0)
-    assert np.allclose(r.row_cosine(a, a[::-1]), 0.0)
+    assert np.allclose(rollout.row_cosine(a, a), 1.0)
+    assert np.allclose(rollout.row_cosine(a, a[::-1]), 0.0)
     logits = np.array([[0.1, 0.9], [0.8, 0.2]])
-    assert r.top1_agreement(logits, logits[::-1]).tolist() == [0.0, 0.0]
-    assert r.top1_agreement(logits, logits * 2).tolist() == [1.0, 1.0]
+    assert rollout.top1_agreement(logits, logits[::-1]).tolist() == [0.0, 0.0]
+    assert rollout.top1_agreement(logits, logits * 2).tolist() == [1.0, 1.0]
 
 
 def test_percentile_of_cumulative_buckets() -> None:
     buckets = {0.01: 50.0, 0.02: 98.0, 0.05: 99.0, 0.1: 100.0}
-    assert r.percentile(buckets, 0.5) == 0.01
-    assert r.percentile(buckets, 0.99) == 0.05
-    assert r.percentile({}, 0.99) is None
+    assert rollout_judge.percentile(buckets, 0.5) == 0.01
+    assert rollout_judge.percentile(buckets, 0.99) == 0.05
+    assert rollout_judge.percentile({}, 0.99) is None
 
 
-def window(**values: float) -> r.Window:
+def window(**values: float) -> rollout_judge.Window:
     base = dict(candidate_calls=50, candidate_rows=200, shadow_rows=100, agreement_rows=100,
                 disagreement_sum=0.0, paired_calls=25)
-    w = r.Window(**{**base, **values})
+    w = rollout_judge.Window(**{**base, **values})
     w.stable_paired = {0.01: 24.0, 0.02: 25.0}
     w.candidate_shadow = {0.01: 24.0, 0.02: 25.0}
     return w
 
 
 def test_a_good_step_advances_once_long_and_large_enough() -> None:
-    assert r.judge(STATE, window(), TEXT, elapsed_s=11).action == "advance"
-    assert r.judge(STATE, window(), TEXT, elapsed_s=5).action == "wait"
-    assert r.judge(STATE, window(candidate_rows=50), TEXT, elapsed_s=11).action == "wait"
-    assert r.judge(STATE, window(paired_calls=5), TEXT, elapsed_s=11).action == "wait"
+    assert rollout_judge.judge(STATE, window(), TEXT, elapsed_s=11).action == "advance"
+    assert rollout_judge.judge(STATE, window(), TEXT, elapsed_s=5).action == "wait"
+    assert rollout_judge.judge(STATE, window(candidate_rows=50), TEXT,
+                               elapsed_s=11).action == "wait"
+    assert rollout_judge.judge(STATE, window(paired_calls=5), TEXT, elapsed_s=11).action == "wait"
     paused = replace(STATE, paused=True)
-    assert r.judge(paused, window(), TEXT, elapsed_s=11).reason == "paused"
+    assert rollout_judge.judge(paused, window(), TEXT, elapsed_s=11).reason == "paused"
 
 
 def test_breaches_roll_back_at_once() -> None:
-    errors = r.judge(STATE, window(candidate_errors=2), TEXT, elapsed_s=1)
+    errors = rollout_judge.judge(STATE, window(candidate_errors=2), TEXT, elapsed_s=1)
     assert errors.action == "rollback" and "error rate 4.0%" in errors.reason
-    below = r.judge(STATE, window(below_min_rows=1), TEXT, elapsed_s=1)
+    below = rollout_judge.judge(STATE, window(below_min_rows=1), TEXT, elapsed_s=1)
     assert below.action == "rollback" and "under 0.999" in below.reason
-    drift = r.judge(STATE, window(disagreement_sum=0.1), TEXT, elapsed_s=1)
+    drift = rollout_judge.judge(STATE, window(disagreement_sum=0.1), TEXT, elapsed_s=1)
     assert drift.action == "rollback" and "mean agreement 0.99900" in drift.reason
     slow = window()
     slow.candidate_shadow = {0.01: 0.0, 0.02: 0.0, 0.05: 25.0}
-    assert r.judge(STATE, slow, TEXT, elapsed_s=1).action == "wait"  # before min_seconds
-    first = r.judge(STATE, slow, TEXT, elapsed_s=11)
+    before_min_seconds = rollout_judge.judge(STATE, slow, TEXT, elapsed_s=1)
+    assert before_min_seconds.action == "wait"
+    first = rollout_judge.judge(STATE, slow, TEXT, elapsed_s=11)
     assert first.action == "recheck" and "5.00x" in first.reason  # one stall is no verdict
-    verdict = r.judge(STATE, slow, TEXT, elapsed_s=11, rechecking=True)
+    verdict = rollout_judge.judge(STATE, slow, TEXT, elapsed_s=11, rechecking=True)
     assert verdict.action == "rollback" and "5.00x" in verdict.reason
     lenient = replace(STATE, max_p99_ratio=6.0)  # an operator's limit over the gate's
-    assert r.judge(lenient, slow, TEXT, elapsed_s=11).action == "advance"
+    assert rollout_judge.judge(lenient, slow, TEXT, elapsed_s=11).action == "advance"
     assert verdict.figures["p99_ratio"] == pytest.approx(5.0)  # at q = 1 - 1/25
     # paused holds the step, not the breach
-    assert r.judge(replace(STATE, paused=True), slow, TEXT, 11, True).action == "rollback"
+    paused = rollout_judge.judge(replace(STATE, paused=True), slow, TEXT, 11, True)
+    assert paused.action == "rollback"
 
 
 def test_a_canary_step_compares_the_calls_each_version_answered() -> None:
@@ -157,27 +162,29 @@ def test_a_canary_step_compares_the_calls_each_version_answered() -> None:
     slow_shadow = window()  # paired calls slow: a shadow step's comparison, not a canary's
     slow_shadow.candidate_shadow = {0.01: 0.0, 0.02: 0.0, 0.05: 25.0}
     slow_shadow.stable_served = slow_shadow.candidate_served = {0.01: 30.0}
-    assert r.judge(canary, slow_shadow, TEXT, elapsed_s=11).action == "advance"
+    assert rollout_judge.judge(canary, slow_shadow, TEXT, elapsed_s=11).action == "advance"
     slow_served = window()
     slow_served.stable_served = {0.01: 29.0, 0.02: 30.0}
     slow_served.candidate_served = {0.01: 0.0, 0.02: 0.0, 0.05: 30.0}
-    verdict = r.judge(canary, slow_served, TEXT, elapsed_s=11, rechecking=True)
+    verdict = rollout_judge.judge(canary, slow_served, TEXT, elapsed_s=11, rechecking=True)
     assert verdict.action == "rollback" and "the calls each answered" in verdict.reason
 
 
 def test_mean_and_p99_wait_for_enough_pairs() -> None:
     few = window(paired_calls=3, disagreement_sum=1.0)
-    assert r.judge(STATE, few, TEXT, elapsed_s=1).action == "wait"
+    assert rollout_judge.judge(STATE, few, TEXT, elapsed_s=1).action == "wait"
 
 
 def test_a_step_never_judged_rolls_back_at_its_timeout() -> None:
-    verdict = r.judge(STATE, r.Window(), TEXT, elapsed_s=STATE.step_timeout_s + 1)
+    verdict = rollout_judge.judge(STATE, rollout_judge.Window(), TEXT,
+                                  elapsed_s=STATE.step_timeout_s + 1)
     assert verdict.action == "rollback" and "not judged" in verdict.reason
 
 
 def test_images_judge_no_row_minimum() -> None:
-    images = r.Thresholds(mean_agreement=0.99, min_agreement=None, max_p99_ratio=1.5)
-    assert r.judge(STATE, window(below_min_rows=5), images, elapsed_s=11).action == "advance"
+    images = rollout_judge.Thresholds(mean_agreement=0.99, min_agreement=None, max_p99_ratio=1.5)
+    assert rollout_judge.judge(STATE, window(below_min_rows=5), images,
+                               elapsed_s=11).action == "advance"
 
 
 def sample(name: str, value: float, version: str, role: str = "", path: str = "",
@@ -219,7 +226,7 @@ def parsed(text: str) -> list:
 
 
 def test_the_window_is_read_from_prometheus_samples() -> None:
-    w = r.window_from(parsed(METRICS), "minilm_onnx", STATE)
+    w = rollout_judge.window_from(parsed(METRICS), "minilm_onnx", STATE)
     assert (w.candidate_calls, w.candidate_errors, w.candidate_rows) == (40, 1, 132)
     assert (w.shadow_rows, w.paired_calls, w.below_min_rows) == (120, 30, 1)
     assert w.disagreement_sum == 0.5 and w.agreement_rows == 120
@@ -228,8 +235,9 @@ def test_the_window_is_read_from_prometheus_samples() -> None:
 
 
 def test_minus_gives_the_step_and_notices_a_restart() -> None:
-    now = r.window_from(parsed(METRICS), "minilm_onnx", STATE)
-    base = r.window_from(parsed(METRICS.replace("} 30\n", "} 10\n")), "minilm_onnx", STATE)
-    delta = r.minus(now, base)
+    now = rollout_judge.window_from(parsed(METRICS), "minilm_onnx", STATE)
+    earlier = parsed(METRICS.replace("} 30\n", "} 10\n"))
+    base = rollout_judge.window_from(earlier, "minilm_onnx", STATE)
+    delta = rollout_judge.minus(now, base)
     assert delta.candidate_calls == 20 and delta.stable_paired[0.02] == 20
-    assert r.minus(base, now) is None  # counters went down: a server restarted
+    assert rollout_judge.minus(base, now) is None  # counters went down: a server restarted

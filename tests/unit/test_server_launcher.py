@@ -1,4 +1,5 @@
-"""server.launcher helpers: log parsing, ports, the stub environment, the stop sequence."""
+"""server.launcher helpers (log parsing, ports, the stub environment, the stop sequence)
+and the stop diagnostics of server.diagnostics."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from core.paths import PROJECT_ROOT
 from core.ports import free_port
 from core.stacks import DUMP_STACKS_SIGNAL
+from server.diagnostics import native_stacks, stop_phase
 from server.launcher import (
     ModelLoadError,
     PortInUseError,
@@ -23,9 +25,7 @@ from server.launcher import (
     check_ports_free,
     interpreter_libdir,
     load_failures,
-    native_stacks,
     sdk_path,
-    stop_phase,
     stop_process,
     stub_environment,
 )
@@ -163,11 +163,11 @@ def test_load_failures_reads_repository_manager_errors_without_a_version() -> No
 
 
 # A child that takes `linger` seconds to exit after SIGTERM, and dumps its threads' stacks
-# on DUMP_STACKS_SIGNAL as a stub does (core.stacks).
+# on DUMP_STACKS_SIGNAL as a stub does (python_backends.diagnostics).
 LINGERING_CHILD = """
 import signal, sys, time
-from core.stacks import dump_stacks_on_signal
-dump_stacks_on_signal()
+from python_backends import diagnostics
+diagnostics.install()
 signal.signal(signal.SIGTERM, lambda *_: None)
 def waiting_for_the_parent():
     print("ready", flush=True)

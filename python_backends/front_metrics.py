@@ -1,4 +1,4 @@
-"""The router's Prometheus metrics in one place (`pb_utils.MetricFamily` inside Triton)."""
+"""A front model's Prometheus metrics in one place (`pb_utils.MetricFamily` inside Triton)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from python_backends.queues import queue_capacities
 from python_backends.routing import OUT_OF_SERVICE
 
 
-class RouterMetrics:
+class FrontMetrics:
     """Level, transitions, fallbacks, cache hits, refusals and queue capacities of one
     front model instance."""
 

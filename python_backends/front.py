@@ -4,12 +4,11 @@ A family's front logic (`FrontLogic`, an object the router holds) says how a req
 becomes rows for the encoder (`prepare_requests`), how rows become the encoder's inputs
 (`feeds`) and how the encoder's outputs become the answer (`respond`). A family's Triton
 model is this class with its front logic named (`front_logic = ...`, embed.py, classify.py).
-Everything else lives here: the ladder
-(python_backends/degradation.py) gives the level, the router (python_backends/routing.py)
-a plan, and this class executes it: the batch to the primary encoder when all is well,
-smaller calls, the fallback (INT8) encoder and cached answers as pressure rises,
-UNAVAILABLE only when an operator says so. Priority is Triton's business: its queues
-serve level 1 first. A primary that is gone (unloaded, dead stub) fails over to the
+Everything else lives here: the ladder (python_backends/degradation.py) gives the level,
+python_backends/routing.py a plan, and this class executes it: the batch to the primary
+encoder when all is well, smaller calls, the fallback (INT8) encoder and cached answers as
+pressure rises, UNAVAILABLE only when an operator says so. Priority is Triton's business:
+its queues serve level 1 first. A primary that is gone (unloaded, dead stub) fails over to the
 fallback within the batch, and every row says what served it:
 "<model>:<version>:<precision>:L<level>".
 
@@ -32,13 +31,13 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from core import messages, rollout, versions
+from core import rollout, versions
 from core.families import family, served_precision
-from core.messages import degraded_refusal
+from core.messages import FailureKind, degraded_refusal
 from core.params import ConfigError, required
 from core.rollout import RolloutState
 from core.served_by import ServedBy
-from core.settings import LadderSettings, request_rows
+from core.settings import ROLLOUT_KEY, LadderSettings, request_rows
 from python_backends.base import BaseModel, error_response
 from python_backends.bls import bls_infer
 from python_backends.degradation import (
@@ -51,12 +50,11 @@ from python_backends.degradation import (
     throttled,
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
+from python_backends.front_metrics import FrontMetrics
 from python_backends.in_process import LocalPrimary
 from python_backends.rollout_traffic import RolloutTraffic
-from python_backends.router_metrics import RouterMetrics
 from python_backends.routing import Plan, RoutedRequest, plan_batch
 
-ROLLOUT_KEY = "rollout_key"  # a request parameter: rows of one key go to one version
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release
 ONE_CALL = -1.0  # a bucket waste that sends a batch's rows in one call (batching.py)
@@ -194,7 +192,7 @@ class FamilyRouter(BaseModel):
         self.full_batch = request_rows(self.config)
         # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
         self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
-        self.metrics = RouterMetrics(self.name, args.get("model_instance_name", "0"), self.config)
+        self.metrics = FrontMetrics(self.name, args.get("model_instance_name", "0"), self.config)
         self.metrics.level.set(self.policy.level)
         self.rollout = self._rollout_traffic(repository)
         primary = self.encoders["primary"]
@@ -206,7 +204,6 @@ class FamilyRouter(BaseModel):
         self.served.start()
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
 
-    # -- the ladder -----------------------------------------------------------------
     def finalize(self) -> None:
         """Stop the version reader before the stub goes: its gauges talk to Triton over
         the stub's IPC, which must not race the model's teardown."""
@@ -214,6 +211,7 @@ class FamilyRouter(BaseModel):
         self.served.join(timeout=2 * VERSION_REFRESH_S)
         super().finalize()
 
+    # -- the ladder -----------------------------------------------------------------
     def degradation_level(self) -> int | None:
         return self.policy.level
 
@@ -394,7 +392,7 @@ class FamilyRouter(BaseModel):
         try:
             return bls_infer(encoder.name, feeds, [encoder.output], version)[encoder.output]
         except ChildModelError as err:
-            if version < 0 or err.kind not in (messages.NOT_FOUND, messages.NOT_READY):
+            if version < 0 or err.kind not in (FailureKind.NOT_FOUND, FailureKind.NOT_READY):
                 raise
         return bls_infer(encoder.name, feeds, [encoder.output])[encoder.output]
 

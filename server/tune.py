@@ -5,13 +5,14 @@ so no cache answers it), the candidates are the reviewed configs, the OpenVINO e
 this host's precision with the host's layout (core.host_profile.layout_for), and, where the
 layout differs from the reviewed one, ONNX FP32 with it (`--full` adds TorchScript and
 OpenVINO FP32). A candidate precision other than FP32 passes the fidelity gate against
-eager PyTorch first (export.gate.precision_gate). Each candidate is served by its own real
-server on a copy of the repository (its variant as configs/tune<i>.pbtxt); all of them
-are up at once and the rounds interleave them, so a stall of the shared machine hits each
-alike. A round is a closed loop of new texts at each concurrency; its goodput is the best
-requests/s whose p99 fits the objective. core.host_profile.choose decides; the winner is
-written as configs/host.pbtxt, with host_profile.json and host_profile.md beside the models.
-Image fronts keep their reviewed configs (docs/serving.md says why).
+eager PyTorch first (a `Gate`; `tmr tune` passes export.gate.precision_gate). Each
+candidate is served by its own real server on a copy of the repository (its variant as
+configs/tune<i>.pbtxt); all of them are up at once and the rounds interleave them, so a
+stall of the shared machine hits each alike. A round is a closed loop of new texts at each
+concurrency (server/goodput.py); its goodput is the best requests/s whose p99 fits the
+objective. core.host_profile.choose decides; the winner is written as
+configs/host.pbtxt, with host_profile.json and host_profile.md beside the models. Image
+fronts keep their reviewed configs (docs/serving.md says why).
 """
 
 from __future__ import annotations
@@ -38,11 +39,16 @@ from core.ports import free_ports
 from core.repository import copy_repository
 from core.rollout import state_of
 from core.startup import startup_models
-from export.gate import precision_gate
-from perf.load import closed_loop, standard_sender, unique_texts
-from perf.memory import server_memory
-from perf.stats import interpolated_goodput, load_point
+from server.goodput import (
+    closed_loop,
+    input_texts,
+    interpolated_goodput,
+    load_point,
+    standard_sender,
+    unique_texts,
+)
 from server.launcher import TritonServer
+from server.memory import server_memory
 from server.settings import Ports, ServerOptions
 
 REVIEWED = "reviewed"
@@ -63,6 +69,8 @@ MODES = {"quick": Mode(2, (2, 4, 8), 2.0, False),
          "full": Mode(5, (1, 2, 4, 8, 16, 32), 4.0, True)}
 
 Progress = Callable[[str, float], None]  # (what, fraction done)
+# (encoder folder, precision) -> (figures, why it fails or None): export.gate.precision_gate
+Gate = Callable[[Path, str], tuple[dict[str, float], str | None]]
 
 
 def text_models(repository: Path) -> list[FamilyModel]:
@@ -118,7 +126,7 @@ def check_tunable(repository: Path, models: Sequence[FamilyModel]) -> None:
 
 
 def gate_failures(repository: Path, models: Sequence[FamilyModel],
-                  wanted: Sequence[tuple[str, str, hp.Layout]],
+                  wanted: Sequence[tuple[str, str, hp.Layout]], gate: Gate,
                   progress: Progress) -> dict[tuple[str, str, str], Any]:
     """(model, format, precision) -> (figures, why it failed or None), for every wanted
     precision other than FP32 (the FP32 formats passed their export's gate)."""
@@ -127,8 +135,8 @@ def gate_failures(repository: Path, models: Sequence[FamilyModel],
         for fmt, precision, _ in wanted:
             if precision != FP32 and (model.base, fmt, precision) not in gates:
                 progress(f"{model.base}: gating {fmt} at {precision} against PyTorch", 0.02)
-                gates[model.base, fmt, precision] = precision_gate(
-                    repository / model.encoder(fmt), precision)
+                gates[model.base, fmt, precision] = gate(repository / model.encoder(fmt),
+                                                         precision)
     return gates
 
 
@@ -157,7 +165,7 @@ SETTLE_S = 2.0  # an unmeasured loop per server and front before the rounds
 async def warm(url: str, front: str, concurrency: int, seconds: float) -> None:
     """An unmeasured closed loop: connections, caches, the batcher's first shapes."""
     async with standard_sender(url, front) as send:
-        await closed_loop(send, [(0, concurrency)], seconds, unique_texts())
+        await closed_loop(send, [(0, concurrency)], seconds, unique_texts(input_texts()))
 
 
 def settle(servers: Sequence[TritonServer], models: Sequence[FamilyModel], mode: Mode) -> None:
@@ -172,12 +180,13 @@ def settle(servers: Sequence[TritonServer], models: Sequence[FamilyModel], mode:
 
 async def round_goodput(url: str, front: str, mode: Mode) -> tuple[float, list[dict]]:
     """One round on one front: a closed loop at each concurrency; (goodput, points)."""
-    points = []
+    points, texts = [], input_texts()
     async with standard_sender(url, front) as send:
         await closed_loop(send, [(0, max(mode.concurrencies))], 1.0,
-                          unique_texts())  # connections, caches, the batcher's first shapes
+                          unique_texts(texts))  # connections, caches, the batcher's first shapes
         for concurrency in mode.concurrencies:
-            outcomes = await closed_loop(send, [(0, concurrency)], mode.seconds, unique_texts())
+            outcomes = await closed_loop(send, [(0, concurrency)], mode.seconds,
+                                         unique_texts(texts))
             points.append(load_point(concurrency, outcomes, mode.seconds))
     return interpolated_goodput(points, P99_OBJECTIVE_MS), [p.__dict__ for p in points]
 
@@ -208,12 +217,12 @@ def measure(servers: Sequence[TritonServer], models: Sequence[FamilyModel], mode
 
 
 def memory_by_model(server: TritonServer) -> dict[str, float]:
-    """RSS MiB of the server and each model's stubs (perf.memory), once measured."""
+    """RSS MiB of the server and each model's stubs, once measured."""
     assert server.process is not None
     return {name: row["rss_mib"] for name, row in server_memory(server.process.pid).items()}
 
 
-def tune(repository: Path, mode_name: str = "default",
+def tune(repository: Path, gate: Gate, mode_name: str = "default",
          memory_budget_mb: float = hp.DEFAULT_MEMORY_BUDGET_MB,
          progress: Progress = lambda what, done: None, logs: Path | None = None
          ) -> dict[str, Any]:
@@ -224,7 +233,7 @@ def tune(repository: Path, mode_name: str = "default",
     reviewed = {m.base: reviewed_candidate(repository, m) for m in models}
     first = next(iter(reviewed.values()))
     wanted = kinds(host, first.layout, mode)
-    gates = gate_failures(repository, models, wanted, progress)
+    gates = gate_failures(repository, models, wanted, gate, progress)
     with tempfile.TemporaryDirectory(prefix="tmr-tune-") as tmp, ExitStack() as stack:
         copy = copy_repository([repository], Path(tmp) / "repository")
         for path in hp.profile_files(copy):
