@@ -90,22 +90,22 @@ def unreachable_reason(message: str) -> str:
 
 
 def _client_error(err: Any, tried: Tried) -> tuple[str, int]:
-    from tmr_client import errors as e
+    from tmr_client import errors as client_errors
 
     where = f"Triton at {tried.url}" if tried.url else "Triton"
     what = tried.target()
-    if isinstance(err, e.ServerUnreachableError):
+    if isinstance(err, client_errors.ServerUnreachableError):
         return (f"cannot reach {where} ({unreachable_reason(err.message)}): {SERVE_HINT}",
                 FAILURE)
-    if isinstance(err, e.AccessDeniedError):
+    if isinstance(err, client_errors.AccessDeniedError):
         return (f"{where} refused the key ({err.message}): set TMR_API_KEY, or TMR_ADMIN_KEY "
                 "for the admin APIs", FAILURE)
-    if isinstance(err, e.ModelNotFoundError):
+    if isinstance(err, client_errors.ModelNotFoundError):
         return (f"{where} has no {what or 'such model'} ({err.message}): "
                 "`tmr versions` lists the models", USAGE)
-    if isinstance(err, e.InvalidInputError):  # the server's reason names the input
+    if isinstance(err, client_errors.InvalidInputError):  # the server's reason names the input
         return f"{type(err).__name__}: {err.message}", FAILURE
-    if isinstance(err, e.ModelNotReadyError):
+    if isinstance(err, client_errors.ModelNotReadyError):
         return f"{what or 'the model'} is not ready on {where} ({err.message})", FAILURE
     return f"{where}{' ' + what if what else ''}: {type(err).__name__}: {err.message}", FAILURE
 
@@ -135,14 +135,14 @@ def _hints() -> list[tuple[type[BaseException], str]]:
     from core.families.catalog import UnknownModelError
     from core.versions import VersionError
     from export.errors import ExportCheckError
-    from server import errors as s
+    from server import errors as server_errors
 
     return [
         (UnknownModelError, "`tmr versions` lists the models"),
         (VersionError, "`tmr versions MODEL` lists its versions"),
-        (s.ReleaseError, "the old version still serves"),
-        (s.PortInUseError, "stop what listens there, or pick other ports"),
-        (s.DistributionError, "run `make setup`"),
+        (server_errors.ReleaseError, "the old version still serves"),
+        (server_errors.PortInUseError, "stop what listens there, or pick other ports"),
+        (server_errors.DistributionError, "run `make setup`"),
         (ExportCheckError, "nothing was written"),
     ]
 

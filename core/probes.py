@@ -39,7 +39,7 @@ class ProbeTarget:
 
     def problem(self, answer: np.ndarray) -> str | None:
         """None when the answer's first output is sane, as the family judges it."""
-        return self.family.check_probe(answer, self.params)
+        return self.family.probes.check_probe(answer, self.params)
 
 
 def probe_params(config: mc.ModelConfig) -> dict[str, str]:
@@ -56,7 +56,7 @@ def probe_target(config: mc.ModelConfig) -> ProbeTarget | None:
         return None
     params = probe_params(config)
     fam = family(params["family"])
-    probe = fam.front_probe if "primary_model" in params else fam.encoder_probe
+    probe = fam.probes.front_probe if "primary_model" in params else fam.probes.encoder_probe
     inputs, outputs = probe(params)
     return ProbeTarget(config.name, fam, params, inputs, outputs,
                        config.dynamic_batching.priority_levels)

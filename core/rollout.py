@@ -139,7 +139,7 @@ def to_candidate(keys: Sequence[str], share: float, salt: str) -> list[bool]:
 LATENCY_BUCKETS_S = tuple(round(0.0005 * 1.15 ** k, 6) for k in range(72))  # 0.5 ms .. 10 s
 
 
-# -- agreement of two outputs, per family (core/families: Family.agreement) ------------------
+# -- agreement of two outputs, per family (core/families: Family.rollout) ------------------
 def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Each row's cosine between two embedding batches (text agreement)."""
     a, b = a.astype(np.float64), b.astype(np.float64)

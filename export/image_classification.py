@@ -341,7 +341,7 @@ class ImageClassificationRecipe(FormatBuilders):
 
     def front_files(self) -> dict[str, bytes]:
         """The front model's version folder holds its labels, one a line."""
-        return {FAMILY.front_artifact: ("\n".join(self.labels) + "\n").encode("utf-8")}
+        return {FAMILY.contract.front_artifact: ("\n".join(self.labels) + "\n").encode("utf-8")}
 
     # -- the release gate -----------------------------------------------------------
     def gate_batches(self) -> list[dict[str, np.ndarray]]:

@@ -209,7 +209,7 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
                                                facts.input_shape))  # FP32: portable
         write_front(staging, FrontSpec(fam.name, front, name, facts.dimension,
                                        facts.front_parameters,
-                                       primary=None if primary == fam.primary else primary))
+                                       primary=None if primary == fam.serving.primary else primary))
         staged = find(staging, name)
         results = export_model(staging, staged, threads=threads, on_result=on_result,
                                sources_root=repository, on_stage=on_stage)

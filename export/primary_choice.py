@@ -31,9 +31,9 @@ def served_runner(repository: Path, model: FamilyModel, fmt: str, threads: int,
     default its config's), with its one output named as the family's (TorchScript's
     suffix dropped)."""
     fam, folder = model.family, repository / model.encoder(fmt)
-    output = fam.encoder_output.name
+    output = fam.contract.encoder_output.name
     run = artifact_runner(artifact_file(folder), fam.format(fmt).runtime, threads,
-                          [t.name for t in fam.encoder_inputs],
+                          [t.name for t in fam.contract.encoder_inputs],
                           [output + fam.format(fmt).output_suffix],
                           precision=precision or encoder_spec(read_config(folder)).precision)
 

@@ -62,10 +62,11 @@ def signature(family: Family, dimension: int, input_shape: tuple[int, ...] = ())
                       for i, d in enumerate(dims))
         return TensorSpec(name, ONNX_TYPES[data_type], ("batch", *shape))
 
+    contract = family.contract
     return Signature(
-        tuple(spec(t.name, t.data_type, t.dims, "sequence") for t in family.encoder_inputs),
-        (spec(family.encoder_output.name, family.encoder_output.data_type,
-              family.encoder_output.dims, "axis"),))
+        tuple(spec(t.name, t.data_type, t.dims, "sequence") for t in contract.encoder_inputs),
+        (spec(contract.encoder_output.name, contract.encoder_output.data_type,
+              contract.encoder_output.dims, "axis"),))
 
 
 def _describe(value: onnx.ValueInfoProto) -> TensorSpec:

@@ -366,7 +366,7 @@ class TextEmbeddingRecipe(FormatBuilders):
 
     def front_files(self) -> dict[str, bytes]:
         """Files the front model's version folder holds: the tokenizer it tokenizes with."""
-        return {FAMILY.front_artifact: (self.facts.folder / "tokenizer.json").read_bytes()}
+        return {FAMILY.contract.front_artifact: (self.facts.folder / "tokenizer.json").read_bytes()}
 
     # -- the release gate -----------------------------------------------------------
     def judge_quality(self, reference: np.ndarray, candidate: np.ndarray,

@@ -51,7 +51,7 @@ def client_inputs(model: FamilyModel) -> list[str]:
     """The contents of the front's one input in its perf inputs (base64 text for images)."""
     own = CLIENT_INPUTS / f"{model.front}.json"
     path = own if own.exists() else CLIENT_INPUTS / model.family.perf_inputs
-    name = model.family.front_inputs[0].name
+    name = model.family.contract.front_inputs[0].name
     return [row[name]["content"][0] for row in json.loads(path.read_text())["data"]]
 
 
@@ -72,7 +72,7 @@ def text_feeds(repository: Path, model: FamilyModel, texts: list[str],
     ids, mask = pad_batch(tokenizer.token_ids(texts), tokenizer.pad_id)
     extra = ((0, 0), (0, max(length - ids.shape[1], 0)))
     ids, mask = np.pad(ids, extra, constant_values=tokenizer.pad_id), np.pad(mask, extra)
-    return dict(zip((t.name for t in model.family.encoder_inputs), (ids, mask)))
+    return dict(zip((t.name for t in model.family.contract.encoder_inputs), (ids, mask)))
 
 
 def image_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str, np.ndarray]:
@@ -81,19 +81,19 @@ def image_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str,
 
     config = versions.read_config_json(repository / model.front)
     pixels = ImageBatchBuffer(ImageSpec.from_config(config), 1).fill([image])
-    return {model.family.encoder_inputs[0].name: pixels.copy()}
+    return {model.family.contract.encoder_inputs[0].name: pixels.copy()}
 
 
 def text_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
     """TEXT, and its token ids and mask padded to the family's warmup length."""
     from python_backends.tokenization import TextEncoder
 
-    length = model.family.warmup.tokens
+    length = model.family.serving.warmup.tokens
     texts = client_inputs(model)
     counts = map(len, TextEncoder(front_artifact(repository, model.front)).token_ids(texts))
     _, text = max((n, t) for n, t in zip(counts, texts) if n <= length)
     feeds = text_feeds(repository, model, [text], length)
-    return {model.family.front_inputs[0].name: serialized([text.encode()]),
+    return {model.family.contract.front_inputs[0].name: serialized([text.encode()]),
             **{name: array[0].astype("<i8").tobytes() for name, array in feeds.items()}}
 
 
@@ -101,7 +101,7 @@ def image_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
     """IMAGE (a client's encoded image) and its pixels as the front preprocesses them."""
     image = base64.b64decode(client_inputs(model)[0])
     feeds = image_feeds(repository, model, image)
-    return {model.family.front_inputs[0].name: serialized([image]),
+    return {model.family.contract.front_inputs[0].name: serialized([image]),
             **{name: array[0].astype("<f4").tobytes() for name, array in feeds.items()}}
 
 

@@ -64,7 +64,7 @@ def model_images(repository: Path, count: int = MODEL_IMAGES) -> dict[str, list[
 
 def input_data(images: Sequence[bytes]) -> dict:
     """perf_analyzer's real-input JSON: one request per image, base64 text content."""
-    name = IMAGE_CLASSIFICATION.front_inputs[0].name
+    name = IMAGE_CLASSIFICATION.contract.front_inputs[0].name
     return {"data": [{name: {"content": [base64.b64encode(i).decode()], "shape": [1]}}
                      for i in images]}
 

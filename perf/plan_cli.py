@@ -67,7 +67,7 @@ def measure(model_dir: Path, seconds: float = 1.0) -> list[BatchPoint]:
     fmt = model.family.split_encoder_name(model_dir.name)[1]
     threads = encoder_spec(versions.read_config(model_dir)).threads
     forward = served_runner(model_dir.parent, model, fmt, threads)
-    ids_name, mask_name = (t.name for t in model.family.encoder_inputs)
+    ids_name, mask_name = (t.name for t in model.family.contract.encoder_inputs)
     idle = peak_rss_mb()
     points = []
     for batch in BATCHES:

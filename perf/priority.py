@@ -88,7 +88,7 @@ async def sdk_bulk(url: str, model: FamilyModel) -> AsyncIterator[Bulk]:
 
 
 def input_of(model: FamilyModel) -> str:
-    return model.family.front_inputs[0].name
+    return model.family.contract.front_inputs[0].name
 
 
 def unique_rows(model: FamilyModel, nonce: str) -> Iterator[str | bytes]:

@@ -171,7 +171,7 @@ def request_stages(server: TritonServer, model: str, requests: int = 300) -> str
     client = http.InferenceServerClient(server.http_url)
 
     def one() -> float:
-        tensor = http.InferInput(TEXT_EMBEDDING.front_inputs[0].name, [1, 1], "BYTES")
+        tensor = http.InferInput(TEXT_EMBEDDING.contract.front_inputs[0].name, [1, 1], "BYTES")
         tensor.set_data_from_numpy(np.array([[next(texts).encode()]], dtype=np.object_))
         began = time.perf_counter()
         client.infer(model, [tensor])

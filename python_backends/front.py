@@ -258,9 +258,9 @@ class FamilyRouter(BaseModel):
         primary = self.encoders["primary"].name
         gates = {k: v.string_value for k, v in
                  versions.served_config(repository / primary).parameters.items()}
-        min_key = fam.agreement_gates.per_row
+        min_key = fam.rollout.agreement_gates.per_row
         minimum = float(gates[min_key]) if min_key and min_key in gates else None
-        return RolloutTraffic(self.name, primary, fam.agreement, minimum)
+        return RolloutTraffic(self.name, primary, fam.rollout.agreement, minimum)
 
     def _observe(self, name: str, version: str, state: RolloutState | None,
                  last: dict | None) -> None:

@@ -121,7 +121,7 @@ def interpolated_goodput(points: Sequence[LoadPoint], p99_budget_ms: float) -> f
 def input_texts(family_inputs: str = TEXT_EMBEDDING.perf_inputs) -> list[str]:
     """The texts of the family's perf_analyzer input data."""
     data = json.loads((INPUTS / family_inputs).read_text())["data"]
-    name = TEXT_EMBEDDING.front_inputs[0].name
+    name = TEXT_EMBEDDING.contract.front_inputs[0].name
     return [d[name]["content"][0] for d in data]
 
 
@@ -173,7 +173,7 @@ async def standard_texts_sender(url: str, model: str, conn_limit: int = 512,
     import tritonclient.http.aio as httpaio
 
     client = httpaio.InferenceServerClient(url, conn_limit=conn_limit)
-    name = input_name or TEXT_EMBEDDING.front_inputs[0].name
+    name = input_name or TEXT_EMBEDDING.contract.front_inputs[0].name
 
     def send(rows: Sequence[str | bytes], priority: int) -> Awaitable[Outcome]:
         tensor = httpaio.InferInput(name, [len(rows), 1], "BYTES")

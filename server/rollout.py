@@ -183,7 +183,7 @@ def thresholds_of(model_dir: Path) -> rollout_judge.Thresholds:
         fam = family(params.get("family", ""))
     except (KeyError, UnknownModelError) as err:
         raise rollout.RolloutError(f"{model_dir.name} is not a family encoder: {err}") from err
-    return rollout_judge.thresholds(params, *fam.agreement_gates)
+    return rollout_judge.thresholds(params, *fam.rollout.agreement_gates)
 
 
 def check_start(model_dir: Path, version: int) -> int:

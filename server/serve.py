@@ -184,8 +184,8 @@ def example_call(server: TritonServer, model: FamilyModel) -> str:
         rows = np.array([[sample]], dtype=np.object_)
         sent = f"{shown_path(folder / WARMUP_FOLDER / name)} ({describe_sample(sample)})"
     with Client(server.http_url, protocol="http", model=front) as client:
-        answer = client.infer(rows, name, [t.name for t in fam.front_outputs])
-    return f"{front} answered: {fam.describe_answer(answer.outputs)}, for {sent}"
+        answer = client.infer(rows, name, [t.name for t in fam.contract.front_outputs])
+    return f"{front} answered: {fam.probes.describe_answer(answer.outputs)}, for {sent}"
 
 
 def example_calls(server: TritonServer) -> list[str]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from core import host_profile as hp
-from core import versions as v
+from core import versions
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.configs import encoder_spec, front_spec, write_variant
@@ -79,11 +79,11 @@ def text_models(repository: Path) -> list[FamilyModel]:
 
 
 def reviewed_candidate(repository: Path, model: FamilyModel) -> hp.Candidate:
-    front = front_spec(v.read_config(repository / model.front))
-    fmt = front.primary or model.family.primary
-    spec = encoder_spec(v.read_config(repository / model.encoder(fmt)))
+    front = front_spec(versions.read_config(repository / model.front))
+    fmt = front.primary or model.family.serving.primary
+    spec = encoder_spec(versions.read_config(repository / model.encoder(fmt)))
     layout = hp.Layout(spec.instances, spec.threads,
-                       front.instances or model.family.front_instances, spec.idle_session)
+                       front.instances or model.family.serving.front_instances, spec.idle_session)
     return hp.Candidate(REVIEWED, fmt, spec.precision, layout)
 
 
@@ -121,7 +121,7 @@ def check_tunable(repository: Path, models: Sequence[FamilyModel]) -> None:
         raise hp.ProfileError(f"not exported yet: {', '.join(missing)}; run `make setup`")
     for model in models:
         for name in model.encoders.values():
-            if state_of(v.read_config(repository / name)) is not None:
+            if state_of(versions.read_config(repository / name)) is not None:
                 raise hp.ProfileError(f"a rollout of {name} is running: tune once it ended")
 
 
@@ -278,7 +278,7 @@ def write_profile(repository: Path, host: hp.Host, mode: str, budget_mb: float,
         chosen = decision.chosen
         if chosen.name != REVIEWED:
             assert model.front is not None
-            write_variant(repository, model.front, model.encoders, v.HOST_PROFILE,
+            write_variant(repository, model.front, model.encoders, versions.HOST_PROFILE,
                           chosen.primary, chosen.precision, chosen.layout, host.describe())
         fronts[model.front] = {
             "model": model.base, "served": chosen.name, "primary": chosen.primary,

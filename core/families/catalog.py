@@ -40,7 +40,7 @@ class FamilyModel:
     @property
     def primary(self) -> str:
         """The format the front routes to normally (its config's `primary_model`)."""
-        return self.primary_format or self.family.primary
+        return self.primary_format or self.family.serving.primary
 
     @property
     def models(self) -> list[str]:

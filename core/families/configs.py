@@ -97,7 +97,7 @@ def has_idle_session(spec: EncoderSpec) -> bool:
     """Whether the encoder's CPU config adds the idle session (see encoder_config)."""
     fam = family(spec.family)
     return (spec.idle_session and fam.format(spec.format).idle_session and spec.instances > 1
-            and spec.format != fam.fallback)
+            and spec.format != fam.serving.fallback)
 
 
 def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
@@ -120,16 +120,17 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
             values[PRECISION_PARAMETER] = spec.precision
             if spec.precision == BF16:  # what Triton's native OpenVINO backend reads
                 values["HINT_BF16"] = "YES"
+    plan = fam.serving.warmup
     config = {
-        "name": spec.name, "max_batch_size": fam.max_batch_size,
-        "input": tensors(fam.encoder_inputs, spec.sizes),
-        "output": tensors((fam.encoder_output,), spec.sizes, fmt.output_suffix),
+        "name": spec.name, "max_batch_size": fam.serving.max_batch_size,
+        "input": tensors(fam.contract.encoder_inputs, spec.sizes),
+        "output": tensors((fam.contract.encoder_output,), spec.sizes, fmt.output_suffix),
         "instance_group": [{"count": spec.instances, "kind": "KIND_CPU"} if profile == CPU
                            else {"count": spec.gpu_instances, "kind": "KIND_GPU"}],
         "dynamic_batching": {}, "parameters": params(values),
         "default_model_filename": fmt.artifact,
-        "model_warmup": warmup.samples(fam.warmup, fam.encoder_inputs, spec.sizes,
-                                       fam.warmup.encoder_batches, fam.warmup.encoder_runs),
+        "model_warmup": warmup.samples(plan, fam.contract.encoder_inputs, spec.sizes,
+                                       plan.encoder_batches, plan.encoder_runs),
     }
     config |= {"backend": fmt.backend} if fmt.backend else {"platform": fmt.platform}
     if spec.version is not None:
@@ -142,20 +143,22 @@ def front_config(spec: FrontSpec, profile: str = CPU) -> mc.ModelConfig:
     profile differs only in routing to the family's default primary, which has one, where
     the chosen primary has none (the openvino format runs on the CPU only)."""
     fam = family(spec.family)
-    primary = fam.primary if profile == GPU else spec.primary or fam.primary
-    values = {**fam.front_parameters, **spec.parameters, "family": fam.name,
+    contract, serving = fam.contract, fam.serving
+    primary = serving.primary if profile == GPU else spec.primary or serving.primary
+    values = {**serving.front_parameters, **spec.parameters, "family": fam.name,
               "primary_model": fam.encoder_name(spec.base, primary),
-              "fallback_model": fam.encoder_name(spec.base, fam.fallback)}
+              "fallback_model": fam.encoder_name(spec.base, serving.fallback)}
     return json_format.ParseDict({
-        "name": spec.name, "backend": fam.backend, "max_batch_size": fam.max_batch_size,
-        "input": tensors(fam.front_inputs, sizes_of(spec.dimension)),
-        "output": tensors(fam.front_outputs, sizes_of(spec.dimension)),
-        "instance_group": [{"count": spec.instances or fam.front_instances, "kind": "KIND_CPU"}],
-        "dynamic_batching": (spec.batching or fam.front_batching).to_config(),
+        "name": spec.name, "backend": fam.backend, "max_batch_size": serving.max_batch_size,
+        "input": tensors(contract.front_inputs, sizes_of(spec.dimension)),
+        "output": tensors(contract.front_outputs, sizes_of(spec.dimension)),
+        "instance_group": [{"count": spec.instances or serving.front_instances,
+                            "kind": "KIND_CPU"}],
+        "dynamic_batching": (spec.batching or serving.front_batching).to_config(),
         "parameters": params(values),
-        "default_model_filename": fam.front_artifact,
-        "model_warmup": warmup.samples(fam.warmup, fam.front_inputs, sizes_of(spec.dimension),
-                                       fam.warmup.front_batches),
+        "default_model_filename": contract.front_artifact,
+        "model_warmup": warmup.samples(serving.warmup, contract.front_inputs,
+                                       sizes_of(spec.dimension), serving.warmup.front_batches),
     }, mc.ModelConfig())
 
 
@@ -172,7 +175,7 @@ def encoder_spec(config: mc.ModelConfig) -> EncoderSpec:
     gate = {k: v for k, v in p.items() if k.startswith("gate_") and fmt.gate.get(k) != v}
     cpu = [g.count for g in config.instance_group if g.kind == mc.ModelInstanceGroup.KIND_CPU]
     policy = config.version_policy
-    named = [i for i, d in enumerate(fam.encoder_inputs[0].dims) if d in IMAGE_DIMS]
+    named = [i for i, d in enumerate(fam.contract.encoder_inputs[0].dims) if d in IMAGE_DIMS]
     spec = EncoderSpec(
         family=fam.name, base=config.name.removesuffix(suffix), format=fmt.name,
         dimension=int(config.output[0].dims[-1]), source=p["source"],
@@ -196,8 +199,8 @@ def front_spec(config: mc.ModelConfig) -> FrontSpec:
                      dimension=int(config.output[0].dims[-1]),
                      parameters={k: v for k, v in p.items() if k not in derived},
                      instances=sum(g.count for g in config.instance_group),
-                     batching=None if batching == fam.front_batching else batching,
-                     primary=None if primary == fam.primary else primary)
+                     batching=None if batching == fam.serving.front_batching else batching,
+                     primary=None if primary == fam.serving.primary else primary)
 
 
 def gpu_spec(spec: EncoderSpec, gpu: mc.ModelConfig) -> EncoderSpec:
@@ -260,12 +263,12 @@ def write_front(repository: Path, spec: FrontSpec) -> None:
     write_atomically(folder / "config.pbtxt", render(front_config(spec), front_header(spec)))
     fam = family(spec.family)
     profile = folder / "configs" / "gpu.pbtxt"
-    if fam.format(spec.primary or fam.primary).gpu:
+    if fam.format(spec.primary or fam.serving.primary).gpu:
         profile.unlink(missing_ok=True)
     else:
         write_atomically(profile, render(front_config(spec, GPU), front_header(spec) + (
             f"\nIts GPU profile (--model-config-name=gpu): {spec.primary} runs on the CPU "
-            f"only, so on a GPU host\nthe front calls {fam.primary}.")))
+            f"only, so on a GPU host\nthe front calls {fam.serving.primary}.")))
     write_lane(repository, spec.name)
 
 
@@ -324,7 +327,7 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], pro
     parameters[SCHEDULING_PARAMETER] = SHARED_SCHEDULING
     if layout.in_process:
         parameters[IN_PROCESS_PARAMETER] = "true"
-    spec = replace(spec, primary=None if primary == fam.primary else primary,
+    spec = replace(spec, primary=None if primary == fam.serving.primary else primary,
                    instances=layout.front_instances, parameters=parameters)
     path = repository / front / "configs" / f"{profile}.pbtxt"
     write_atomically(path, render(front_config(spec), profile_header(front, profile, why)))

@@ -26,8 +26,12 @@ from core.families.spec import (
     IMAGE_DIMS,
     SERVED_BY,
     AgreementGates,
+    AgreementHooks,
     Family,
+    Probes,
+    ServingDefaults,
     Tensor,
+    TensorContract,
     standard_formats,
 )
 from core.families.warmup import WarmupPlan
@@ -91,31 +95,40 @@ def describe_answer(outputs: Mapping[str, np.ndarray]) -> str:
 IMAGE_CLASSIFICATION = Family(
     name="image_classification",
     backend="image_classification",
-    front_artifact="labels.txt",
-    front_inputs=(IMAGE,),
-    front_outputs=(CLASS_IDS, LABELS, PROBABILITIES, SERVED_BY),
-    encoder_inputs=(PIXEL_VALUES,),
-    encoder_output=LOGITS,
     formats=standard_formats(FP32_GATE, INT8_GATE),
-    primary="onnx",
-    fallback="int8",
-    # The model's image parameters (colour mode, resize, crop, normalisation, limits)
-    # come from its source; these are the family's: level 1 calls of 4 images, and 1024
-    # cached answers (by the image's digest) at level 3.
-    front_settings=(ModelSettings(), replace(LadderSettings(), small_batch_rows=4,
-                                             cache_entries=1024), ImageFrontSettings()),
-    # An execution takes 4 images when more are queued (docs/serving.md, "Priority").
-    front_batching=replace(FRONT_BATCHING.with_queue_sizes(256, 64), preferred_batch_size=(4,)),
-    front_instances=2,
-    max_batch_size=16,
     perf_inputs="images.json",
-    front_probe=front_probe,
-    encoder_probe=encoder_probe,
-    check_probe=check_probe,
-    describe_answer=describe_answer,
-    # A real photo: one alone (a lone request) and 4 (what an execution takes under load,
-    # preferred_batch_size) at the front and at each encoder.
-    warmup=WarmupPlan(front_batches=(1, 4), encoder_batches=(1, 4), encoder_runs=2),
-    agreement=top1_agreement,
-    agreement_gates=AgreementGates("gate_min_agreement", None),
+    contract=TensorContract(
+        front_artifact="labels.txt",
+        front_inputs=(IMAGE,),
+        front_outputs=(CLASS_IDS, LABELS, PROBABILITIES, SERVED_BY),
+        encoder_inputs=(PIXEL_VALUES,),
+        encoder_output=LOGITS,
+    ),
+    serving=ServingDefaults(
+        primary="onnx",
+        fallback="int8",
+        # The model's image parameters (colour mode, resize, crop, normalisation, limits)
+        # come from its source; these are the family's: level 1 calls of 4 images, and 1024
+        # cached answers (by the image's digest) at level 3.
+        front_settings=(ModelSettings(), replace(LadderSettings(), small_batch_rows=4,
+                                                 cache_entries=1024), ImageFrontSettings()),
+        # An execution takes 4 images when more are queued (docs/serving.md, "Priority").
+        front_batching=replace(FRONT_BATCHING.with_queue_sizes(256, 64),
+                               preferred_batch_size=(4,)),
+        front_instances=2,
+        max_batch_size=16,
+        # A real photo: one alone (a lone request) and 4 (what an execution takes under
+        # load, preferred_batch_size) at the front and at each encoder.
+        warmup=WarmupPlan(front_batches=(1, 4), encoder_batches=(1, 4), encoder_runs=2),
+    ),
+    probes=Probes(
+        front_probe=front_probe,
+        encoder_probe=encoder_probe,
+        check_probe=check_probe,
+        describe_answer=describe_answer,
+    ),
+    rollout=AgreementHooks(
+        agreement=top1_agreement,
+        agreement_gates=AgreementGates("gate_min_agreement", None),
+    ),
 )

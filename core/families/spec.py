@@ -3,6 +3,22 @@
 A family describes a kind of model once; the repository holds the models of that kind
 (their `config.pbtxt` parameters carry every model-specific value). Export, the release
 commands, health and the watchdog, `tmr serve`, perf and the tests read both.
+
+A `Family` holds its name, its fronts' backend, its formats and its perf inputs, and one
+group per concern:
+
+- `contract` (`TensorContract`): the front's artifact and tensors and the encoders'; the
+  configs (core/families/configs.py), export's signatures and the stubs use it;
+- `serving` (`ServingDefaults`): what a new front config gets (settings, batching,
+  instances, max_batch_size, primary and fallback formats, warmup); the configs use it;
+- `probes` (`Probes`): the health probes and their check, which python_backends/health.py
+  (and the watchdog) run through core/probes.py, and `describe_answer`, used only by
+  server/serve.py;
+- `rollout` (`AgreementHooks`): a rollout's agreement and its gates, which the front
+  (python_backends/front.py) and server/rollout.py judge by.
+
+The stubs in python_backends use the contract, the serving defaults, the probes and the
+agreement hooks, which is why all of it stays in core.
 """
 
 from __future__ import annotations
@@ -111,39 +127,68 @@ Describe = Callable[[Mapping[str, np.ndarray]], str]
 
 
 @dataclass(frozen=True)
-class Family:
-    """One description of a kind of model; see the module docstring."""
+class TensorContract:
+    """The tensors of a family's front and encoders, and the file a front's version
+    folder holds (its tokenizer, its labels)."""
 
-    name: str
-    backend: str  # the Python-based backend (python_backends/backends/<name>) of its fronts
-    front_artifact: str  # the file a front's version folder holds (its tokenizer, its labels)
+    front_artifact: str
     front_inputs: tuple[Tensor, ...]
     front_outputs: tuple[Tensor, ...]
     encoder_inputs: tuple[Tensor, ...]
     encoder_output: Tensor
-    formats: tuple[Format, ...]
+
+
+@dataclass(frozen=True)
+class ServingDefaults:
+    """What a new front config gets from its family, and the formats it calls."""
+
     primary: str  # the format the front calls normally
     fallback: str  # ... and when degraded
     front_settings: tuple[ParameterSettings, ...]  # a new front's parameters (core/settings)
     front_batching: DynamicBatching  # ... and its dynamic_batching
     front_instances: int
     max_batch_size: int
-    perf_inputs: str  # perf_analyzer input data of a front, under perf/inputs/
-    front_probe: Probe
-    encoder_probe: Probe
-    check_probe: ProbeCheck
-    describe_answer: Describe  # what `tmr serve` prints of its example call
     warmup: WarmupPlan  # the samples every instance runs before READY (core/families/warmup)
-    # A rollout's per-row agreement of a candidate's encoder outputs with the served
-    # version's, and the gate parameters judging it.
-    agreement: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    agreement_gates: AgreementGates
 
     @property
     def front_parameters(self) -> dict[str, str]:
         """The parameters a new front config gets from the family (its settings)."""
         return {key: value for settings in self.front_settings
                 for key, value in settings.to_parameters().items()}
+
+
+@dataclass(frozen=True)
+class Probes:
+    """The health probes of a family's fronts and encoders, their check, and what
+    `tmr serve` prints of its example call."""
+
+    front_probe: Probe
+    encoder_probe: Probe
+    check_probe: ProbeCheck
+    describe_answer: Describe
+
+
+@dataclass(frozen=True)
+class AgreementHooks:
+    """A rollout's per-row agreement of a candidate's encoder outputs with the served
+    version's, and the gate parameters judging it."""
+
+    agreement: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    agreement_gates: AgreementGates
+
+
+@dataclass(frozen=True)
+class Family:
+    """One description of a kind of model; see the module docstring."""
+
+    name: str
+    backend: str  # the Python-based backend (python_backends/backends/<name>) of its fronts
+    formats: tuple[Format, ...]
+    perf_inputs: str  # perf_analyzer input data of a front, under perf/inputs/
+    contract: TensorContract
+    serving: ServingDefaults
+    probes: Probes
+    rollout: AgreementHooks
 
     def format(self, name: str) -> Format:
         for fmt in self.formats:

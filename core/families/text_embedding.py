@@ -21,8 +21,12 @@ from core.families.spec import (
     DIM,
     SERVED_BY,
     AgreementGates,
+    AgreementHooks,
     Family,
+    Probes,
+    ServingDefaults,
     Tensor,
+    TensorContract,
     standard_formats,
 )
 from core.families.warmup import WarmupPlan
@@ -80,29 +84,39 @@ def describe_answer(outputs: Mapping[str, np.ndarray]) -> str:
 TEXT_EMBEDDING = Family(
     name="text_embedding",
     backend="text_embedding",
-    front_artifact="tokenizer.json",
-    front_inputs=(TEXT,),
-    front_outputs=(EMBEDDING, SERVED_BY, TOKENS, TRUNCATED_TOKENS, WINDOWS),
-    encoder_inputs=ENCODER_INPUTS,
-    encoder_output=ENCODER_OUTPUT,
     formats=standard_formats(FP32_GATE, INT8_GATE),
-    primary="onnx",
-    fallback="int8",
-    front_settings=(ModelSettings(), LadderSettings(), TextFrontSettings()),
-    # Level 2 (low) may queue 128 requests (about 0.6 s of work), level 1 512. An
-    # execution takes 8 rows when more are queued, so a priority-1 request waits for one
-    # short execution, not for 64 rows of bulk work (docs/serving.md, "Priority").
-    front_batching=replace(FRONT_BATCHING.with_queue_sizes(512, 128), preferred_batch_size=(8,)),
-    front_instances=3,
-    max_batch_size=64,
     perf_inputs="embed.json",
-    front_probe=front_probe,
-    encoder_probe=encoder_probe,
-    check_probe=check_probe,
-    describe_answer=describe_answer,
-    # A typical text of 32 tokens: one alone (a lone request) and 8 (what an execution
-    # takes under load, preferred_batch_size) at the front and at each encoder.
-    warmup=WarmupPlan(front_batches=(1, 8), encoder_batches=(1, 8), encoder_runs=2, tokens=32),
-    agreement=row_cosine,
-    agreement_gates=AgreementGates("gate_mean_cosine", "gate_min_cosine"),
+    contract=TensorContract(
+        front_artifact="tokenizer.json",
+        front_inputs=(TEXT,),
+        front_outputs=(EMBEDDING, SERVED_BY, TOKENS, TRUNCATED_TOKENS, WINDOWS),
+        encoder_inputs=ENCODER_INPUTS,
+        encoder_output=ENCODER_OUTPUT,
+    ),
+    serving=ServingDefaults(
+        primary="onnx",
+        fallback="int8",
+        front_settings=(ModelSettings(), LadderSettings(), TextFrontSettings()),
+        # Level 2 (low) may queue 128 requests (about 0.6 s of work), level 1 512. An
+        # execution takes 8 rows when more are queued, so a priority-1 request waits for one
+        # short execution, not for 64 rows of bulk work (docs/serving.md, "Priority").
+        front_batching=replace(FRONT_BATCHING.with_queue_sizes(512, 128),
+                               preferred_batch_size=(8,)),
+        front_instances=3,
+        max_batch_size=64,
+        # A typical text of 32 tokens: one alone (a lone request) and 8 (what an execution
+        # takes under load, preferred_batch_size) at the front and at each encoder.
+        warmup=WarmupPlan(front_batches=(1, 8), encoder_batches=(1, 8), encoder_runs=2,
+                          tokens=32),
+    ),
+    probes=Probes(
+        front_probe=front_probe,
+        encoder_probe=encoder_probe,
+        check_probe=check_probe,
+        describe_answer=describe_answer,
+    ),
+    rollout=AgreementHooks(
+        agreement=row_cosine,
+        agreement_gates=AgreementGates("gate_mean_cosine", "gate_min_cosine"),
+    ),
 )

@@ -21,7 +21,8 @@ from core.families import TEXT_EMBEDDING
 from perf.load import unique_texts
 from server.goodput import LoadPoint, Outcome, Send, closed_loop, load_point
 
-TEXT_IN, VECTOR_OUT = TEXT_EMBEDDING.front_inputs[0].name, TEXT_EMBEDDING.front_outputs[0].name
+TEXT_IN = TEXT_EMBEDDING.contract.front_inputs[0].name
+VECTOR_OUT = TEXT_EMBEDDING.contract.front_outputs[0].name
 EMBEDDING_DIM = 384  # the served model's (all-MiniLM-L6-v2)
 REQUEST_TIMEOUT_S = 30.0
 

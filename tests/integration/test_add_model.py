@@ -87,7 +87,7 @@ def test_an_added_model_is_served_with_no_code_change_and_equals_eager_pytorch(a
                        rtol=1e-3)  # the same normalisation (or none)
     # The reviewed config calls the family's primary at FP32 whatever this host is: the
     # host's choices are `tmr tune`'s (test_host_profile.py), never frozen into config.pbtxt.
-    assert model.primary == model.family.primary
+    assert model.primary == model.family.serving.primary
     primary = model.encoder(model.primary)
     precision = served_precision(parameters_of(read_config(repo / primary)))
     assert result.served_by == [f"{primary}:1:{precision}:L0"] * len(TEXTS)

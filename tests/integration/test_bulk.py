@@ -50,6 +50,6 @@ def test_sync_and_async_bulk_calls_agree_row_for_row(triton) -> None:
         async with AsyncClient(triton.grpc_url, protocol="grpc", max_in_flight=2) as c:
             return await c.embed(texts)
 
-    rows = TEXT_EMBEDDING.front_batching.request_rows(TEXT_EMBEDDING.max_batch_size)
+    rows = TEXT_EMBEDDING.serving.front_batching.request_rows(TEXT_EMBEDDING.serving.max_batch_size)
     assert steps == [*range(rows, 300, rows), 300]
     assert np.allclose(asyncio.run(run()), sync, atol=1e-5)

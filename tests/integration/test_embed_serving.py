@@ -72,7 +72,7 @@ def test_client_splits_lists_into_requests_of_the_fronts_preferred_batch(triton,
     texts = TEXTS * 40  # 160 rows > max_batch_size 64
     with Client(triton.grpc_url, protocol="grpc") as client:
         result = client.embed_with_info(texts)
-    chunks = -(-len(texts) // TEXT_EMBEDDING.front_batching.preferred_batch_size[0])
+    chunks = -(-len(texts) // TEXT_EMBEDDING.serving.front_batching.preferred_batch_size[0])
     assert len(result.request_ids) == chunks and len(set(result.request_ids)) == chunks
     assert result.model_name == "embed" and result.model_versions == ["1"] * chunks
     assert result.tokens[:4] == [len(r) for r in TextEncoder(

@@ -26,8 +26,8 @@ from tests.image_samples import cat
 from tests.integration.helpers import assert_serving
 
 HIGH, LOW = 1, 2
-TEXT_ROWS = TEXT_EMBEDDING.front_batching.preferred_batch_size[0]
-IMAGE_ROWS = IMAGE_CLASSIFICATION.front_batching.preferred_batch_size[0]
+TEXT_ROWS = TEXT_EMBEDDING.serving.front_batching.preferred_batch_size[0]
+IMAGE_ROWS = IMAGE_CLASSIFICATION.serving.front_batching.preferred_batch_size[0]
 
 
 def texts(n: int) -> list[bytes]:
@@ -108,7 +108,7 @@ def test_priority_1_overtakes_a_queued_priority_2_backlog(triton, protocol) -> N
     url = triton.http_url if protocol == "http" else triton.grpc_url
     # 3 instances take 3 executions of TEXT_ROWS rows; the rest wait in the queue
     sent, lows, highs = asyncio.run(finish_order(
-        protocol, url, "embed", TEXT_EMBEDDING.front_inputs[0].name, texts, TEXT_ROWS,
+        protocol, url, "embed", TEXT_EMBEDDING.contract.front_inputs[0].name, texts, TEXT_ROWS,
         backlog=60, highs=4))
     assert_overtaken(sent, lows, highs, instances=3)
     assert_serving(triton.http_url)
@@ -117,8 +117,9 @@ def test_priority_1_overtakes_a_queued_priority_2_backlog(triton, protocol) -> N
 def test_priority_1_overtakes_a_priority_2_image_backlog(triton) -> None:
     # 2 instances take 2 executions of IMAGE_ROWS images; the rest wait
     sent, lows, highs = asyncio.run(finish_order(
-        "grpc", triton.grpc_url, "efficientnet_lite0", IMAGE_CLASSIFICATION.front_inputs[0].name,
-        images, IMAGE_ROWS, backlog=20, highs=2))
+        "grpc", triton.grpc_url, "efficientnet_lite0",
+        IMAGE_CLASSIFICATION.contract.front_inputs[0].name, images, IMAGE_ROWS, backlog=20,
+        highs=2))
     assert_overtaken(sent, lows, highs, instances=2)
     assert_serving(triton.http_url)
 
@@ -128,7 +129,7 @@ async def saturate_with_priority_1(url: str, seconds: float, clients: int,
     """`clients` priority-1 clients back to back for `seconds`; meanwhile `lows`
     priority-2 requests one after another. (high errors, low outcomes)."""
     client, infer_input = client_for("http", url)
-    tensor = TEXT_EMBEDDING.front_inputs[0].name
+    tensor = TEXT_EMBEDDING.contract.front_inputs[0].name
     deadline = time.monotonic() + seconds
     high_errors: list = []
 

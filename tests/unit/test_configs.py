@@ -118,23 +118,23 @@ def test_front_and_encoder_tensors_are_the_familys(model):
     # the embedding width or the class count: what the encoders output
     dim = int(config(next(iter(model.encoders.values()))).output[0].dims[-1])
     io = [(t.name, mc.DataType.Value(t.data_type), list(t.resolved({"dim": dim})))
-          for t in (*fam.front_inputs, *fam.front_outputs)]
+          for t in (*fam.contract.front_inputs, *fam.contract.front_outputs)]
     assert [(t.name, t.data_type, list(t.dims)) for t in (*front.input, *front.output)] == io
     for fmt, name in model.encoders.items():
         suffix = fam.format(fmt).output_suffix
         encoder = config(name)
-        assert [t.name for t in encoder.input] == [t.name for t in fam.encoder_inputs]
+        assert [t.name for t in encoder.input] == [t.name for t in fam.contract.encoder_inputs]
         assert [(t.name, list(t.dims)) for t in encoder.output] == \
-            [(fam.encoder_output.name + suffix, [dim])]
+            [(fam.contract.encoder_output.name + suffix, [dim])]
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.base)
 def test_front_calls_its_own_encoders_and_falls_back_to_the_cheaper_precision(model):
     params = parameters_of(config(model.front))
     fam = model.family
-    assert params["primary_model"] == model.encoder(fam.primary)
-    assert params["fallback_model"] == model.encoder(fam.fallback)
-    assert fam.format(fam.fallback).precision == "int8"
+    assert params["primary_model"] == model.encoder(fam.serving.primary)
+    assert params["fallback_model"] == model.encoder(fam.serving.fallback)
+    assert fam.format(fam.serving.fallback).precision == "int8"
 
 
 @pytest.mark.parametrize("name", FRONTS)
@@ -312,8 +312,9 @@ def test_settings_render_into_parameters_and_parse_back_to_equal_settings():
         rendered = {k: {"string_value": v} for k, v in default.to_parameters().items()}
         assert cls.from_parameters({"parameters": rendered}) == default, cls.__name__
     for fam in FAMILIES.values():
-        config = {"parameters": {k: {"string_value": v} for k, v in fam.front_parameters.items()}}
-        for settings in fam.front_settings:
+        config = {"parameters": {k: {"string_value": v}
+                                 for k, v in fam.serving.front_parameters.items()}}
+        for settings in fam.serving.front_settings:
             assert type(settings).from_parameters(config) == settings, (fam.name, settings)
 
 

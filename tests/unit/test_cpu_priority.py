@@ -17,7 +17,10 @@ started = threading.Event()
 threading.Thread(target=lambda: (started.set(), time.sleep(30)), daemon=True).start()
 started.wait()
 print(len(lower(sys.argv[1], 15)), flush=True)
-threading.Thread(target=lambda: time.sleep(30), daemon=True).start()  # after: inherits
+after = threading.Event()
+threading.Thread(target=lambda: (after.set(), time.sleep(30)), daemon=True).start()  # inherits
+after.wait()
+print("started", flush=True)
 time.sleep(30)
 """
 
@@ -40,6 +43,7 @@ def test_every_thread_before_and_after_is_lowered(policy: str, expected: tuple) 
     try:
         changed = int(child.stdout.readline())
         assert changed == (0 if policy == "normal" else 2)  # the main thread and one more
+        assert child.stdout.readline().strip() == "started"  # the thread started after it
         rows = threads_of(child.pid)
         assert len(rows) == 3 and set(rows) == {expected}
     finally:

@@ -119,7 +119,7 @@ def test_the_kserve_body_asks_for_binary_embeddings_and_json_counts():
 
 
 def test_the_counts_the_route_sums_are_the_familys_front_outputs():
-    names = [t.name for t in TEXT_EMBEDDING.front_outputs]
+    names = [t.name for t in TEXT_EMBEDDING.contract.front_outputs]
     assert all(name in names for name in COUNT_OUTPUTS)
 
 
@@ -192,7 +192,7 @@ def test_tritons_errors_keep_their_meaning_with_the_requests_own_row_numbers(sta
                              500: "server_error"}[expected]
 
 
-TEXT = TEXT_EMBEDDING.front_inputs[0].name
+TEXT = TEXT_EMBEDDING.contract.front_inputs[0].name
 
 
 def refusal(make) -> str:

@@ -251,14 +251,14 @@ def test_the_locustfile_sends_the_text_familys_front_input() -> None:
     from core.families import TEXT_EMBEDDING
 
     text = (PEERS_SRC.parent / "locustfile.py").read_text()
-    assert f'"name": "{TEXT_EMBEDDING.front_inputs[0].name}"' in text
+    assert f'"name": "{TEXT_EMBEDDING.contract.front_inputs[0].name}"' in text
 
 
 def test_the_fastapi_peers_feed_the_text_familys_encoder_tensors() -> None:
     from core.families import TEXT_EMBEDDING
 
-    names = (*(t.name for t in TEXT_EMBEDDING.encoder_inputs),
-             TEXT_EMBEDDING.encoder_output.name)
+    names = (*(t.name for t in TEXT_EMBEDDING.contract.encoder_inputs),
+             TEXT_EMBEDDING.contract.encoder_output.name)
     assert names == (ort_text.INPUT_IDS, ort_text.ATTENTION_MASK, ort_text.OUTPUT)
 
 

@@ -78,26 +78,27 @@ def differences(settings: object) -> dict[str, object]:
 
 
 def test_each_family_holds_only_its_differences_from_the_defaults() -> None:
-    assert [differences(s) for s in TEXT_EMBEDDING.front_settings] == [{}, {}, {}]
-    assert [differences(s) for s in IMAGE_CLASSIFICATION.front_settings] == \
+    assert [differences(s) for s in TEXT_EMBEDDING.serving.front_settings] == [{}, {}, {}]
+    assert [differences(s) for s in IMAGE_CLASSIFICATION.serving.front_settings] == \
         [{}, {"small_batch_rows": 4, "cache_entries": 1024}, {}]
     sizes = {fam.name: [p.max_queue_size for _, p in sorted(
-        fam.front_batching.priority_queue_policy.items())] for fam in (TEXT_EMBEDDING,
+        fam.serving.front_batching.priority_queue_policy.items())] for fam in (TEXT_EMBEDDING,
                                                                       IMAGE_CLASSIFICATION)}
     assert sizes == {"text_embedding": [512, 128], "image_classification": [256, 64]}
-    preferred = {fam.name: fam.front_batching.preferred_batch_size
+    preferred = {fam.name: fam.serving.front_batching.preferred_batch_size
                  for fam in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION)}
     assert preferred == {"text_embedding": (8,), "image_classification": (4,)}
     for fam in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION):
-        assert replace(fam.front_batching, priority_queue_policy={}, preferred_batch_size=()) \
-            == replace(FRONT_BATCHING, priority_queue_policy={})
+        assert replace(fam.serving.front_batching, priority_queue_policy={},
+                       preferred_batch_size=()) == replace(FRONT_BATCHING, priority_queue_policy={})
 
 
 def test_request_rows_are_the_largest_preferred_batch_within_max_batch_size() -> None:
     assert DynamicBatching().request_rows(64) == 64
     assert DynamicBatching(preferred_batch_size=(4, 8)).request_rows(64) == 8
     assert DynamicBatching(preferred_batch_size=(128,)).request_rows(64) == 64
-    assert TEXT_EMBEDDING.front_batching.request_rows(TEXT_EMBEDDING.max_batch_size) == 8
+    serving = TEXT_EMBEDDING.serving
+    assert serving.front_batching.request_rows(serving.max_batch_size) == 8
     # from a config in Triton's JSON form, as the stub and the SDK read it
     assert request_rows({"max_batch_size": 64,
                          "dynamic_batching": {"preferred_batch_size": [8]}}) == 8

@@ -137,7 +137,7 @@ def test_the_text_sample_is_a_real_text_with_its_real_token_ids():
     mask = np.frombuffer((folder / "attention_mask").read_bytes(), "<i8")
     real = export_warmup.text_feeds(REPO, model, [text])["input_ids"][0]
     assert mask.sum() == len(real) and (ids[:len(real)] == real).all()
-    assert len(real) > TEXT_EMBEDDING.warmup.tokens // 2, "not a typical text"
+    assert len(real) > TEXT_EMBEDDING.serving.warmup.tokens // 2, "not a typical text"
 
 
 def test_the_image_sample_is_a_real_image_and_its_preprocessed_pixels(tmp_path: Path):
