@@ -76,8 +76,8 @@ def degraded_level(message: str) -> int | None:
     at = message.find(_DEGRADED_MARKER + " ")
     if at < 0:
         return None
-    digits = message[at + len(_DEGRADED_MARKER) + 1:].split(" ", 1)[0]
-    return int(digits) if digits.isdigit() else None
+    level = message[at + len(_DEGRADED_MARKER) + 1:].split(" ", 1)[0]
+    return int(level) if level.isdigit() else None
 
 
 def row_ref(tensor: str, row: int) -> str:

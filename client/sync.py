@@ -246,7 +246,8 @@ class Client(ClientBase):
         try:
             result, error = answer.get(timeout=call.time_left())
         except queue.Empty as err:
-            self._abandoned.append(answer)
+            # Kept until answered: a long-lived client holds only the ones still running.
+            self._abandoned = [q for q in self._abandoned if q.empty()] + [answer]
             raise call.deadline_error() from err
         if error is not None:
             raise self._typed(error) from error
