@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 help: ## list the verbs
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: apt venv traces export tune ## install apt packages, the venvs, the model exports and the host profile (idempotent)
+setup: apt venv traces export tune locust ## install apt packages, the venvs, the model exports and the host profile (idempotent)
 
 # RUNLEVEL=1: the packages' services (nginx on :80, prometheus on :9090) are not started;
 # the project runs its own instances on free ports.
@@ -145,7 +145,7 @@ $(PEERS)/infinity/model/model.onnx: | $(STAMP)
 
 locust: $(PEERS)/locust/.installed ## Locust 2.47 in its own venv (.peers/locust) for the scenarios of perf/locustfile.py
 
-$(PEERS)/locust/.installed: perf/requirements-locust.txt
+$(PEERS)/locust/.installed: perf/requirements-locust.txt $(STAMP)
 	@[ -x $(PEERS)/locust/venv/bin/python ] || $(PY) -m venv $(PEERS)/locust/venv
 	$(PEERS)/locust/venv/bin/python -m pip install --quiet --disable-pip-version-check -r $<
 	@touch $@

@@ -1,5 +1,5 @@
-"""`tmr perf sweep|compare|check|plan|capacity`: the command line of perf/sweep.py and
-perf/plan_cli.py, which take the typed options built here."""
+"""`tmr perf sweep|compare|check|plan|capacity`: the command line of server/sweep.py and
+server/plan.py, which take the typed options built here."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def add_p99_budget(parser: argparse.ArgumentParser) -> None:
 
 
 def add_sweep(verbs: argparse._SubParsersAction) -> None:
-    from perf.sweep import SweepOptions, cmd_sweep
+    from server.sweep import SweepOptions, cmd_sweep
 
     def make(a: argparse.Namespace) -> SweepOptions:
         url, protocol = parse_url(a.url, a.protocol, "grpc") if a.url else (
@@ -83,7 +83,7 @@ def add_sweep(verbs: argparse._SubParsersAction) -> None:
 
 
 def add_compare_and_check(verbs: argparse._SubParsersAction) -> None:
-    from perf.sweep import CheckOptions, CompareOptions, cmd_check, cmd_compare
+    from server.sweep import CheckOptions, CompareOptions, cmd_check, cmd_compare
 
     parser = verb(verbs, "compare", "B against A, level by level", cmd_compare,
                   lambda a: options(CompareOptions, a))
@@ -101,7 +101,7 @@ def add_compare_and_check(verbs: argparse._SubParsersAction) -> None:
 
 
 def add_plan(verbs: argparse._SubParsersAction) -> None:
-    from perf.plan_cli import PlanOptions, cmd_plan
+    from server.plan import PlanOptions, cmd_plan
 
     parser = verb(verbs, "plan", "derive max/preferred batch and queue delay", cmd_plan,
                   lambda a: options(PlanOptions, a, latency_budget_ms=ms(a.latency_budget_s),
@@ -119,7 +119,7 @@ def add_plan(verbs: argparse._SubParsersAction) -> None:
 
 
 def add_capacity(verbs: argparse._SubParsersAction) -> None:
-    from perf.plan_cli import CapacityOptions, cmd_capacity
+    from server.plan import CapacityOptions, cmd_capacity
 
     parser = verb(verbs, "capacity", "replicas for a target peak, from a measured sweep",
                   cmd_capacity,

@@ -1,35 +1,92 @@
-"""The priority mix as a Locust scenario: priority-1 single texts at a steady rate beside
-priority-2 bulk calls sent back to back, over Triton's HTTP/JSON route.
-
-Runs in its own venv (`make locust`), importing no project module:
+"""Every HTTP and gRPC load of perf/ as Locust users and one load shape. Runs in its own venv
+(`make locust`), imports no project module; `perf/locust_run.py` starts it and reads its CSV.
 
     .peers/locust/venv/bin/locust -f perf/locustfile.py --host http://localhost:8000 \\
         --headless -u 24 -r 24 -t 60s --csv perf/results/locust SingleText Bulk
 
-Triton takes the priority from the request body, `"parameters": {"priority": N}`, as
-tritonclient's `priority=` sends it. Every text is new (a perf input text with a unique
-suffix), so the response cache answers none. Environment: TMR_MODEL (default `embed`),
-TMR_SINGLE_RPS (requests/s per single-text user, default 4), TMR_BULK_ROWS (default 32).
-`ClosedLoop` (no wait, the model's default priority) is what perf/README.md's client-cost
-measurement ran against perf.load's closed loop.
+Users (every text is new, a perf input with a unique suffix, so no cache answers):
+
+- `ClosedLoop`: one text a request, back to back, no priority (the peers' ladder);
+  `HighClosed` / `LowClosed` the same at priority 1 / 2, TMR_HIGH_USERS / TMR_LOW_USERS each.
+- `SingleText` (priority 1, TMR_SINGLE_RPS a second per user) beside `Bulk` (priority 2,
+  TMR_BULK_ROWS texts a request, back to back): the priority mix.
+- `OpenLoop` / `GrpcOpenLoop`: TMR_USER_RPS arrivals a second per user whatever the server
+  does (a greenlet per request), TMR_HIGH_SHARE at priority 1 and the rest at 2, over
+  KServe HTTP or tritonclient's gRPC (TMR_GRPC_HOST). Overload, saw-tooth and soak.
+
+`TMR_STAGES` (JSON `[[seconds, requests_per_s, "phase"], ...]`) turns on the `Stages` shape:
+open-loop users enough for each stage's rate, requests named by their phase. `TMR_WINDOW_S`
+names requests by the window they were sent in instead (`w0003`), for the soak's samples.
+Names end in the priority (`overload p1`), so the stats have one entry per phase and priority;
+a failed request goes under its name + FAILED, so a name's latencies are its served ones.
+TMR_ENDPOINT: `kserve` (Triton's /v2 JSON), `openai` (/v1/embeddings) or `infer` (the seeds'
+FastAPI peers); TMR_PATH overrides the route, TMR_HEADERS (JSON) adds headers.
+Locust rounds latencies above 100 ms to 10 ms and above 1 s to 100 ms.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
+import random
+import re
+import time
 import uuid
 from pathlib import Path
 
-from locust import FastHttpUser, constant, constant_throughput, task
+import gevent
+from locust import FastHttpUser, LoadTestShape, User, constant, constant_throughput, events, task
 
-MODEL = os.environ.get("TMR_MODEL", "embed")
-SINGLE_RPS = float(os.environ.get("TMR_SINGLE_RPS", "4"))
-BULK_ROWS = int(os.environ.get("TMR_BULK_ROWS", "32"))
+ENV = os.environ
+MODEL = ENV.get("TMR_MODEL", "embed")
+ENDPOINT = ENV.get("TMR_ENDPOINT", "kserve")
+PATH = ENV.get("TMR_PATH") or {"kserve": f"/v2/models/{MODEL}/infer",
+                               "openai": "/v1/embeddings", "infer": "/infer"}[ENDPOINT]
+HEADERS = json.loads(ENV.get("TMR_HEADERS", "{}"))
+SINGLE_RPS = float(ENV.get("TMR_SINGLE_RPS", "4"))
+BULK_ROWS = int(ENV.get("TMR_BULK_ROWS", "32"))
+USER_RPS = float(ENV.get("TMR_USER_RPS", "5"))
+HIGH_SHARE = float(ENV.get("TMR_HIGH_SHARE", "0.2"))
+STAGES = json.loads(ENV.get("TMR_STAGES", "[]"))
+WINDOW_S = float(ENV.get("TMR_WINDOW_S", "0"))
+DIM = 384  # all-MiniLM-L6-v2's vector
 INPUTS = Path(__file__).resolve().parent / "inputs" / "embed.json"
 BASE = [d["TEXT"]["content"][0] for d in json.loads(INPUTS.read_text())["data"]]
 NONCE, COUNTER = uuid.uuid4().hex[:8], itertools.count()
+FAILED = " failed"
+STARTED = [time.monotonic()]
+RUNNER: list = []  # the environment's runner, for the failures written at quit
+
+
+@events.init.add_listener
+def _init(environment: object, **_kwargs: object) -> None:
+    RUNNER.append(environment)
+
+
+@events.test_start.add_listener
+def _started(**_kwargs: object) -> None:
+    STARTED[0] = time.monotonic()
+
+
+@events.quit.add_listener
+def _write_failures(**_kwargs: object) -> None:
+    """Every failure by name and error, once the last answer is in (TMR_FAILURES_FILE):
+    Locust's own _failures.csv is written a second at a time and can miss the last ones."""
+    if ENV.get("TMR_FAILURES_FILE") and RUNNER and RUNNER[0].runner:
+        errors = RUNNER[0].runner.stats.errors.values()
+        Path(ENV["TMR_FAILURES_FILE"]).write_text(json.dumps(
+            [[e.name, str(e.error), e.occurrences] for e in errors]))
+
+
+def phase(elapsed_s: float) -> str:
+    """The name of the stage running `elapsed_s` into the run ("" past the last)."""
+    for seconds, _rps, name in STAGES:
+        if elapsed_s < seconds:
+            return name
+        elapsed_s -= seconds
+    return ""
 
 
 def texts(n: int) -> list[str]:
@@ -37,8 +94,20 @@ def texts(n: int) -> list[str]:
     return [f"{BASE[i % len(BASE)]} ({NONCE}-{i})" for i in itertools.islice(COUNTER, n)]
 
 
+def label(priority: int, rows: int = 1) -> str:
+    """The request's name in the stats: its phase or window, its priority, its rows."""
+    elapsed = time.monotonic() - STARTED[0]
+    head = f"w{int(elapsed // WINDOW_S):04d}" if WINDOW_S else phase(elapsed)
+    tail = f"p{priority}" + (f" x{rows}" if rows > 1 else "")
+    return f"{head} {tail}".strip()
+
+
 def body(rows: list[str], priority: int) -> dict:
-    """KServe v2 JSON: TEXT as BYTES [n, 1]; priority 0 leaves the model's default."""
+    """The request for ENDPOINT; priority 0 leaves the model's default."""
+    if ENDPOINT == "openai":
+        return {"model": MODEL, "input": rows}
+    if ENDPOINT == "infer":
+        return {"text": rows[0]}
     request: dict = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(rows), 1],
                                  "data": rows}]}
     if priority:
@@ -46,39 +115,163 @@ def body(rows: list[str], priority: int) -> dict:
     return request
 
 
+def vectors(answer: dict) -> list:
+    """The vectors in an answer of ENDPOINT."""
+    if ENDPOINT == "openai":
+        return [d["embedding"] for d in answer["data"]]
+    if ENDPOINT == "infer":
+        return [answer["result"]]
+    out = next(o for o in answer["outputs"] if o["name"] == "EMBEDDING")
+    return [out["data"][i * DIM:(i + 1) * DIM] for i in range(out["shape"][0])]
+
+
+def problem(status: int, answer: dict, rows: int) -> str | None:
+    """None for `rows` finite 384-d vectors, else the failure as Locust records it."""
+    if status != 200:
+        message = re.sub(r"^\[request id: [^]]*\] ", "", str(answer.get("error", "")))
+        return f"HTTP {status}: {message[:80]}"
+    try:
+        got = vectors(answer)
+    except (KeyError, IndexError, TypeError, StopIteration):
+        return "malformed answer"
+    good = all(len(v) == DIM and all(math.isfinite(x) for x in v) for v in got)
+    return None if len(got) == rows and good else "not one 384-d vector a row"
+
+
 class Embedder(FastHttpUser):
-    """A client of the front model; a 200 with one vector per row is a success."""
+    """A client of the text front over HTTP JSON."""
 
     abstract = True
     rows, priority = 1, 0
+    concurrency, network_timeout = 32, 30.0
+
+    def send(self, rows: int, priority: int) -> None:
+        with self.client.post(PATH, json=body(texts(rows), priority), headers=HEADERS,
+                              name=label(priority, rows), catch_response=True) as response:
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = {"error": response.text}
+            error = problem(response.status_code, answer, rows)
+            if error:
+                response.request_meta["name"] += FAILED
+                response.failure(error)
+
+
+class Steady(Embedder):
+    """Sends its rows at its priority as its wait_time allows."""
+
+    abstract = True
 
     @task
     def embed(self) -> None:
-        with self.client.post(f"/v2/models/{MODEL}/infer", json=body(texts(self.rows),
-                              self.priority), name=f"p{self.priority} x{self.rows}",
-                              catch_response=True) as response:
-            if response.status_code != 200:
-                response.failure(f"HTTP {response.status_code}")
-            elif response.json()["outputs"][0]["shape"][0] != self.rows:
-                response.failure("wrong row count")
+        self.send(self.rows, self.priority)
 
 
-class SingleText(Embedder):
-    """Priority 1, one text a request, TMR_SINGLE_RPS a second per user (an open loop as
-    long as the server answers within the pacing)."""
+class ClosedLoop(Steady):
+    """One text a request, no wait, the model's default priority."""
+
+    wait_time = constant(0)
+
+
+class HighClosed(Steady):
+    """Priority 1 back to back, TMR_HIGH_USERS of them (with LowClosed: the recover load)."""
+
+    priority, fixed_count = 1, int(ENV.get("TMR_HIGH_USERS", "0"))
+    wait_time = constant(0)
+
+
+class LowClosed(Steady):
+    """Priority 2 back to back, TMR_LOW_USERS of them."""
+
+    priority, fixed_count = 2, int(ENV.get("TMR_LOW_USERS", "0"))
+    wait_time = constant(0)
+
+
+class SingleText(Steady):
+    """Priority 1, one text a request, TMR_SINGLE_RPS a second per user (paced: a user
+    whose answers take longer than its period falls behind)."""
 
     weight, priority = 3, 1
     wait_time = constant_throughput(SINGLE_RPS)
 
 
-class Bulk(Embedder):
+class Bulk(Steady):
     """Priority 2, TMR_BULK_ROWS texts a request, back to back."""
 
     weight, priority, rows = 1, 2, BULK_ROWS
     wait_time = constant(0)
 
 
-class ClosedLoop(Embedder):
-    """One text a request, no wait, the model's default priority."""
+def arrive(user: User) -> None:
+    """One arrival on the user's fixed schedule (its phase random, so users do not send
+    together), sent on its own greenlet."""
+    if not hasattr(user, "rng"):
+        user.rng = random.Random()
+        user.due = time.monotonic() + user.rng.random() / USER_RPS
+    user.due += 1.0 / USER_RPS
+    gevent.sleep(max(0.0, user.due - time.monotonic()))
+    gevent.spawn(user.send, 1, 1 if user.rng.random() < HIGH_SHARE else 2)
+
+
+class OpenLoop(Embedder):
+    """TMR_USER_RPS arrivals a second over HTTP, whatever the server does."""
 
     wait_time = constant(0)
+
+    @task
+    def embed(self) -> None:
+        arrive(self)
+
+
+class GrpcOpenLoop(User):
+    """The open loop over gRPC (tritonclient), to TMR_GRPC_HOST."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.grpc = grpcclient
+        self.client = grpcclient.InferenceServerClient(ENV["TMR_GRPC_HOST"])
+
+    def send(self, rows: int, priority: int) -> None:
+        import numpy as np
+
+        name, began, error = label(priority, rows), time.perf_counter(), None
+        text = self.grpc.InferInput("TEXT", [rows, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[t.encode()] for t in texts(rows)], dtype=object))
+        try:
+            got = self.client.infer(MODEL, [text], priority=priority,
+                                    headers=HEADERS).as_numpy("EMBEDDING")
+            if got.shape != (rows, DIM) or not np.isfinite(got).all():
+                error = ValueError("not one 384-d vector a row")
+        except self.grpc.InferenceServerException as err:
+            error = err
+        took_ms = (time.perf_counter() - began) * 1000
+        self.environment.events.request.fire(
+            request_type="gRPC", name=name + FAILED if error else name, response_time=took_ms,
+            response_length=0, exception=error, context={})
+
+    @task
+    def embed(self) -> None:
+        arrive(self)
+
+
+if ENV.get("TMR_GRPC_HOST"):
+    import grpc.experimental.gevent as grpc_gevent
+
+    grpc_gevent.init_gevent()
+
+if STAGES:
+    class Stages(LoadTestShape):
+        """Open-loop users enough for each stage's rate, in turn (`label` names the
+        requests by the stage they were sent in)."""
+
+        def tick(self) -> tuple[int, float] | None:
+            t = self.get_run_time()
+            for seconds, rps, _name in STAGES:
+                if t < seconds:
+                    return math.ceil(rps / USER_RPS), 1000.0
+                t -= seconds
+            return None

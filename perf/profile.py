@@ -38,13 +38,15 @@ from tmr_client.core import DEFAULT_MODEL
 
 from core.families import TEXT_EMBEDDING
 from core.repository import set_parameter
-from perf import harness, perf_analyzer, subjects
-from perf.load import unique_texts
+from perf import subjects
 from perf.peers import cpu
 from perf.subjects import build_repository
-from server import goodput
+from server import goodput, perf_analyzer
 from server.launcher import TritonServer, stub_processes
+from server.profile import served_profile
 from server.prometheus import metric_value
+from server.served_copy import free_port_server
+from server.stamp import run_dir, write_report
 
 INPUTS = goodput.INPUTS / TEXT_EMBEDDING.perf_inputs
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -155,7 +157,7 @@ STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 def stage_totals(http_url: str) -> dict[str, dict[str, float]]:
     """Per loaded model: its successes and the nanoseconds of each stage so far."""
     totals: dict[str, dict[str, float]] = {}
-    for model in subjects.model_stats(http_url):
+    for model in perf_analyzer.model_stats(http_url):
         row = totals.setdefault(model["name"], dict.fromkeys(("n", *STAGES), 0.0))
         row["n"] += int(model["inference_stats"]["success"]["count"])
         for stage in STAGES:
@@ -167,7 +169,7 @@ def request_stages(server: TritonServer, model: str, requests: int = 300) -> str
     """Where one request's time goes at concurrency 1, as a markdown table (ms a request)."""
     import tritonclient.http as http
 
-    texts = unique_texts()
+    texts = goodput.unique_texts(subjects.texts())
     client = http.InferenceServerClient(server.http_url)
 
     def one() -> float:
@@ -227,18 +229,18 @@ def main() -> None:
     parser.add_argument("--param", action="append", default=[], metavar="MODEL:KEY=VALUE",
                         help="set a config parameter on the served copy (repeatable)")
     args = parser.parse_args()
-    out = harness.run_dir("profile")
+    out = run_dir("profile")
     with tempfile.TemporaryDirectory() as tmp:
         repo = build_repository(Path(tmp), [])
         for setting in args.param:
             model, _, assignment = setting.partition(":")
             key, _, value = assignment.partition("=")
             set_parameter(repo, model, key, value)
-        with harness.server(repo, out / "tritonserver.log") as server:
+        with free_port_server(repo, out / "tritonserver.log") as server:
             stages = request_stages(server, args.models[0])
             profiles = [profile(server, m, args.concurrency, args.seconds, out)
                         for m in args.models]
-    harness.write_report(out, "profile", f"{harness.served_profile()[1]}\n\n{stages}\n"
+    write_report(out, "profile", f"{served_profile()[1]}\n\n{stages}\n"
                          + report(profiles, args.concurrency))
 
 

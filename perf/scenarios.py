@@ -1,22 +1,19 @@
-"""Scenario traffic on the text model's front that perf_analyzer cannot send (one priority a
-run, and it stops at the first rejection) and Locust's paced users cannot keep arriving at
-(perf/README.md): overload, recovery after it, and a saw-tooth.
+"""Scenario traffic on the text front that perf_analyzer cannot send (one priority a run,
+stopping at the first rejection): Locust users of perf/locustfile.py (perf/locust_run.py) over
+the KServe HTTP JSON route (`GrpcOpenLoop` reaches the same router and queues; HTTP's statuses
+name the reason as well), with only Triton's standard `priority`.
 
-    overload   capacity (closed loop, 16 in flight at priority 1), then 0.7x, 2x and 10x
-               of it open loop for `--seconds` each, 20% priority 1, through the SDK (gRPC
-               on a server of its own); per priority: offered rate, goodput, p50/p99,
-               rejections by reason; the router's own refusals (docs/degradation.md).
-    recover    an overload over HTTP (32 closed-loop clients at priority 1 plus 128 at
-               priority 2) for `--overload-s`, then, `--gap-s` after it ended, a normal
-               load (4 closed-loop clients, default priority) for `--normal-s`; each phase
-               per priority: served, failures by status and error.
-    sawtooth   open loop, alternating `--period-s` at 3x the measured capacity and
-               `--period-s` at 0.5x, for `--sawtooth-s`; level changes per minute against
-               load changes per minute.
+    overload   capacity (closed loop, 16 users, default priority; priority 1 before Locust),
+               then 0.7x, 2x and 10x of it open loop, 20% priority 1, `--seconds` each.
+    recover    32 closed-loop users at priority 1 and 128 at priority 2 for `--overload-s`,
+               then 4 at the default priority for `--normal-s`, `--gap-s` later; Locust's start
+               (about 1 s) lengthens the gap, and the phase says the one measured.
+    sawtooth   open loop, 3x capacity and 0.5x in turn, `--period-s` each, for `--sawtooth-s`:
+               level changes per minute against load changes per minute.
 
-The open-loop scenarios sample the router's degradation level every 0.25 s and draw it
-with the latency over time (`scenarios.png`). `recover` and `sawtooth` send only Triton's
-standard request `priority` (tritonclient's `priority=`), nothing project-specific.
+Per phase and priority: offered rate, goodput, p50/p99 of the served, failures by reason, the
+highest degradation level and the router's refusals (both sampled every 0.25 s beside each
+run; docs/degradation.md); `scenarios.png`: offered, served and failed per second, the level.
 
     .venv/bin/python -m perf.scenarios [--scenario overload|recover|sawtooth|all]
         [--url HOST:PORT --metrics-url URL]    # without --url it starts a server of its own
@@ -25,98 +22,116 @@ standard request `priority` (tritonclient's `priority=`), nothing project-specif
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
+import functools
+import json
+import math
+import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict
-from itertools import pairwise
+from bisect import bisect
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from itertools import accumulate, pairwise
 from pathlib import Path
+from typing import Any
 
-from perf import harness
-from perf.load import LevelSampler, Rate, capacity_rps, open_loop, sdk_sender, short_texts
-from perf.stamp import save_figure
-from perf.stats import PrioritySummary, by_priority
+from perf.locust_run import FAILED, LocustRun, capacity_rps, locust
 from perf.subjects import text_model
-from server.goodput import Outcome, closed_loop, standard_sender
-from server.prometheus import metric_value
+from server.prometheus import samples
+from server.served_copy import served_copy
+from server.stamp import run_dir, save_figure, write_report
 
-OVERLOAD_MULTIPLES = {"normal": 0.7, "2x": 2.0, "10x": 10.0}  # x measured capacity
-OVERLOAD = ((1, 32), (2, 128))  # (priority, closed-loop clients)
-NORMAL = ((0, 4),)  # priority 0: the model's default level
+OVERLOAD = {"normal": 0.7, "2x": 2.0, "10x": 10.0}  # x measured capacity
 SCENARIOS = ("overload", "recover", "sawtooth")
-
 FRONT = text_model().front  # the repository's text-embedding front model
+Sample = tuple[float, float, float]  # time.time(), highest level, router refusals so far
+Run = Callable[..., dict[str, Any]]  # measured() at one server: (users, name, **kwargs)
 
 
-async def standard_closed_loop(url: str, groups: Sequence[tuple[int, int]], seconds: float,
-                               tag: str) -> list[Outcome]:
-    """The closed loop over HTTP with only Triton's standard `priority`; `groups` of
-    (priority, clients)."""
-    async with standard_sender(url, FRONT, conn_limit=sum(n for _, n in groups) + 8) as send:
-        return await closed_loop(send, groups, seconds, short_texts(tag))
+def beside(metrics_url: str, work: Callable[[], LocustRun]) -> tuple[LocustRun, list[Sample]]:
+    """`work()` with the highest level of FRONT's instances and its router's refusals
+    sampled every 0.25 s from before it to after it (wall-clock, as Locust stamps)."""
+    got: list[Sample] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not got or not done.wait(0.25):
+            now = [s for s in samples(metrics_url) if s.labels.get("model") == FRONT]
+            got.append((time.time(), max(
+                (s.value for s in now if s.name == "tmr_degradation_level"), default=0.0),
+                sum(s.value for s in now if s.name == "tmr_rejections_total")))
+
+    with ThreadPoolExecutor(1) as pool:
+        sampler = pool.submit(sample)
+        try:
+            run = work()
+        finally:
+            done.set()
+    sampler.result()  # a sampling that failed fails the run
+    return run, got
 
 
-def level_changes(samples: Sequence[tuple[float, float]]) -> int:
-    """How many times the sampled level changed."""
-    values = [v for _, v in samples]
-    return sum(1 for a, b in pairwise(values) if a != b)
+def measured(out: Path, host: str, metrics_url: str, users: list[str], name: str,
+             **kwargs: Any) -> dict[str, Any]:
+    """Locust's `users` at FRONT (`kwargs` go to locust_run.locust: `stages` for the open
+    loop, 20% priority 1), the level sampled beside them; per stage name (closed loop: the
+    run) and priority a row, samples before the first answer counted in the first stage,
+    after the last in the last. Locust's JSON: first and last answer, answers a second."""
+    env, stages = {"TMR_MODEL": FRONT, **kwargs.pop("env", {})}, kwargs.get("stages", [])
+    if stages:
+        env["TMR_USER_RPS"] = str(max(5.0, max(s[1] for s in stages) / 100))
+    phases = stages or [(kwargs["seconds"], 0.0, "")]
+    run, levels = beside(metrics_url, lambda: locust(out, host, users, name=name, env=env,
+                                                     **kwargs))
+    entries = json.loads((run.folder / f"{name}.json").read_text())
+    began = min(e["start_time"] for e in entries)
+    per_second: dict[str, Counter[int]] = {"served": Counter(), "failed": Counter()}
+    for e in entries:
+        per_second["failed" if e["name"].endswith(FAILED) else "served"].update(
+            {int(t) - int(began): n for t, n in e["num_reqs_per_sec"].items()})
+    ends, seconds = list(accumulate(s for s, _, _ in phases)), Counter[str]()
+    for s, _, phase in phases:
+        seconds[phase] += s
+    top, refused = Counter[str](), Counter[str]()
+    for before, (t, level, refusals) in pairwise(levels):
+        phase = phases[min(bisect(ends, t - began), len(phases) - 1)][2]
+        top[phase], refused[phase] = max(top[phase], level), refused[phase] + refusals - before[2]
+    rows = [{"phase": phase or name, "priority": int(s.name.rsplit("p", 1)[1]),
+             "requests": s.requests, "served": s.served, "offered_rps": s.requests / span,
+             "goodput_rps": s.served / span, "p50_ms": s.p50_ms, "p99_ms": s.p99_ms,
+             "failures": run.failures_of(s.name), "max_level": top[phase],
+             "router_refusals": refused[phase]}
+            for phase, span in seconds.items()
+            for s in sorted(run.matching(f"{phase} p".lstrip()), key=lambda s: s.name)]
+    return {"rows": rows, "began": began, "stages": stages,
+            "last": max(e["last_request_timestamp"] or 0 for e in entries),
+            "levels": [(t - began, v) for t, v, _ in levels], "per_second": per_second}
 
 
-def sawtooth_rate(capacity: float, period_s: float, high: float = 3.0,
-                  low: float = 0.5) -> Callable[[float], float]:
-    """`high` x capacity for `period_s`, then `low` x capacity for `period_s`, repeating."""
-    return lambda t: capacity * (high if int(t // period_s) % 2 == 0 else low)
-
-
-def open_run(sender: Callable[[], contextlib.AbstractAsyncContextManager], metrics_url: str,
-             rate: Rate, seconds: float, tag: str) -> dict:
-    """Requests arriving at `rate` through `sender()`, 20% at priority 1, with the level
-    sampled beside them and the router's own refusals counted."""
-    async def load() -> list[Outcome]:
-        async with sender() as send:
-            return await open_loop(send, rate, seconds, texts=short_texts(tag))
-
-    refused = metric_value(metrics_url, "tmr_rejections_total")
-    began = time.monotonic()
-    with LevelSampler(metrics_url) as sampler:
-        outcomes = asyncio.run(load())
-    return {"began": began, "outcomes": outcomes, "levels": sampler.samples,
-            "summary": by_priority(outcomes, seconds),
-            "router_refusals": metric_value(metrics_url, "tmr_rejections_total") - refused}
-
-
-def run_overload(url: str, protocol: str, metrics_url: str, seconds: float) -> dict:
-    capacity = asyncio.run(capacity_rps(url, protocol=protocol))
-    return {"capacity_rps": capacity, "runs": {
-        name: open_run(lambda: sdk_sender(url, protocol=protocol), metrics_url,
-                       multiple * capacity, seconds, f"overload {name}")
-        for name, multiple in OVERLOAD_MULTIPLES.items()}}
-
-
-def run_recover(url: str, overload_s: float, gap_s: float,
-                normal_s: float) -> list[PrioritySummary]:
-    overload = asyncio.run(standard_closed_loop(url, OVERLOAD, overload_s, "overload"))
+def recover(run: Run, overload_s: int, gap_s: float, normal_s: int) -> dict[str, Any]:
+    overload = run(["HighClosed", "LowClosed"], "recover-overload", seconds=overload_s,
+                   count=160, env={"TMR_HIGH_USERS": "32", "TMR_LOW_USERS": "128"})
     time.sleep(gap_s)
-    normal = asyncio.run(standard_closed_loop(url, NORMAL, normal_s, "normal"))
-    return (by_priority(overload, overload_s, "overload")
-            + by_priority(normal, normal_s, f"normal, {gap_s:g} s after"))
+    normal = run(["ClosedLoop"], "recover-normal", seconds=normal_s, count=4)
+    gap = f"normal, {normal['began'] - overload['last']:.1f} s after"
+    return {"rows": [{**r, "phase": "overload"} for r in overload["rows"]]
+            + [{**r, "phase": gap} for r in normal["rows"]]}
 
 
-def run_sawtooth(url: str, metrics_url: str, period_s: float, seconds: float) -> dict:
-    capacity = asyncio.run(capacity_rps(url, protocol="http"))
-    run = open_run(lambda: standard_sender(url, FRONT), metrics_url,
-                   sawtooth_rate(capacity, period_s), seconds, "sawtooth")
-    minutes = seconds / 60
-    return {"capacity_rps": capacity, "period_s": period_s, "seconds": seconds,
-            "load_changes_per_min": (seconds / period_s - 1) / minutes,
-            "level_changes_per_min": level_changes(run["levels"]) / minutes,
-            "max_level": max((v for _, v in run["levels"]), default=0.0),
-            "runs": {"sawtooth": run}}
+def sawtooth(run: Run, capacity: float, period_s: float, seconds: float) -> dict[str, Any]:
+    stages = [(period_s, capacity * (0.5 if i % 2 else 3.0), "low" if i % 2 else "high")
+              for i in range(math.ceil(seconds / period_s))]
+    result, minutes = run(["OpenLoop"], "sawtooth", stages=stages), len(stages) * period_s / 60
+    values = [v for _, v in result["levels"]]
+    return {**result, "summary": f"Saw-tooth: {period_s:g} s at 3x / {period_s:g} s at 0.5x of "
+            f"{capacity:.0f} req/s for {minutes * 60:g} s: load changes "
+            f"{(len(stages) - 1) / minutes:.0f}/min, level changes "
+            f"{sum(a != b for a, b in pairwise(values)) / minutes:.0f}/min, highest level "
+            f"{max(values, default=0.0):.0f}."}
 
 
 def plot(runs: dict[str, dict], path: Path) -> None:
-    """Per open-loop run: each priority's latencies and the level over time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,102 +139,73 @@ def plot(runs: dict[str, dict], path: Path) -> None:
 
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 3.2 * len(runs)), squeeze=False)
     for ax, (name, run) in zip(axes[:, 0], runs.items()):
-        for priority, color in ((1, "tab:blue"), (2, "tab:orange")):
-            ok = [(o.sent - run["began"], o.latency_ms) for o in run["outcomes"]
-                  if o.priority == priority and o.error is None]
-            if ok:
-                ax.scatter(*zip(*ok), s=2, color=color, label=f"priority {priority} latency")
-        offered = sum(row.offered_rps for row in run["summary"])
-        ax.set(ylabel="latency ms", title=f"{name}: {offered:.0f} req/s offered")
-        twin = ax.twinx()
-        if run["levels"]:
-            twin.step([t - run["began"] for t, _ in run["levels"]],
-                      [v for _, v in run["levels"]], color="tab:red", where="post")
-        twin.set(ylim=(-0.2, 5.2), ylabel="level")
+        edges = [0, *accumulate(s[0] for s in run["stages"])]
+        ax.stairs([s[1] for s in run["stages"]], edges, color="black", label="offered/s")
+        for kind, color in (("served", "tab:green"), ("failed", "tab:gray")):
+            if got := sorted(run["per_second"][kind].items()):
+                ax.step(*zip(*got), where="post", color=color, label=f"{kind}/s")
+        ax.set(ylabel="requests/s", title=name)
         ax.legend(loc="upper left", fontsize=7)
-    axes[-1, 0].set_xlabel("seconds since the run began")
+        twin = ax.twinx()
+        twin.step(*zip(*run["levels"]), color="tab:red", where="post")
+        twin.set(ylim=(-0.2, 5.2), ylabel="level (red)")
+    axes[-1, 0].set_xlabel("seconds since the first answer")
     fig.tight_layout()
     save_figure(fig, path, 110)
 
 
-def markdown(overload: dict | None, recover: list[PrioritySummary] | None,
-             sawtooth: dict | None) -> str:
-    lines = []
-    if overload:
-        lines += [f"Capacity (closed loop, 16 in flight): **{overload['capacity_rps']:.0f} "
-                  "req/s**", "", "| scenario | priority | offered/s | goodput/s | served | "
-                  "p50 ms | p99 ms | rejections | max level |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
-        for name, run in overload["runs"].items():
-            top = max((v for _, v in run["levels"]), default=0)
-            lines += [f"| {name} | {r.priority} | {r.offered_rps:.0f} | {r.goodput_rps:.0f} | "
-                      f"{r.success_ratio:.1%} | {r.p50_ms:.0f} | {r.p99_ms:.0f} | "
-                      f"{failures(r, ' ')} | {top:.0f} |" for r in run["summary"]]
-        lines += ["", "Router refusals (`tmr_rejections_total`): " + ", ".join(
-            f"{name} {run['router_refusals']:.0f}" for name, run in overload["runs"].items()),
-            ""]
-    if recover:
-        lines += ["| phase | priority | requests | served | failures (status error) | p99 ms |",
-                  "| --- | ---: | ---: | ---: | --- | ---: |"]
-        lines += [f"| {r.phase} | {r.priority} | {r.requests} | {r.served} "
-                  f"({r.served / max(r.requests, 1):.1%}) | {failures(r, ': ')} | "
-                  f"{r.p99_ms:.0f} |" for r in recover]
-    if sawtooth:
-        s = sawtooth
-        lines += ["", f"Saw-tooth: {s['period_s']:g} s at 3x / {s['period_s']:g} s at 0.5x of "
-                  f"{s['capacity_rps']:.0f} req/s for {s['seconds']:g} s: load changes "
-                  f"{s['load_changes_per_min']:.0f}/min, level changes "
-                  f"{s['level_changes_per_min']:.0f}/min, highest level {s['max_level']:.0f}."]
-    return "\n".join(lines)
-
-
-def failures(row: PrioritySummary, sep: str) -> str:
-    return ", ".join(f"{k}{sep}{v}" for k, v in sorted(row.failures.items())) or "-"
-
-
-def plain(result: dict | None) -> dict | None:
-    """A scenario's result as JSON holds it: its runs without their outcomes."""
-    if not result:
-        return result
-    runs = {name: {"summary": [asdict(s) for s in run["summary"]], "levels": run["levels"],
-                   "router_refusals": run["router_refusals"]}
-            for name, run in result["runs"].items()}
-    return {**result, "runs": runs}
+def markdown(capacity: float | None, results: dict[str, dict]) -> str:
+    """Per scenario, phase and priority a row; the router's refusals; the saw-tooth's line."""
+    rows = [{"scenario": name, **r} for name, result in results.items() for r in result["rows"]]
+    lines = [f"Capacity (closed loop, 16 users, default priority): **{capacity:.0f} req/s**",
+             ""] if capacity else []
+    lines += ["| scenario | phase | priority | requests | offered/s | goodput/s | served | "
+              "p50 ms | p99 ms | failures | max level |", "| --- | --- |" + " ---: |" * 7
+              + " --- | ---: |"]
+    for r in rows:
+        failures = ", ".join(f"{k}: {v}" for k, v in sorted(r["failures"].items()))
+        lines.append(" | ".join(["", r["scenario"], r["phase"], str(r["priority"]),
+                                 str(r["requests"]), f"{r['offered_rps']:.0f}",
+                                 f"{r['goodput_rps']:.0f}", f"{r['served'] / r['requests']:.1%}",
+                                 f"{r['p50_ms']:.0f}", f"{r['p99_ms']:.0f}", failures or "-",
+                                 f"{r['max_level']:.0f}", ""]).strip())
+    refused = {f"{r['scenario']} {r['phase']}": r["router_refusals"] for r in rows}
+    lines += ["", "Router refusals (`tmr_rejections_total`): "
+              + ", ".join(f"{phase} {n:.0f}" for phase, n in refused.items())]
+    return "\n".join(lines + [f"\n{r['summary']}" for r in results.values() if "summary" in r])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
     parser.add_argument("--url", default=None, help="a running server's HTTP host:port")
-    parser.add_argument("--metrics-url", default=None)
-    parser.add_argument("--seconds", type=float, default=10.0, help="each overload run")
-    parser.add_argument("--overload-s", type=float, default=20.0)
-    parser.add_argument("--gap-s", type=float, default=1.0)
-    parser.add_argument("--normal-s", type=float, default=4.0)
-    parser.add_argument("--period-s", type=float, default=2.0)
-    parser.add_argument("--sawtooth-s", type=float, default=60.0)
+    parser.add_argument("--metrics-url", default=None, help="needed with --url")
+    for flag, default in (("--seconds", 10.0), ("--overload-s", 20), ("--gap-s", 1.0),
+                          ("--normal-s", 4), ("--period-s", 2.0), ("--sawtooth-s", 60.0)):
+        parser.add_argument(flag, type=type(default), default=default)  # Locust's -t: whole s
     args = parser.parse_args(argv)
+    if args.url and not args.metrics_url:
+        parser.error("--url needs --metrics-url: the level and refusals are sampled there")
     chosen = SCENARIOS if args.scenario == "all" else (args.scenario,)
-    out = harness.run_dir("scenarios")
-    with contextlib.ExitStack() as stack:
-        url, metrics_url = args.url, args.metrics_url or ""
-        sdk_target = (url, "http")  # the overload goes through the SDK: gRPC when it can
-        if url is None:
-            server = stack.enter_context(harness.served_copy(out / "tritonserver.log"))
-            url, metrics_url = server.http_url, args.metrics_url or server.metrics_url
-            sdk_target = (server.grpc_url, "grpc")
-        overload = (run_overload(*sdk_target, metrics_url, args.seconds)
-                    if "overload" in chosen else None)
-        recover = (run_recover(url, args.overload_s, args.gap_s, args.normal_s)
-                   if "recover" in chosen else None)
-        sawtooth = (run_sawtooth(url, metrics_url, args.period_s, args.sawtooth_s)
-                    if "sawtooth" in chosen else None)
-    runs = {**(overload or {}).get("runs", {}), **(sawtooth or {}).get("runs", {})}
-    if runs:
+    out, capacity, results = run_dir("scenarios"), None, {}
+    with (contextlib.nullcontext() if args.url
+          else served_copy(out / "tritonserver.log")) as server:
+        host, metrics_url = (f"http://{args.url}", args.metrics_url) if server is None else (
+            f"http://{server.http_url}", server.metrics_url)
+        run: Run = functools.partial(measured, out, host, metrics_url)
+        if {"overload", "sawtooth"} & set(chosen):
+            capacity = capacity_rps(out, host, FRONT, seconds=5)  # Locust's -t: whole s
+        if "overload" in chosen:
+            results["overload"] = run(["OpenLoop"], "overload", stages=[
+                (args.seconds, m * capacity, phase) for phase, m in OVERLOAD.items()])
+        if "recover" in chosen:
+            results["recover"] = recover(run, args.overload_s, args.gap_s, args.normal_s)
+        if "sawtooth" in chosen:
+            results["sawtooth"] = sawtooth(run, capacity, args.period_s, args.sawtooth_s)
+    if runs := {k: v for k, v in results.items() if "levels" in v}:
         plot(runs, out / "scenarios.png")
-    harness.write_report(out, "scenarios", markdown(overload, recover, sawtooth), {
-        "overload": plain(overload), "recover": [asdict(r) for r in recover or []],
-        "sawtooth": plain(sawtooth)})
+    write_report(out, "scenarios", markdown(capacity, results),
+                         {"capacity_rps": capacity, **results})
     return 0
 
 

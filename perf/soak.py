@@ -1,24 +1,22 @@
 """Soak: a long steady load, sampled every 30 s, to show there are no leaks and no decay.
 
-Starts a server of its own (a copy of the repository, explicit mode) with the watchdog
-beside it, measures capacity (closed loop, 16 in flight), then offers `--load` x capacity
-open loop for `--minutes`: half over HTTP, half over gRPC, 20% priority 1, a new text in
-every request (no cache can answer). Every `--sample-s` it records:
-
-- the RSS of `tritonserver` and of every Python stub (by model);
-- p50, p99 and errors of the window, and the throughput served;
-- the watchdog's reloads;
-- Triton's own queue and compute time per request in the window
-  (`nv_inference_queue_duration_us`, `nv_inference_compute_infer_duration_us`).
+A server of its own (a copy of the repository, explicit mode) with the watchdog beside it;
+its capacity with 16 closed-loop Locust users; then `--load` x capacity open loop for
+`--minutes` from Locust (perf/locust_run.py, the locustfile's `OpenLoop` and `GrpcOpenLoop`:
+half HTTP, half gRPC, 20% priority 1, a new text in every request, so no cache answers).
+Every `--sample-s`: the RSS of `tritonserver` and of each model's stubs, the window's
+p50/p99, errors and requests served, the watchdog's reloads, Triton's own queue and compute
+time per request, and the host's cores (the server's, the load's: Locust and this process,
+everyone else's). The server's side is sampled live from Triton's first answer to Locust on
+(within about 0.1 s of Locust's test start); Locust names each request by the window it was
+sent in (TMR_WINDOW_S), so latencies and errors join the samples when the load ends, and
+the line printed per sample shows Triton's own counters.
 
 `verdict()` checks the targets of docs/reliability.md: RSS growth over the second half of
 the run after warm-up under 50 MB (Triton's own L0_memory_growth allows 100 MB), counted as
 twice the smaller growth of its two quarters (`rss_growth`: a leak keeps growing, an
 allocator that sizes itself once steps up in one quarter and stays); the p99 of the last
 stretch within 20% of the first, throughput steady, no errors, no watchdog reloads.
-
-It prints a line as each stage starts and one per sample; on a terminal, a bar over the
-load's duration also shows the errors of the last minute and the RSS.
 
     make soak                                   # 30 minutes, writes perf/results/soak-*/
     .venv/bin/python -m perf.soak --minutes 2 --sample-s 10    # what CI runs
@@ -27,47 +25,33 @@ load's duration also shows the errors of the last minute and the RSS.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import gc
+import json
+import math
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 from tmr_client.core import DEFAULT_MODEL
 
 from core.paths import DEFAULT_REPOSITORY
-from perf import harness, host_cpu
-from perf.load import capacity_rps, open_loop, sdk_sender, short_texts
-from perf.stamp import save_figure
-from python_backends.gc_pauses import GcPauses, apply_policy
-from server.goodput import Outcome, percentile
+from perf import host_cpu
+from perf.locust_run import LocustRun, capacity_rps, locust, stat
 from server.launcher import TritonServer
 from server.memory import server_memory
 from server.prometheus import samples
+from server.served_copy import served_copy
+from server.stamp import run_dir, save_figure, write_report
 from server.watchdog import Watchdog
 
 NO_SHARE = host_cpu.CpuShare(0.0, 0.0, 0.0, 0.0)
-TRITON_TIMES = ("nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us",
-                "nv_inference_request_success")
-
-
-@dataclass
-class Window:
-    """What the load saw between two samples."""
-
-    latencies_ms: list[float] = field(default_factory=list)
-    errors: dict[str, int] = field(default_factory=dict)
-
-    def record(self, latency_ms: float, error: str | None) -> None:
-        if error is None:
-            self.latencies_ms.append(latency_ms)
-        else:
-            self.errors[error] = self.errors.get(error, 0) + 1
+QUEUE, COMPUTE = "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us"
+SUCCESS, FAILURE = "nv_inference_request_success", "nv_inference_request_failure"
+USERS = ["OpenLoop", "GrpcOpenLoop"]  # one of each: see load_env
 
 
 @dataclass(frozen=True)
@@ -90,13 +74,8 @@ class Sample:
         return sum(self.rss_mb.values())
 
 
-def process_rss(server_pid: int) -> dict[str, float]:
-    """RSS (MiB) of tritonserver and of its stubs, summed per model."""
-    return {name: row["rss_mib"] for name, row in server_memory(server_pid).items()}
-
-
 def triton_times(metrics_url: str, model: str = DEFAULT_MODEL) -> dict[str, float]:
-    totals = dict.fromkeys(TRITON_TIMES, 0.0)
+    totals = dict.fromkeys((QUEUE, COMPUTE, SUCCESS, FAILURE), 0.0)
     for s in samples(metrics_url):
         base = s.name.removesuffix("_total")
         if base in totals and s.labels.get("model") == model:
@@ -104,101 +83,77 @@ def triton_times(metrics_url: str, model: str = DEFAULT_MODEL) -> dict[str, floa
     return totals
 
 
-async def steady_load(urls: dict[str, str], rate_rps: float, seconds: float,
-                      window: list[Window], high_share: float = 0.2) -> None:
-    """The open loop at `rate_rps`, the protocols in turn; outcomes go to `window[0]` (the
-    sampler swaps in a fresh Window), none is kept."""
-    def record(outcome: Outcome) -> None:
-        window[0].record(outcome.latency_ms, outcome.error)
-
-    async with sdk_sender(*urls.items()) as send:
-        await open_loop(send, rate_rps, seconds, high_share, texts=short_texts("soak"),
-                        record=record)
+def cpu_reading(server_pid: int) -> host_cpu.CpuReading:
+    """host_cpu.read, with the load as this process and its children outside the server's
+    tree (Locust)."""
+    reading = host_cpu.read(server_pid)
+    return replace(reading, own_s=host_cpu.tree_cpu_s(os.getpid()) - reading.server_s)
 
 
 class Sampler(threading.Thread):
-    """Every `period_s`: swap the load's window and record a Sample."""
+    """The server's side of `count` windows of `period_s`, from Triton's first answer on:
+    Samples whose served_rps is Triton's and whose latencies wait for Locust's (`joined`)."""
 
-    def __init__(self, server: TritonServer, watchdog: Watchdog, window: list[Window],
-                 period_s: float, total_s: float) -> None:
+    def __init__(self, server: TritonServer, watchdog: Watchdog, period_s: float,
+                 count: int) -> None:
         super().__init__(daemon=True)
-        self.server, self.watchdog, self.window, self.period_s = server, watchdog, window, period_s
-        self.total_s = total_s
+        self.server, self.watchdog, self.period_s, self.count = server, watchdog, period_s, count
         self.samples: list[Sample] = []
         self.stop_event = threading.Event()
 
     def run(self) -> None:
+        url, pid = self.server.metrics_url, self.server.process.pid
+        first, deadline = triton_times(url)[SUCCESS], time.monotonic() + 60
+        while triton_times(url)[SUCCESS] == first and time.monotonic() < deadline:
+            if self.stop_event.wait(0.1):  # Locust starting up
+                return
         began = last = time.monotonic()
-        before = triton_times(self.server.metrics_url)
-        cpu_before = host_cpu.read(self.server.process.pid)
-        while not self.stop_event.wait(self.period_s):
-            done, self.window[0] = self.window[0], Window()
-            now = time.monotonic()
-            after = triton_times(self.server.metrics_url)
-            cpu_after = host_cpu.read(self.server.process.pid)
-            served = after["nv_inference_request_success"] - before["nv_inference_request_success"]
-            self.samples.append(Sample(
-                t_s=round(now - began, 1), served_rps=len(done.latencies_ms) / (now - last),
-                p50_ms=percentile(done.latencies_ms, 50),
-                p99_ms=percentile(done.latencies_ms, 99),
-                errors=dict(done.errors), rss_mb=process_rss(self.server.process.pid),
-                watchdog_reloads=len(self.watchdog.events),
-                queue_us=per_request(after, before, "nv_inference_queue_duration_us", served),
-                compute_us=per_request(after, before, "nv_inference_compute_infer_duration_us",
-                                       served),
-                cpu=host_cpu.share(cpu_before, cpu_after)))
+        before, cpu_before = triton_times(url), cpu_reading(pid)
+        for k in range(1, self.count + 1):
+            if self.stop_event.wait(max(0.0, began + k * self.period_s - time.monotonic())):
+                return
+            now, after, cpu_after = time.monotonic(), triton_times(url), cpu_reading(pid)
+            grew = {name: after[name] - before[name] for name in after}
+            per = {name: grew[name] / grew[SUCCESS] if grew[SUCCESS] else math.nan
+                   for name in (QUEUE, COMPUTE)}
+            p = Sample(round(now - began, 1), grew[SUCCESS] / (now - last), math.nan, math.nan,
+                       {}, {name: row["rss_mib"] for name, row in server_memory(pid).items()},
+                       len(self.watchdog.events), per[QUEUE], per[COMPUTE],
+                       host_cpu.share(cpu_before, cpu_after))
+            self.samples.append(p)
+            print(f"  {p.t_s:>6.0f}/{self.count * self.period_s:.0f} s  Triton: served "
+                  f"{p.served_rps:5.0f}/s failed {grew[FAILURE]:.0f}  RSS {p.total_rss_mb:7.1f} MB"
+                  f"  reloads {p.watchdog_reloads}  cores: server {p.cpu.server_cores:.2f} load "
+                  f"{p.cpu.load_cores:.2f} other {p.cpu.other_cores:.2f}", flush=True)
             before, last, cpu_before = after, now, cpu_after
-            p = self.samples[-1]
-            print(f"  {p.t_s:>6.0f}/{self.total_s:.0f} s  {p.served_rps:5.0f}/s  p50 "
-                  f"{p.p50_ms:6.1f}  p99 {p.p99_ms:6.1f} ms  errors {sum(p.errors.values())}  "
-                  f"RSS {p.total_rss_mb:7.1f} MB  reloads {p.watchdog_reloads}  cores: server "
-                  f"{p.cpu.server_cores:.2f} other {p.cpu.other_cores:.2f} steal "
-                  f"{p.cpu.steal_pct:.1f}%", flush=True)
 
 
-def live_status(points: Sequence[Sample], minute_s: float = 60.0) -> str:
-    """The progress bar's figures: errors in the samples of the last minute, latest RSS."""
-    if not points:
-        return "waiting for the first sample"
-    last = points[-1]
-    errors = sum(sum(p.errors.values()) for p in points if p.t_s > last.t_s - minute_s)
-    return f"errors in the last minute {errors}  RSS {last.total_rss_mb:.0f} MB"
+def joined(server_side: list[Sample], run: LocustRun, name: str, period_s: float) -> list[Sample]:
+    """Each server sample with the Locust window of its index: served requests a second,
+    p50/p99 over both priorities and protocols, failures by error."""
+    entries = json.loads((run.folder / f"{name}.json").read_text())
+    points = []
+    for k, p in enumerate(server_side):
+        head = f"w{k:04d} "
+        window = stat(head.strip(), [e for e in entries if e["name"].startswith(head)])
+        errors: Counter[str] = Counter()
+        for (where, error), n in run.failures.items():
+            if where.startswith(head):
+                errors[error] += n
+        points.append(replace(p, served_rps=window.served / period_s, p50_ms=window.p50_ms,
+                              p99_ms=window.p99_ms, errors=dict(errors)))
+    return points
 
 
-@contextlib.contextmanager
-def load_progress(total_s: float, sampler: Sampler) -> Iterator[None]:
-    """A bar over the load's duration with live_status, redrawn every second on a terminal;
-    in a log it stays off (rich would add a blank line) and the sampler's lines tell it."""
-    from rich import get_console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    done = threading.Event()
-    with Progress(TextColumn("soak"), BarColumn(), TimeElapsedColumn(),
-                  TextColumn(f"of {timedelta(seconds=round(total_s))}  {{task.fields[status]}}"),
-                  transient=True, disable=not get_console().is_interactive) as progress:
-        task = progress.add_task("soak", total=total_s, status=live_status([]))
-        began = time.monotonic()
-
-        def tick() -> None:
-            while not done.wait(1.0):
-                progress.update(task, completed=time.monotonic() - began,
-                                status=live_status(list(sampler.samples)))
-
-        ticker = threading.Thread(target=tick, daemon=True)
-        ticker.start()
-        try:
-            yield
-        finally:
-            done.set()
-            ticker.join()
+def load_env(server: TritonServer, rate_rps: float, window_s: float = 0.0) -> dict[str, str]:
+    """The open loop's settings: two users (one a protocol), each at half the rate on an
+    even schedule. Many users at a low rate would start in step and send in bursts."""
+    return {"TMR_GRPC_HOST": server.grpc_url, "TMR_MODEL": DEFAULT_MODEL,
+            "TMR_USER_RPS": str(rate_rps / 2), "TMR_WINDOW_S": str(window_s)}
 
 
 def stage(text: str) -> None:
     print(f"soak: {text}", flush=True)
-
-
-def per_request(after: dict, before: dict, name: str, served: float) -> float:
-    return (after[name] - before[name]) / served if served else float("nan")
 
 
 @dataclass(frozen=True)
@@ -286,7 +241,7 @@ def verdict(points: list[Sample], warmup_s: float, stretch_s: float) -> Verdict:
 
 
 def markdown(points: list[Sample], result: Verdict, capacity: float, rate: float) -> str:
-    lines = [f"Capacity {capacity:.0f} req/s (closed loop, 16 in flight); offered {rate:.0f} "
+    lines = [f"Capacity {capacity:.0f} req/s (Locust, 16 closed-loop users); offered {rate:.0f} "
              "req/s open loop, HTTP and gRPC, 20% priority 1.", "",
              "| target | measured | goal | |", "| --- | ---: | --- | --- |"]
     lines += [f"| {name} | {value:.2f} | {goal} | {'held' if held else 'MISSED'} |"
@@ -333,45 +288,27 @@ def plot(points: list[Sample], path: Path) -> None:
     save_figure(fig, path, 100)
 
 
-@contextlib.contextmanager
-def quiet_caller_heap() -> Iterator[GcPauses]:
-    """Freeze the objects the caller already holds while the load runs, and time the load
-    process's collections. Run from pytest after hundreds of tests, a full collection walks
-    that whole heap and pauses the open-loop client. The client then sends the overdue
-    requests as one burst, and the server sees a load the soak never meant to offer."""
-    apply_policy("freeze")  # the stubs' gc_policy, applied to the load's own process
-    pauses = GcPauses().install()
-    try:
-        yield pauses
-    finally:
-        gc.unfreeze()
-        pauses.remove()
-
-
-def window_p99(server: TritonServer, rate_rps: float, seconds: float) -> float:
+def window_p99(out: Path, server: TritonServer, rate_rps: float, seconds: float,
+               name: str) -> float:
     """p99 of `seconds` of the soak's load on `server`."""
-    window = [Window()]
-    urls = {"http": server.http_url, "grpc": server.grpc_url}
-    with quiet_caller_heap():
-        asyncio.run(steady_load(urls, rate_rps, seconds, window))
-    return percentile(window[0].latencies_ms, 99)
+    return locust(out, f"http://{server.http_url}", USERS, stages=[(seconds, rate_rps, name)],
+                  env=load_env(server, rate_rps), name=name).total.p99_ms
 
 
 def control(soaked: TritonServer, out: Path, repository: Path, rate_rps: float, rounds: int,
             window_s: float) -> Control:
     """Start a fresh server beside the soaked one and alternate windows between them."""
     stage(f"control: a fresh server, then {rounds} x 2 windows of {window_s:g} s, alternating")
-    soaked_p99: list[float] = []
-    fresh_p99: list[float] = []
-    with harness.served_copy(out / "tritonserver-fresh.log", [repository]) as fresh:
-        window_p99(fresh, rate_rps, window_s)  # its first batches of every shape: not counted
+    p99s: dict[str, list[float]] = {"soaked": [], "fresh": []}
+    with served_copy(out / "tritonserver-fresh.log", [repository]) as fresh:
+        window_p99(out, fresh, rate_rps, window_s, "control-warmup")  # first batches: not counted
         for i in range(rounds):
-            for server in ((soaked, fresh) if i % 2 == 0 else (fresh, soaked)):
-                p99 = window_p99(server, rate_rps, window_s)
-                (soaked_p99 if server is soaked else fresh_p99).append(p99)
-                print(f"  {'soaked' if server is soaked else 'fresh '} p99 {p99:6.1f} ms",
-                      flush=True)
-    return Control(tuple(soaked_p99), tuple(fresh_p99))
+            for which in (("soaked", "fresh") if i % 2 == 0 else ("fresh", "soaked")):
+                server = soaked if which == "soaked" else fresh
+                p99s[which].append(window_p99(out, server, rate_rps, window_s,
+                                              f"control-{i}-{which}"))
+                print(f"  {which:<6} p99 {p99s[which][-1]:6.1f} ms", flush=True)
+    return Control(tuple(p99s["soaked"]), tuple(p99s["fresh"]))
 
 
 def soak(minutes: float, sample_s: float, load: float, out: Path,
@@ -380,34 +317,39 @@ def soak(minutes: float, sample_s: float, load: float, out: Path,
     """Run the soak on a server of its own; (samples, verdict, capacity, offered rate).
     With `control_rounds`, the verdict carries a Control against a fresh server."""
     stage("starting the server and the watchdog")
-    with harness.served_copy(out / "tritonserver.log", [repository]) as server:
+    with served_copy(out / "tritonserver.log", [repository]) as server:
         watchdog = Watchdog(server.http_url, server.metrics_url, interval_s=5.0)
         watchdog.start()
         try:
-            stage("measuring capacity (closed loop, 16 in flight)")
-            capacity = asyncio.run(capacity_rps(server.grpc_url))
-            stage(f"offering {load * capacity:.0f} req/s ({load:g} x {capacity:.0f}) for "
-                  f"{minutes:g} min")
-            window = [Window()]
-            sampler = Sampler(server, watchdog, window, sample_s, minutes * 60)
+            stage("measuring capacity (Locust, 16 closed-loop users)")
+            capacity = capacity_rps(out, f"http://{server.http_url}", DEFAULT_MODEL)
+            if not capacity > 0:
+                raise RuntimeError(f"nothing served while measuring capacity: {out}/capacity.log")
+            rate, count = load * capacity, int(minutes * 60 // sample_s)
+            stage(f"offering {rate:.0f} req/s ({load:g} x {capacity:.0f}) for {minutes:g} min")
+            sampler = Sampler(server, watchdog, sample_s, count)
             sampler.start()
-            urls = {"http": server.http_url, "grpc": server.grpc_url}
-            with load_progress(minutes * 60, sampler), quiet_caller_heap() as pauses:
-                asyncio.run(steady_load(urls, load * capacity, minutes * 60, window))
-            stage(f"load client: {sum(pauses.collections)} GC collections, longest pause "
-                  f"{pauses.longest_s * 1000:.0f} ms")
+            try:
+                run = locust(out, f"http://{server.http_url}", USERS, name="load",
+                             stages=[(count * sample_s, rate, "soak")],
+                             env=load_env(server, rate, sample_s))
+            except BaseException:
+                sampler.stop_event.set()
+                raise
+            sampler.join(timeout=sample_s + 30)  # its last sample is due as Locust ends
             sampler.stop_event.set()
-            sampler.join()
+            points = joined(sampler.samples, run, "load", sample_s)
+            stage(f"Locust sent {run.total.requests} requests, "
+                  f"{run.total.requests / (rate * count * sample_s):.2f} x those offered")
             checked = None
             if control_rounds:
-                checked = control(server, out, repository, load * capacity, control_rounds,
+                checked = control(server, out, repository, rate, control_rounds,
                                   max(sample_s, 30.0))
         finally:
             watchdog.stop()
     warmup = min(60.0, minutes * 60 / 4)
     stretch = min(300.0, minutes * 60 / 4)
-    result = replace(verdict(sampler.samples, warmup, stretch), control=checked)
-    return sampler.samples, result, capacity, load * capacity
+    return points, replace(verdict(points, warmup, stretch), control=checked), capacity, rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,13 +361,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="after the soak, alternate this many pairs of windows between "
                              "the soaked server and a fresh one (0: none)")
     args = parser.parse_args(argv)
-    out = harness.run_dir("soak")
+    out = run_dir("soak")
     print(f"soak: {args.minutes:g} min at {args.load:g}x capacity, a sample every "
           f"{args.sample_s:g} s; results in {out}", flush=True)
     points, result, capacity, rate = soak(args.minutes, args.sample_s, args.load, out,
                                           control_rounds=args.control_rounds)
     plot(points, out / "soak.png")
-    harness.write_report(out, "soak", markdown(points, result, capacity, rate), {
+    write_report(out, "soak", markdown(points, result, capacity, rate), {
         "capacity_rps": capacity, "offered_rps": rate, "passed": result.passed,
         "checks": result.checks, "drift": result.drift,
         "control": asdict(result.control) if result.control else None,

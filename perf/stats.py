@@ -1,51 +1,14 @@
-"""The pure parts of the load runs beyond server/goodput.py (one request's outcome, the
-percentile, a closed-loop point): the per-priority summary, the best of rounds, goodput
-under the p99 objective, round orders and the result table."""
+"""The peers' table over server/goodput.py's `LoadPoint`s: the best of rounds, goodput
+under the p99 objective, mirrored round orders and the markdown table (perf/peers/run.py,
+perf/targets.py)."""
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from server.goodput import LoadPoint, Outcome, percentile
+from server.goodput import LoadPoint
 
 NOISY_SHARE = 0.10  # a point during which other work used more of the cores is marked
-
-
-@dataclass(frozen=True)
-class PrioritySummary:
-    """What one priority level got during a run (or one phase of it)."""
-
-    phase: str
-    priority: int
-    requests: int
-    served: int
-    offered_rps: float
-    goodput_rps: float
-    p50_ms: float
-    p99_ms: float
-    failures: dict[str, int] = field(default_factory=dict)  # Outcome.failure -> count
-
-    @property
-    def success_ratio(self) -> float:
-        return self.served / self.requests if self.requests else math.nan
-
-
-def by_priority(outcomes: Sequence[Outcome], seconds: float,
-                phase: str = "") -> list[PrioritySummary]:
-    """Per priority: requests, served, offered and served rate, percentiles of the served
-    requests' latencies, failures by status and error."""
-    rows = []
-    for priority in sorted({o.priority for o in outcomes}):
-        mine = [o for o in outcomes if o.priority == priority]
-        ok = [o.latency_ms for o in mine if o.error is None]
-        rows.append(PrioritySummary(
-            phase, priority, len(mine), len(ok), len(mine) / seconds, len(ok) / seconds,
-            percentile(ok, 50), percentile(ok, 99),
-            dict(Counter(o.failure for o in mine if o.error))))
-    return rows
 
 
 def best_of(rounds: Sequence[Sequence[LoadPoint]]) -> list[LoadPoint]:

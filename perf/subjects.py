@@ -6,7 +6,6 @@ its front model, encoders, served artifact and tokenizer come from its configs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,24 +71,3 @@ def build_repository(root: Path, edits: list[tuple[str, Change]],
         edit_config(repo, name, change)
     return repo
 
-
-def model_stats(http_url: str, model: str = "") -> list[dict]:
-    """Triton's statistics (a restricted API) of `model`, or of every loaded model."""
-    import urllib.request
-
-    from tmr_client.auth import key_headers
-
-    from server.settings import admin_key
-
-    path = f"/v2/models/{model}/stats" if model else "/v2/models/stats"
-    request = urllib.request.Request(f"http://{http_url}{path}",
-                                     headers=key_headers(admin=True, admin_key=admin_key()))
-    with urllib.request.urlopen(request, timeout=10) as r:
-        return json.loads(r.read())["model_stats"]
-
-
-def counts(http_url: str, model: str) -> tuple[int, int]:
-    """(inferences, executions) of a model so far, from Triton's statistics."""
-    stats = model_stats(http_url, model)
-    return (sum(int(s["inference_count"]) for s in stats),
-            sum(int(s["execution_count"]) for s in stats))

@@ -1,7 +1,7 @@
 """Goodput of a served front: closed-loop load of new texts over plain tritonclient HTTP,
 each run summarised as a `LoadPoint`, and the requests/s at which the p99 reaches the
-objective. `tmr tune` measures a host by it (server/tune.py); perf's load runs build on it
-(perf/load.py, perf/stats.py).
+objective. `tmr tune` measures a host by it (server/tune.py), `make bench` the SDK's rate;
+perf's other loads run on Locust (perf/locust_run.py), and its tables on the LoadPoint.
 
     async with standard_sender(url, "embed") as send:
         outcomes = await closed_loop(send, [(0, 8)], 2.5, unique_texts(input_texts()))

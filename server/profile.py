@@ -4,10 +4,13 @@ stale profile (core/host_profile.py has the rules)."""
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
 from core import host_profile as hp
-from core.versions import HOST_PROFILE
+from core.paths import DEFAULT_REPOSITORY
+from core.versions import HOST_PROFILE, PROFILE_ENV
 
 RETUNE = "run `tmr tune` (about 3 min on 2 cores) or serve the reviewed configs with " \
          "`tmr serve --reviewed`"
@@ -53,6 +56,19 @@ def select(repository: Path, reviewed: bool = False,
         return None, f"serving the reviewed configs: `tmr tune` found nothing better on " \
                      f"this host ({why})\n{choices(record)}"
     return HOST_PROFILE, f"serving the host profile ({why})\n{choices(record)}"
+
+
+@functools.cache
+def served_profile() -> tuple[str | None, str]:
+    """What `tmr serve` serves on this host (select over the repository): (its
+    --model-config-name, the line saying why). Every benchmark and `tmr perf plan --check`
+    measure it, and a copy of the repository carries its configs/host.pbtxt. Where
+    $TMR_CONFIG_NAME is set (the test suite sets it empty: the reviewed configs), that
+    variant instead."""
+    if PROFILE_ENV in os.environ:
+        name = os.environ[PROFILE_ENV]
+        return name or None, f"serving {name or 'the reviewed configs'} (${PROFILE_ENV})"
+    return select(DEFAULT_REPOSITORY)
 
 
 def describe(repository: Path) -> str:

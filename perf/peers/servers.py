@@ -1,6 +1,8 @@
 """The servers in the comparison: the project's Triton (the text model's front) and the
 peers, each started on free ports, waited for, and stopped with the project's one stop
-sequence. The model they all serve is found with perf.subjects, never named here.
+sequence. The model they all serve is found with perf.subjects, never named here. A
+`Running` server is its base URL and the perf/locustfile.py settings (TMR_ENDPOINT,
+TMR_MODEL, TMR_PATH, TMR_HEADERS) that ask it; `embed_one` asks it the same way once.
 
 Every peer runs from its own venv under `.peers/` (`make peers`) as a subprocess, with
 its paths passed on the command line; none imports a project module.
@@ -17,19 +19,19 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from core.families import TEXT_EMBEDDING
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from core.ports import free_port
 from core.versions import artifact_file
-from perf import harness
-from perf.peers.load import Endpoint, infer_endpoint, openai_endpoint, triton_endpoint
 from perf.subjects import text_model
 from server.launcher import stop_process
+from server.served_copy import free_port_server
 from server.settings import TRITON_VERSION
 
 PEERS_DIR = PROJECT_ROOT / ".peers"
@@ -38,6 +40,9 @@ STOP_TIMEOUT_S = 20.0
 BARE = "embed_bare"  # the single-stub fixture of perf/fixtures
 # Variables of this process that must not leak into a peer's interpreter.
 LEAKY_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+TEXT_IN = TEXT_EMBEDDING.contract.front_inputs[0].name
+VECTOR_OUT = TEXT_EMBEDDING.contract.front_outputs[0].name
+DIM = 384  # the served model's (all-MiniLM-L6-v2)
 
 
 class PeerStartError(RuntimeError):
@@ -52,7 +57,7 @@ class PeerSpec:
     label: str
     venv: str  # folder under the peers dir
     argv: Callable[[Path, int], list[str]]  # (peers dir, port) -> command line
-    endpoint: Callable[[str], Endpoint]  # base URL -> its embedding route
+    load_env: Callable[[], dict[str, str]]  # how perf/locustfile.py asks it
     env: tuple[tuple[str, str], ...] = ()
     start_timeout_s: float = 60.0
     packages: tuple[str, ...] = ()  # whose installed versions the results record
@@ -60,11 +65,12 @@ class PeerSpec:
 
 @dataclass
 class Running:
-    """A started server: its name and label, its route, its versions and how to stop it."""
+    """A started server: its name and label, where and how to ask it, its versions."""
 
     name: str
     label: str
-    endpoint: Endpoint
+    url: str  # http://host:port
+    load_env: dict[str, str]  # perf/locustfile.py's TMR_* settings for it
     versions: dict[str, str]
 
 
@@ -97,16 +103,17 @@ def infinity_argv(peers: Path, port: int) -> list[str]:
 
 PEERS: dict[str, PeerSpec] = {spec.name: spec for spec in (
     PeerSpec("infinity", "infinity-emb 0.0.78, ONNX fp32", "infinity", infinity_argv,
-             lambda url: openai_endpoint(url, infinity_model_name()),
+             lambda: {"TMR_ENDPOINT": "openai", "TMR_MODEL": infinity_model_name(),
+                      "TMR_PATH": "/embeddings"},
              env=(("INFINITY_ANONYMOUS_USAGE_STATS", "0"), ("HF_HUB_OFFLINE", "1")),
              start_timeout_s=300.0,
              packages=("infinity-emb", "optimum", "onnxruntime", "transformers", "torch",
                        "numpy")),
     PeerSpec("batcher", "the seeds' asyncio batcher", "fastapi",
-             fastapi_argv("batcher_server.py"), infer_endpoint,
+             fastapi_argv("batcher_server.py"), lambda: {"TMR_ENDPOINT": "infer"},
              packages=("fastapi", "uvicorn", "onnxruntime", "tokenizers", "numpy")),
     PeerSpec("naive", "naive FastAPI + onnxruntime", "fastapi",
-             fastapi_argv("naive_server.py"), infer_endpoint,
+             fastapi_argv("naive_server.py"), lambda: {"TMR_ENDPOINT": "infer"},
              packages=("fastapi", "uvicorn", "onnxruntime", "tokenizers", "numpy")),
 )}
 
@@ -178,7 +185,7 @@ def peer(spec: PeerSpec, peers: Path, log_path: Path) -> Iterator[Running]:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(spec.name, process, f"{base}/health", spec.start_timeout_s, log_path)
         python = peers / spec.venv / "venv" / "bin" / "python"
-        yield Running(spec.name, spec.label, spec.endpoint(base),
+        yield Running(spec.name, spec.label, base, spec.load_env(),
                       installed_versions(python, spec.packages))
     finally:
         stop_process(process, signal.SIGTERM, STOP_TIMEOUT_S, log)
@@ -189,9 +196,9 @@ def triton_embed(log_path: Path) -> Iterator[Running]:
     """The project's Triton with the shipped repository, on free ports, asked through the
     text model's front."""
     front = text_model().front
-    with harness.server(log_path=log_path) as server:
+    with free_port_server(log_path=log_path) as server:
         yield Running("embed", f"`{front}` on Triton (this project)",
-                      triton_endpoint(f"http://{server.http_url}", front), triton_versions())
+                      f"http://{server.http_url}", kserve(front), triton_versions())
 
 
 @contextmanager
@@ -203,11 +210,38 @@ def triton_bare(log_path: Path) -> Iterator[Running]:
 
     with tempfile.TemporaryDirectory(prefix="tmr-bare-") as tmp:
         repo = build_repository(Path(tmp), [], text_only=True, fixtures=[BARE])
-        with harness.server(repo, log_path) as server:
+        with free_port_server(repo, log_path) as server:
             yield Running("bare", f"`{BARE}` on Triton: one stub, no BLS hop (the floor)",
-                          triton_endpoint(f"http://{server.http_url}", BARE), triton_versions())
+                          f"http://{server.http_url}", kserve(BARE), triton_versions())
 
 
 def triton_versions() -> dict[str, str]:
     return {"tritonserver": TRITON_VERSION,
             **installed_versions(Path(sys.executable), ("onnxruntime", "numpy"))}
+
+
+def kserve(model: str) -> dict[str, str]:
+    return {"TMR_ENDPOINT": "kserve", "TMR_MODEL": model}
+
+
+def embed_one(url: str, load_env: Mapping[str, str], text: str) -> list[float]:
+    """The vector the server at `url` gives for `text`, asked as perf/locustfile.py asks it
+    under `load_env`; ValueError for anything but a 200 with a 384-d vector."""
+    kind, model = load_env.get("TMR_ENDPOINT", "kserve"), load_env.get("TMR_MODEL", "embed")
+    path = load_env.get("TMR_PATH") or {"kserve": f"/v2/models/{model}/infer",
+                                        "openai": "/v1/embeddings", "infer": "/infer"}[kind]
+    body = {"openai": {"model": model, "input": [text]}, "infer": {"text": text}}.get(kind) or {
+        "inputs": [{"name": TEXT_IN, "datatype": "BYTES", "shape": [1, 1], "data": [text]}]}
+    headers = {"Content-Type": "application/json", **json.loads(load_env.get("TMR_HEADERS", "{}"))}
+    request = urllib.request.Request(url + path, json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer = json.load(response)
+        vector = (answer["data"][0]["embedding"] if kind == "openai" else answer["result"]
+                  if kind == "infer" else
+                  next(o["data"] for o in answer["outputs"] if o["name"] == VECTOR_OUT))
+    except (OSError, ValueError, KeyError, IndexError, TypeError, StopIteration) as err:
+        raise ValueError(f"{url}{path} answered {text!r} with {err!r}") from err
+    if not (isinstance(vector, list) and len(vector) == DIM):
+        raise ValueError(f"{url}{path} answered {text!r} without a {DIM}-d vector")
+    return vector

@@ -8,8 +8,8 @@ import numpy as np
 from tmr_client import AsyncClient, Client
 
 from core.families import TEXT_EMBEDDING
-from perf.load import LevelSampler
 from tests.integration.helpers import fresh
+from tests.load import LevelSampler
 
 TEXTS = 2_000  # 250 chunks of the front's preferred batch (8): 150+ queued without the bound
 

@@ -26,6 +26,7 @@ from tests.integration.helpers import (
     steady_high_priority_load,
     tmr,
 )
+from tests.load import NORMAL, by_priority, standard_closed_loop
 
 TEXTS = ("the router degrades on purpose", "and recovers on purpose")
 
@@ -78,9 +79,6 @@ def test_no_level_refuses_by_priority_the_highest_automatic_one_serves_everyone(
 def test_after_an_overload_normal_traffic_is_served_at_once(router) -> None:
     """32 + 64 closed-loop clients at priority 1 and 2 (standard `priority` only), then,
     1 s after they stop, 4 clients at the default priority: none of theirs fails."""
-    from perf.scenarios import NORMAL, standard_closed_loop
-    from perf.stats import by_priority
-
     overload = asyncio.run(standard_closed_loop(router.http_url, ((1, 32), (2, 64)), 6.0,
                                                 "overload"))
     time.sleep(1.0)

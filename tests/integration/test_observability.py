@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from core.ports import free_port
-from perf.load import sdk_open_loop
 from python_backends.structured_log import FIELDS, parse_line
 from server.launcher import TritonServer
 from server.observability import (
@@ -35,6 +34,7 @@ from server.observability import (
 )
 from server.watchdog import Watchdog
 from tests.integration.helpers import assert_serving, reset_router, steady_high_priority_load
+from tests.load import sdk_open_loop
 
 # Exported by Triton only where it sees a GPU: allowed to be absent on the CPU server.
 GPU_ONLY_METRICS = {"nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes",

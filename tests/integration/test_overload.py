@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from perf.load import sdk_open_loop
-from perf.stats import by_priority
 from tests.integration.helpers import assert_serving, metric_value, reset_router
+from tests.load import by_priority, sdk_open_loop
 
 CAPACITY_RPS = 220  # embed, single texts, c16, this machine (docs/serving.md)
 # Bounded so the high queue (512 places, 10 s timeout) holds every high request of the burst

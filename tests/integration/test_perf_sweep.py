@@ -36,7 +36,7 @@ def test_short_sweep_writes_parsed_rows_a_knee_and_plots(triton) -> None:
 @pytest.mark.parametrize("encoder", ["minilm_onnx", "minilm_openvino"])
 def test_plan_measures_an_encoder_in_process_as_its_backend_runs_it(encoder) -> None:
     """`tmr perf plan`'s measurement (it imported a runner export.gate never had)."""
-    from perf.plan_cli import BATCHES, measure
+    from server.plan import BATCHES, measure
 
     points = measure(PROJECT_ROOT / "model_repository" / encoder, seconds=0.02)
     assert [p.batch for p in points] == list(BATCHES)

@@ -23,3 +23,5 @@ def test_two_minutes_of_steady_mixed_load_leak_nothing_and_fail_nothing(tmp_path
     growth = checks["RSS growth over the second half (MB)"]
     assert growth[2], growth
     assert all(p.served_rps > 0 for p in points)
+    served = sum(p.served_rps for p in points) / len(points)
+    assert served > 0.9 * rate, (served, rate)  # both Locust users sent, HTTP and gRPC

@@ -21,8 +21,8 @@ from cli.serve import ServeOptions
 from cli.watchdog import WatchdogOptions
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from core.startup import startup_models
-from perf.plan_cli import CapacityOptions, PlanOptions
-from perf.sweep import CheckOptions, CompareOptions, SweepOptions
+from server.plan import CapacityOptions, PlanOptions
+from server.sweep import CheckOptions, CompareOptions, SweepOptions
 
 
 def parsed(*argv: str) -> object:

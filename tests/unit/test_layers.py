@@ -17,9 +17,9 @@ LAYERS: dict[str, set[str]] = {
     "core": {"tmr_client"},
     "python_backends": {"core"},
     "export": {"core", "python_backends"},
-    "server": {"tmr_client", "core"},
+    "server": {"tmr_client", "core", "python_backends"},
     "perf": {"tmr_client", "core", "python_backends", "export", "server"},
-    "cli": {"tmr_client", "core", "export", "server", "perf"},
+    "cli": {"tmr_client", "core", "export", "server"},
 }
 PACKAGES = set(LAYERS) | {"tests"}
 FOLDERS = {"tmr_client": "client"}  # the SDK's folder is not its import name

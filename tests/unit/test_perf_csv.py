@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from perf.perf_analyzer import parse_csv
+from server.perf_analyzer import parse_csv
 
 DATA = Path(__file__).parent / "data" / "perf_analyzer_embed_c1.csv"
 

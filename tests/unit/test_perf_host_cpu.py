@@ -1,15 +1,17 @@
 """Who used the host's CPU in a window (perf/host_cpu.py), and the soak's host-or-server
-report built on it (perf/soak.py drift and Control)."""
+report built on it (perf/soak.py drift, Control and its reading of the load's cores)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from perf import host_cpu
 from perf.host_cpu import CpuReading, machine_times, process_cpu_s, share
-from perf.soak import Control, drift
+from perf.soak import Control, cpu_reading, drift
 
 TICK = host_cpu.TICK_S
 
@@ -51,3 +53,19 @@ def test_the_drift_report_pairs_the_first_and_last_stretch_medians() -> None:
     first = [point(0, 900, p99=20.0), point(10, 900, p99=22.0)]
     last = [point(20, 900, p99=30.0)]
     assert drift(first, last)["p99 ms"] == (21.0, 30.0)
+
+
+def test_the_soak_counts_its_children_outside_the_server_as_the_load() -> None:
+    burn = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+            "print('burnt', flush=True)\ntime.sleep(30)")
+    with subprocess.Popen(["sleep", "30"]) as server, subprocess.Popen(
+            [sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True) as locust:
+        try:
+            before = cpu_reading(server.pid)
+            assert locust.stdout is not None and locust.stdout.readline() == "burnt\n"
+            after = cpu_reading(server.pid)  # the "Locust" child has burnt 0.3 s, alive
+        finally:
+            server.kill()
+            locust.kill()
+    assert after.own_s - before.own_s >= 0.25
+    assert after.server_s - before.server_s < 0.05

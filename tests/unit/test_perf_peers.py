@@ -1,25 +1,27 @@
-"""The peer comparison's pure parts, its load client and the peers' pins and isolation."""
+"""The peer comparison's pure parts, how it asks each server and the peers' pins and isolation."""
 
 from __future__ import annotations
 
 import ast
-import asyncio
 import itertools
 import json
 import math
 import re
 import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
-from aiohttp import web
 
-from perf.peers import cpu, load, ort_text, servers
+from perf import locust_run
+from perf.peers import cpu, ort_text, servers
 from perf.peers.ort_text import load_tokenizer
-from perf.peers.run import PeersResult, ServerResult, check_servers, cosine
+from perf.peers.run import PeersResult, ServerResult, check_servers, cosine, reaped_ticks
 from perf.stats import best_of, cell, goodput, render_table, round_orders
 from server.goodput import LoadPoint, percentile, summarize
 from tests.conftest import MINILM_SOURCE
@@ -90,86 +92,71 @@ def test_table_shows_rps_and_p99_per_level_the_c1_p50_the_c16_spread_and_goodput
     assert lines[3] == "| naive | 118 / 70 (2 err) | - | - | 35.0 | - | none |"
 
 
-# --- load client -------------------------------------------------------------------------
-
-def test_every_request_text_is_new_and_keeps_its_base_text() -> None:
-    texts = load.unique_texts(["alpha", "beta"], "n0nce")
-    got = [next(texts) for _ in range(6)]
-    assert len(set(got)) == 6
-    assert got[0].startswith("alpha (n0nce-") and got[3].startswith("beta ")
-
-
-def test_request_bodies_follow_each_servers_shape() -> None:
-    triton = load.triton_endpoint("http://h:1", "embed")
-    assert triton.url == "http://h:1/v2/models/embed/infer"
-    assert triton.body("hi") == {"inputs": [{"name": "TEXT", "datatype": "BYTES",
-                                             "shape": [1, 1], "data": ["hi"]}]}
-    openai = load.openai_endpoint("http://h:2", "minilm")
-    assert (openai.url, openai.body("hi")) == ("http://h:2/embeddings",
-                                               {"model": "minilm", "input": ["hi"]})
-    assert load.infer_endpoint("http://h:3").body("hi") == {"text": "hi"}
-
+# --- how each server is asked ------------------------------------------------------------
 
 VECTOR = [0.05] * 384
 ANSWERS = {
-    "triton": {"outputs": [{"name": "SERVED_BY", "data": ["x"]},
+    "kserve": {"outputs": [{"name": "SERVED_BY", "data": ["x"]},
                            {"name": "EMBEDDING", "datatype": "FP32", "shape": [1, 384],
                             "data": VECTOR}]},
     "openai": {"object": "list", "data": [{"embedding": VECTOR, "index": 0}]},
     "infer": {"result": VECTOR},
 }
-ENDPOINTS = {"triton": load.triton_endpoint("u", "m"), "openai": load.openai_endpoint("u", "m"),
-             "infer": load.infer_endpoint("u")}
 
 
-@pytest.mark.parametrize("shape", sorted(ENDPOINTS))
-def test_a_200_with_a_384_d_vector_is_an_answer(shape: str) -> None:
-    assert load.check_answer(ENDPOINTS[shape], 200, json.dumps(ANSWERS[shape]).encode()) is None
+@pytest.fixture
+def stub() -> Iterator[tuple[str, list[tuple[str, dict, dict]]]]:
+    """An HTTP server answering POSTs with ANSWERS[first path word] (`/fail` a 503); the
+    requests it saw as (path, headers, body)."""
+    seen: list[tuple[str, dict, dict]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            kind = {"v2": "kserve", "v1": "openai", "embeddings": "openai"}.get(
+                self.path.split("/")[1], self.path.split("/")[1])
+            raw = json.dumps(ANSWERS.get(kind, {})).encode()
+            self.send_response(503 if kind == "fail" else 200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
 
 
-@pytest.mark.parametrize("shape", sorted(ENDPOINTS))
-def test_anything_else_is_an_error_by_kind(shape: str) -> None:
-    endpoint = ENDPOINTS[shape]
-    assert load.check_answer(endpoint, 503, b"busy") == "HTTP 503"
-    assert load.check_answer(endpoint, 200, b"not json") == "malformed answer"
-    assert load.check_answer(endpoint, 200, b'{"other": 1}') == "malformed answer"
-    short = json.dumps(ANSWERS[shape]).replace("0.05, " * 10, "", 1).encode()
-    assert load.check_answer(endpoint, 200, short) == "not a 384-d vector"
+def test_the_probe_asks_each_server_as_the_locustfile_does(stub) -> None:
+    url, seen = stub
+    assert servers.embed_one(url, servers.kserve("embed"), "hi") == VECTOR
+    assert servers.embed_one(url, servers.PEERS["naive"].load_env(), "hi") == VECTOR
+    infinity = {**servers.PEERS["infinity"].load_env(), "TMR_MODEL": "minilm"}
+    assert servers.embed_one(url, infinity, "hi") == VECTOR
+    door = {"TMR_ENDPOINT": "openai", "TMR_MODEL": "m", "TMR_HEADERS": '{"x-api-key": "k"}'}
+    assert servers.embed_one(url, door, "hi") == VECTOR
+    assert [(path, body) for path, _, body in seen] == [
+        ("/v2/models/embed/infer", {"inputs": [{"name": "TEXT", "datatype": "BYTES",
+                                                "shape": [1, 1], "data": ["hi"]}]}),
+        ("/infer", {"text": "hi"}),
+        ("/embeddings", {"model": "minilm", "input": ["hi"]}),
+        ("/v1/embeddings", {"model": "m", "input": ["hi"]})]
+    assert seen[-1][1]["x-api-key"] == "k"
 
 
-def test_an_embedding_is_384_finite_numbers() -> None:
-    assert load.is_embedding(VECTOR)
-    assert not load.is_embedding([*VECTOR[:-1], float("nan")])
-    assert not load.is_embedding(VECTOR[:-1]) and not load.is_embedding("x" * 384)
-
-
-def test_closed_loop_checks_every_answer_and_never_repeats_a_text() -> None:
-    seen: list[str] = []
-
-    async def infer(request: web.Request) -> web.Response:
-        seen.append((await request.json())["text"])
-        if len(seen) % 3 == 0:
-            return web.Response(status=503, text="busy")
-        return web.json_response({"result": VECTOR})
-
-    async def scenario() -> LoadPoint:
-        app = web.Application()
-        app.router.add_post("/infer", infer)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # the port the OS chose
-        try:
-            return await load.closed_loop_point(
-                load.infer_endpoint(f"http://127.0.0.1:{port}"), 2, 0.3, ["a", "b"])
-        finally:
-            await runner.cleanup()
-
-    got = asyncio.run(scenario())
-    assert got.requests + got.errors == len(seen) == len(set(seen)) > 3
-    assert got.error_kinds == {"HTTP 503": len(seen) // 3}
-    assert got.concurrency == 2 and got.rps > 0
+def test_a_probe_without_a_384_d_vector_is_an_error(stub) -> None:
+    url, _ = stub
+    with pytest.raises(ValueError, match="503"):
+        servers.embed_one(url, {"TMR_ENDPOINT": "infer", "TMR_PATH": "/fail"}, "hi")
+    with pytest.raises(ValueError, match="KeyError"):  # a KServe answer to an OpenAI ask
+        servers.embed_one(url, {"TMR_ENDPOINT": "openai", "TMR_PATH": "/v2/x"}, "hi")
+    with pytest.raises(ValueError):
+        servers.embed_one("http://127.0.0.1:1", servers.kserve("embed"), "hi")
 
 
 # --- servers, results --------------------------------------------------------------------
@@ -236,7 +223,7 @@ def test_infinity_pins_are_the_ones_that_run_offline_and_bring_no_torch() -> Non
     assert not any(name.startswith("torch") for name in pins)
 
 
-@pytest.mark.parametrize("script", [*PEER_SIDE, "../locustfile.py"])
+@pytest.mark.parametrize("script", PEER_SIDE)
 def test_peer_side_code_imports_no_project_module(script: str) -> None:
     tree = ast.parse((PEERS_SRC / script).read_text())
     roots = {alias.name.split(".")[0] for node in ast.walk(tree)
@@ -245,13 +232,6 @@ def test_peer_side_code_imports_no_project_module(script: str) -> None:
               if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
     foreign = roots - PEER_IMPORTS - set(sys.stdlib_module_names) - {"__future__"}
     assert foreign == set()
-
-
-def test_the_locustfile_sends_the_text_familys_front_input() -> None:
-    from core.families import TEXT_EMBEDDING
-
-    text = (PEERS_SRC.parent / "locustfile.py").read_text()
-    assert f'"name": "{TEXT_EMBEDDING.contract.front_inputs[0].name}"' in text
 
 
 def test_the_fastapi_peers_feed_the_text_familys_encoder_tensors() -> None:
@@ -270,11 +250,15 @@ def test_the_fastapi_peers_pad_each_batch_to_its_longest_text() -> None:
 
 
 def test_unknown_or_uninstalled_servers_are_refused_before_anything_starts(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(servers.PeerStartError, match=r"unknown servers \['tei'\]"):
         check_servers(["embed", "tei"], tmp_path)
     with pytest.raises(servers.PeerStartError, match=r"\['batcher'\]; run `make peers`"):
         check_servers(["embed", "batcher"], tmp_path)
+    monkeypatch.setattr(locust_run, "LOCUST", tmp_path / "locust")
+    with pytest.raises(servers.PeerStartError, match="run `make locust`"):
+        check_servers(["embed"], tmp_path)
+    (tmp_path / "locust").touch()
     check_servers(["embed"], tmp_path)
 
 
@@ -305,6 +289,16 @@ def test_foreign_share_is_machine_time_outside_our_tree_over_all_cores() -> None
 def test_this_process_tree_is_part_of_the_machines_busy_time() -> None:
     now = cpu.sample()
     assert 0 < now.ours <= now.machine
+
+
+def test_an_exited_client_process_is_counted_as_ours() -> None:
+    import subprocess
+
+    before, reaped = cpu.sample(), reaped_ticks()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                    "while time.process_time() - t < 0.3: pass"], check=True)
+    assert cpu.sample().ours - before.ours < 20  # gone from the live tree...
+    assert reaped_ticks() - reaped >= 20  # ...and in the reaped children's time
 
 
 def test_a_point_measured_while_other_work_ran_is_marked() -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import gc
-import time
+import math
+from dataclasses import replace
 
 import pytest
 
-from perf.soak import Sample, quiet_caller_heap, verdict
+from perf.soak import Sample, joined, verdict
 
 
 def point(t: float, rss: float, p99: float = 50.0, rps: float = 100.0, errors: int = 0,
@@ -57,36 +57,33 @@ def test_leaks_decay_errors_and_reloads_each_miss_their_target() -> None:
         "throughput last / first stretch", "errors", "watchdog reloads"}
 
 
-def test_the_progress_line_counts_the_errors_of_the_last_minute_and_shows_the_latest_rss() -> None:
-    from perf.soak import live_status
+def test_each_server_sample_takes_the_locust_window_of_its_index(tmp_path) -> None:
+    import json
 
-    assert live_status([]) == "waiting for the first sample"
-    points = [point(30, 1000, errors=5), point(60, 1010, errors=2), point(90, 1020, errors=1)]
-    assert live_status(points) == "errors in the last minute 3  RSS 1320 MB"  # t 60 and 90
-    assert live_status(points[:1]) == "errors in the last minute 5  RSS 1300 MB"
+    from perf.locust_run import LocustRun, read_stats
+    from tests.unit.test_locust_run import entry
+
+    entries = [entry("w0000 p1", "POST", {10: 20}), entry("w0000 p2", "gRPC", {30: 80}),
+               entry("w0001 p2", "POST", {40: 99}),
+               entry("w0001 p2 failed", "gRPC", {5: 1}, failures=1),
+               entry("w0002 p2", "POST", {50: 7})]  # the tail after the last sample
+    (tmp_path / "load.json").write_text(json.dumps(entries))
+    run = LocustRun(read_stats(entries), {("w0001 p2", "StatusCode.UNAVAILABLE"): 1},
+                    tmp_path)
+    server_side = [replace(point(t, 1000), served_rps=9.0, p50_ms=math.nan) for t in (10, 20)]
+    first, second = joined(server_side, run, "load", 10.0)
+    assert (first.served_rps, first.p50_ms, first.p99_ms, first.errors) == (10.0, 30, 30, {})
+    assert (second.served_rps, second.p99_ms) == (9.9, 40)  # the failure has no latency
+    assert second.errors == {"StatusCode.UNAVAILABLE": 1}
+    assert second.rss_mb == server_side[1].rss_mb and second.t_s == 20
 
 
-def test_the_progress_bar_stays_silent_in_a_log_and_stops_with_the_load(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    import threading
+def test_the_open_loop_is_one_user_a_protocol_at_half_the_rate_each() -> None:
     from types import SimpleNamespace
 
-    from perf.soak import load_progress
+    from perf.soak import USERS, load_env
 
-    before = threading.active_count()
-    with load_progress(2.0, SimpleNamespace(samples=[point(30, 1000)])):  # type: ignore[arg-type]
-        time.sleep(1.1)  # one tick of the bar
-        print("  30/120 s  a sampler line")
-    assert capsys.readouterr().out == "  30/120 s  a sampler line\n"
-    assert threading.active_count() == before
-
-
-def test_the_load_runs_with_the_callers_heap_frozen_and_its_collections_timed() -> None:
-    held = [[i] for i in range(10_000)]  # the caller's heap, as pytest's after many tests
-    with quiet_caller_heap() as pauses:
-        assert gc.get_freeze_count() >= len(held)
-        gc.collect()
-    assert gc.get_freeze_count() == 0
-    assert pauses.collections[2] == 1 and pauses.longest_s > 0
-    gc.collect()
-    assert pauses.collections[2] == 1  # removed from gc.callbacks on the way out
+    env = load_env(SimpleNamespace(grpc_url="localhost:9001"), 123.4, 10.0)  # type: ignore[arg-type]
+    assert USERS == ["OpenLoop", "GrpcOpenLoop"]
+    assert float(env["TMR_USER_RPS"]) * 2 == 123.4  # the Stages shape: ceil(123.4 / 61.7) users
+    assert (env["TMR_GRPC_HOST"], env["TMR_WINDOW_S"]) == ("localhost:9001", "10.0")

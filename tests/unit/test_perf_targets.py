@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from perf.targets import Target, allowed_rate, route_targets, serving_targets, table
 from server.goodput import LoadPoint
 
@@ -75,23 +73,3 @@ def test_route_targets_and_the_table():
     assert "| OpenAI route throughput vs KServe (c16) | 0.95 | >= 0.9 | met |" in text
     assert "| OpenAI route p99 vs KServe (c16) | 1.12 | <= 1.1 | MISSED |" in text
     assert "not measured" in table(route_targets(None))
-
-
-def test_an_ab_variant_is_a_name_and_config_edits_separated_by_tildes():
-    from core.paths import DEFAULT_REPOSITORY
-    from core.versions import read_config
-    from perf.ab import Variant, parse_variant
-
-    assert parse_variant("base") == Variant("base", [])
-    two = parse_variant("two~embed~count: 3~count: 2;minilm_onnx~count: 2~count: 1")
-    assert two.name == "two" and [model for model, _ in two.edits] == ["embed", "minilm_onnx"]
-    for (model, change), count in zip(two.edits, (2, 1)):
-        config = read_config(DEFAULT_REPOSITORY / model)
-        change(config)  # a regex over the config as the repository lays it out
-        assert [g.count for g in config.instance_group] == [count]
-    config = read_config(DEFAULT_REPOSITORY / "embed")
-    parse_variant("nopref~embed~  preferred_batch_size: 8\\n~").edits[0][1](config)
-    assert list(config.dynamic_batching.preferred_batch_size) == []
-    assert config.dynamic_batching.priority_levels == 2  # the rest of the config is kept
-    with pytest.raises(ValueError, match="matches nothing"):
-        parse_variant("x~embed~no such text~y").edits[0][1](config)

@@ -4,16 +4,19 @@
     tmr perf compare perf/results/A perf/results/B
     tmr perf check perf/results/A [--baseline perf/baselines/embed_grpc.json]
 
-Without `--url` the sweep starts its own server on free ports. Results go to
-`perf/results/sweep-<timestamp>/` (git-ignored): sweep.json, sweep.md, the CSVs and PNG plots.
-Baselines are ratios' denominators, measured on this machine; `check` exits 1 when a
-level's throughput falls under, or its p99 rises over, the given ratio.
+Without `--url` the sweep starts its own server on free ports (server/served_copy.py).
+Results go to `perf/results/sweep-<timestamp>/` (git-ignored): sweep.json, sweep.md, the CSVs
+and PNG plots. Baselines are ratios' denominators, measured on this machine (the
+checked-in ones in perf/baselines/); `check` exits 1 when a level's throughput falls
+under, or its p99 rises over, the given ratio.
+
+Product, like `tmr perf plan|capacity` (server/plan.py): users sweep their own servers.
+`make bench` draws its sweep with `plot` and picks inputs with `input_file`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import tempfile
@@ -22,11 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from perf import perf_analyzer
-from perf.knee import Knee, find_knee, ratios, regressions
-from perf.perf_analyzer import PerfRow
-from perf.stamp import Stamp, save_figure
+from server import perf_analyzer
 from server.goodput import INPUTS
+from server.knee import Knee, find_knee, ratios, regressions
+from server.perf_analyzer import PerfRow, load_rows
+from server.stamp import Stamp, run_dir, save_figure, write_report
 
 BASELINES = PROJECT_ROOT / "perf" / "baselines"
 
@@ -58,10 +61,10 @@ def server_for(url: str | None, protocol: str) -> Iterator[tuple[str, str]]:
     if url:
         yield url, url
         return
-    from perf import harness
+    from server.served_copy import free_port_server
 
     log = Path(tempfile.mkdtemp()) / "tritonserver.log"
-    with harness.server(log_path=log) as server:
+    with free_port_server(log_path=log) as server:
         yield (server.grpc_url if protocol == "grpc" else server.http_url), server.http_url
 
 
@@ -137,11 +140,6 @@ def markdown(model: str, protocol: str, rows: list[PerfRow], knee: Knee) -> str:
     return "\n".join(lines)
 
 
-def load_rows(path: Path) -> tuple[dict, list[PerfRow]]:
-    data = json.loads((path / "sweep.json" if path.is_dir() else path).read_text())
-    return data, [PerfRow(**r) for r in data["rows"]]
-
-
 @dataclass(frozen=True)
 class SweepOptions:
     """`tmr perf sweep`: one model, these concurrency levels; no url starts a server."""
@@ -174,15 +172,13 @@ class CheckOptions:
 
 
 def cmd_sweep(args: SweepOptions) -> int:
-    from perf import harness
-
-    out = harness.run_dir("sweep")
+    out = run_dir("sweep")
     with server_for(args.url, args.protocol) as (url, _):
         rows = run_sweep(args.model, args.concurrency, url, args.protocol, out,
                          args.interval_ms, args.stability_percentage)
     knee = find_knee(rows, args.p99_budget_ms)
     plot(rows, knee, out, args.model)
-    harness.write_report(out, "sweep", markdown(args.model, args.protocol, rows, knee), {
+    write_report(out, "sweep", markdown(args.model, args.protocol, rows, knee), {
         "model": args.model, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
         "rows": [asdict(r) for r in rows], "knee": asdict(knee)})
     return 0

@@ -1,5 +1,6 @@
-"""The batch- and capacity-planning arithmetic, on the seeds' worked example, synthetic
-curves and the sweep figures of perf/README.md."""
+"""The batch- and capacity-planning arithmetic (server/planning.py) and `tmr perf plan` and
+`tmr perf capacity` (server/plan.py), on the seeds' worked example, synthetic curves and the
+sweep figures of perf/README.md."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from perf.perf_analyzer import PerfRow
-from perf.planning import (
+from server.perf_analyzer import PerfRow
+from server.planning import (
     BatchPoint,
     CapacityError,
     Hpa,
@@ -67,8 +68,7 @@ def test_plan_respects_memory_and_latency_budgets() -> None:
 def test_the_proposal_is_a_config_triton_parses_with_the_planned_values() -> None:
     from core import versions
     from core.paths import DEFAULT_REPOSITORY
-    from perf.plan_cli import proposed_config
-    from perf.planning import Plan
+    from server.plan import proposed_config
 
     text = (DEFAULT_REPOSITORY / "minilm_onnx" / "config.pbtxt").read_text()
     new = proposed_config(text, Plan(48, 16, 20_000, 5.0, 60.0, 266.0))
@@ -166,7 +166,7 @@ def test_a_plan_over_the_hpa_maximum_says_to_raise_it_and_one_fewer_overloads() 
 
 
 def test_the_hpa_figures_are_read_from_the_triton_manifest() -> None:
-    from perf.plan_cli import manifest_hpa
+    from server.plan import manifest_hpa
 
     assert manifest_hpa() == HPA
 

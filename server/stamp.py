@@ -1,21 +1,25 @@
-"""Where a generated table or plot comes from: the date, the host's CPU and cores, the commit.
+"""Where a generated table or plot comes from: the date, the host's CPU and cores, the commit;
+and the stamped report of one run in its results folder.
 
 Every writer of a generated doc stamps its output with one `Stamp`: `make bench` the top of
-docs/benchmarks.md's generated part, `harness.write_report` every perf report, and
-`save_figure` every plot (bench, sweep, soak, scenarios) in its footer. A
+docs/benchmarks.md's generated part, `write_report` every report (`tmr perf sweep` and the
+benchmarks), and `save_figure` every plot (bench, sweep, soak, scenarios) in its footer. A
 figure without its host and commit cannot be compared with another.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from core.files import write_atomically
 from core.hardware import host_cpu
-from core.paths import PROJECT_ROOT
+from core.paths import PROJECT_ROOT, results_dir
 
 
 @dataclass(frozen=True)
@@ -64,3 +68,21 @@ def save_figure(fig: Any, path: Path, dpi: int = 100, stamp: Stamp | None = None
     written."""
     (stamp or current_stamp()).on_figure(fig)
     fig.savefig(path, dpi=dpi)
+
+
+def run_dir(kind: str) -> Path:
+    """A new perf/results/<kind>-<timestamp>/ (git-ignored)."""
+    out = results_dir(kind, time.strftime("%Y%m%d-%H%M%S"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write_report(out: Path, name: str, markdown: str, data: Any = None) -> None:
+    """`<name>.md`, stamped, and, with `data`, `<name>.json` in `out`; prints the markdown
+    and where the results are."""
+    markdown = f"{markdown}\n\n{current_stamp().markdown()}"
+    write_atomically(out / f"{name}.md", markdown + "\n")
+    if data is not None:
+        write_atomically(out / f"{name}.json", json.dumps(data, indent=1, default=float) + "\n")
+    print(markdown)
+    print(f"\nresults in {out}")

@@ -1,13 +1,15 @@
-"""perf/stamp.py: every generated table and plot says when, where and from which commit."""
+"""server/stamp.py: every generated table and plot says when, where and from which commit, and
+a run's report is written as stamped markdown and JSON in its folder."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from perf.stamp import Stamp, current_stamp, git_commit, save_figure
+from server.stamp import Stamp, current_stamp, git_commit, save_figure, write_report
 
 pytestmark = pytest.mark.unit
 
@@ -46,10 +48,20 @@ def test_a_saved_figure_carries_the_stamp_in_its_footer(tmp_path: Path):
     plt.close(fig)
 
 
-def test_every_perf_plot_is_saved_through_the_stamp():
-    """No writer in perf/ saves a figure around the stamp."""
+def test_every_plot_is_saved_through_the_stamp():
+    """No writer in perf/ or server/ saves a figure around the stamp."""
     from core.paths import PROJECT_ROOT
 
-    bare = [p.relative_to(PROJECT_ROOT) for p in (PROJECT_ROOT / "perf").rglob("*.py")
-            if p.name != "stamp.py" and ".savefig(" in p.read_text(encoding="utf-8")]
+    bare = [p.relative_to(PROJECT_ROOT)
+            for folder in ("perf", "server") for p in (PROJECT_ROOT / folder).rglob("*.py")
+            if p != PROJECT_ROOT / "server" / "stamp.py"
+            and ".savefig(" in p.read_text(encoding="utf-8")]
     assert bare == []
+
+
+def test_a_report_is_written_as_markdown_and_json_and_printed(tmp_path: Path, capsys) -> None:
+    write_report(tmp_path, "run", "| a |", {"rps": 1.5})
+    table, stamp = (tmp_path / "run.md").read_text().split("\n\n")
+    assert table == "| a |" and stamp.startswith("_Measured ")
+    assert json.loads((tmp_path / "run.json").read_text()) == {"rps": 1.5}
+    assert capsys.readouterr().out.endswith(f"results in {tmp_path}\n")

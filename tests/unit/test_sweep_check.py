@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from perf.sweep import BASELINES, cmd_check
+from server.sweep import BASELINES, cmd_check
 
 BASELINE = BASELINES / "embed_grpc.json"
 

@@ -1,8 +1,14 @@
-"""Run `perf_analyzer` 2.51 from the tritonclient wheel and parse its CSV into typed rows."""
+"""Run `perf_analyzer` 2.51 from the tritonclient wheel and parse its CSV into typed rows;
+read a `tmr perf sweep`'s rows back, and Triton's statistics of the model it drove.
+
+Product, not benchmark: `tmr perf plan --check` and `tmr perf capacity` (server/plan.py)
+read these rows as `tmr perf sweep` (server/sweep.py) and `make bench` write them.
+"""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -88,3 +94,27 @@ def run(model: str, url: str, concurrency: int, input_data: Path | str, csv_path
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
     return parse_csv(csv_path.read_text())[0]
+
+
+def load_rows(path: Path) -> tuple[dict, list[PerfRow]]:
+    """A sweep result (a `tmr perf sweep` folder or its sweep.json): its data and rows."""
+    data = json.loads((path / "sweep.json" if path.is_dir() else path).read_text())
+    return data, [PerfRow(**r) for r in data["rows"]]
+
+
+def model_stats(http_url: str, model: str = "") -> list[dict]:
+    """Triton's statistics (a restricted API) of `model`, or of every loaded model."""
+    import urllib.request
+
+    path = f"/v2/models/{model}/stats" if model else "/v2/models/stats"
+    request = urllib.request.Request(f"http://{http_url}{path}",
+                                     headers=key_headers(admin=True, admin_key=admin_key()))
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return json.loads(r.read())["model_stats"]
+
+
+def counts(http_url: str, model: str) -> tuple[int, int]:
+    """(inferences, executions) of a model so far, from Triton's statistics."""
+    stats = model_stats(http_url, model)
+    return (sum(int(s["inference_count"]) for s in stats),
+            sum(int(s["execution_count"]) for s in stats))

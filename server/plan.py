@@ -14,9 +14,13 @@ concurrency = the preferred batch, printing predicted and measured side by side
     tmr perf capacity SWEEP --target-rps 1000 [--p99-budget-s 0.06] [--headroom 0.2]
 
 Replicas for a target peak from a measured sweep of one replica (a `tmr perf sweep`
-folder or its sweep.json): the arithmetic of `perf.planning.capacity`, and the HPA's
+folder or its sweep.json): the arithmetic of `server.planning.capacity`, and the HPA's
 minReplicas against server/k8s/triton.yaml. A sibling of `plan`, not an option of it:
 `plan` measures a model in-process, `capacity` only reads a result.
+
+Product, like `tmr tune` (server/tune.py): both write what the server runs with, so they
+live here, not in perf/ (the rules are server/planning.py, perf_analyzer's rows
+server/perf_analyzer.py).
 """
 
 from __future__ import annotations
@@ -34,12 +38,14 @@ from pathlib import Path
 import numpy as np
 
 from core import versions
-from core.families.catalog import find
+from core.families.catalog import FamilyModel, find
 from core.families.configs import encoder_spec
 from core.files import write_atomically
 from core.paths import PROJECT_ROOT
-from perf.perf_analyzer import PerfRow
-from perf.planning import (
+from python_backends.runners import Runner, artifact_runner
+from server import perf_analyzer
+from server.perf_analyzer import PerfRow, counts, load_rows
+from server.planning import (
     BatchPoint,
     CapacityError,
     Hpa,
@@ -60,9 +66,23 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(model_dir: Path, seconds: float = 1.0) -> list[BatchPoint]:
-    from export.primary_choice import served_runner
+def served_runner(repository: Path, model: FamilyModel, fmt: str, threads: int) -> Runner:
+    """The format's served version in-process, as its backend runs it (at its config's
+    precision), with its one output named as the family's (TorchScript's suffix dropped)."""
+    fam, folder = model.family, repository / model.encoder(fmt)
+    output = fam.contract.encoder_output.name
+    run = artifact_runner(versions.artifact_file(folder), fam.format(fmt).runtime, threads,
+                          [t.name for t in fam.contract.encoder_inputs],
+                          [output + fam.format(fmt).output_suffix],
+                          precision=encoder_spec(versions.read_config(folder)).precision)
 
+    def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {output: next(iter(run(feeds).values()))}
+
+    return call
+
+
+def measure(model_dir: Path, seconds: float = 1.0) -> list[BatchPoint]:
     model = find(model_dir.parent, model_dir.name)
     fmt = model.family.split_encoder_name(model_dir.name)[1]
     threads = encoder_spec(versions.read_config(model_dir)).threads
@@ -99,18 +119,20 @@ def proposed_config(text: str, proposal: Plan) -> str:
 def check_with_sweep(model: str, proposal_text: str) -> tuple[PerfRow, float]:
     """The proposal served on a copy of the repository and swept at concurrency = the
     preferred batch: perf_analyzer's row, and the executed batch size from statistics."""
-    from perf import harness, perf_analyzer
-    from perf.subjects import counts
-    from server.goodput import INPUTS
+    from server.served_copy import served_copy
+    from server.sweep import input_file
+
+    batch = int(re.search(r"preferred_batch_size: \[ (\d+)", proposal_text).group(1))
 
     def propose(repo: Path) -> None:
         write_atomically(repo / model / "config.pbtxt", proposal_text)
 
-    batch = int(re.search(r"preferred_batch_size: \[ (\d+)", proposal_text).group(1))
-    with tempfile.TemporaryDirectory() as tmp, \
-            harness.served_copy(Path(tmp) / "triton.log", edit=propose) as server:
+    # Served as the sweep and the benchmarks serve: what `tmr serve` serves on this host,
+    # every model loaded, on three free ports; the proposal on a copy.
+    with tempfile.TemporaryDirectory(prefix="tmr-plan-") as tmp, \
+            served_copy(Path(tmp) / "triton.log", edit=propose) as server:
         before = counts(server.http_url, model)
-        row = perf_analyzer.run(model, server.grpc_url, batch, INPUTS / f"{model}.json",
+        row = perf_analyzer.run(model, server.grpc_url, batch, input_file(model),
                                 Path(tmp) / "check.csv")
         after = counts(server.http_url, model)
     return row, (after[0] - before[0]) / max(after[1] - before[1], 1)
@@ -175,8 +197,6 @@ def manifest_hpa(path: Path = K8S_TRITON) -> Hpa:
 
 def cmd_capacity(args: CapacityOptions) -> int:
     """Print the replicas for the target; 2 when the sweep or the target gives none."""
-    from perf.sweep import load_rows
-
     try:
         meta, rows = load_rows(args.result)
         cap = capacity(rows, args.target_rps, args.p99_budget_ms, args.headroom)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from core.paths import P99_OBJECTIVE_MS
-from perf.perf_analyzer import PerfRow
+from server.perf_analyzer import PerfRow
 
 
 @dataclass(frozen=True)

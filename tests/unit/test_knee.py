@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perf.knee import find_knee, ratios, regressions
-from perf.perf_analyzer import PerfRow
+from server.knee import find_knee, ratios, regressions
+from server.perf_analyzer import PerfRow
 
 
 def row(c: int, rps: float, p99: float) -> PerfRow:

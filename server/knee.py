@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perf.perf_analyzer import PerfRow
+from server.perf_analyzer import PerfRow
 
 
 @dataclass(frozen=True)
