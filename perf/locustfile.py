@@ -1,5 +1,5 @@
 """Every HTTP and gRPC load of perf/ as Locust users and one load shape. Runs in its own venv
-(`make locust`), imports no project module; `perf/locust_run.py` starts it and reads its CSV.
+(`make locust`), imports no project module; `perf/locust_run.py` starts it and reads its JSON stats.
 
     .peers/locust/venv/bin/locust -f perf/locustfile.py --host http://localhost:8000 \\
         --headless -u 24 -r 24 -t 60s --csv perf/results/locust SingleText Bulk

@@ -23,7 +23,6 @@ serves on this host; `TMR_CONFIG_NAME= ` measures the reviewed configs.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -38,8 +37,7 @@ from tmr_client.core import DEFAULT_MODEL
 
 from core.families import TEXT_EMBEDDING
 from core.repository import set_parameter
-from perf import subjects
-from perf.peers import cpu
+from perf import host_cpu, subjects
 from perf.subjects import build_repository
 from server import goodput, perf_analyzer
 from server.launcher import TritonServer, stub_processes
@@ -49,20 +47,9 @@ from server.served_copy import free_port_server
 from server.stamp import run_dir, write_report
 
 INPUTS = goodput.INPUTS / TEXT_EMBEDDING.perf_inputs
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHERS = "rest of the machine (perf_analyzer, OS)"
 OWN_CODE = ("python_backends/", "perf/stub_fixtures/", "core/")  # code we wrote, in the stubs
 PY_SPY = Path(sys.executable).parent / "py-spy"  # the venv's, from the dev extra
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process, in seconds."""
-    return cpu.parse_stat((cpu.PROC / str(pid) / "stat").read_text())[1] / CLOCK_TICKS
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds every core of this machine spent busy (not idle or iowait), /proc/stat."""
-    return cpu.machine_busy((cpu.PROC / "stat").read_text()) / CLOCK_TICKS
 
 
 def stub_groups(server_pid: int) -> dict[str, list[int]]:
@@ -73,8 +60,10 @@ def stub_groups(server_pid: int) -> dict[str, list[int]]:
 def cpu_by_group(groups: dict[str, list[int]]) -> dict[str, float]:
     """CPU seconds per group, plus OTHERS: the rest of the machine's busy time (the load
     generator, the OS, this script)."""
-    seconds = {name: sum(cpu_seconds(p) for p in pids) for name, pids in groups.items()}
-    seconds[OTHERS] = machine_busy_seconds() - sum(seconds.values())
+    procs = host_cpu.processes()
+    seconds = {name: sum(procs[p][1] for p in pids) for name, pids in groups.items()}
+    busy, steal, _ = host_cpu.machine_times()
+    seconds[OTHERS] = busy + steal - sum(seconds.values())
     return seconds
 
 

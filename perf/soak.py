@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import threading
 import time
 from collections import Counter
@@ -83,13 +82,6 @@ def triton_times(metrics_url: str, model: str = DEFAULT_MODEL) -> dict[str, floa
     return totals
 
 
-def cpu_reading(server_pid: int) -> host_cpu.CpuReading:
-    """host_cpu.read, with the load as this process and its children outside the server's
-    tree (Locust)."""
-    reading = host_cpu.read(server_pid)
-    return replace(reading, own_s=host_cpu.tree_cpu_s(os.getpid()) - reading.server_s)
-
-
 class Sampler(threading.Thread):
     """The server's side of `count` windows of `period_s`, from Triton's first answer on:
     Samples whose served_rps is Triton's and whose latencies wait for Locust's (`joined`)."""
@@ -108,11 +100,11 @@ class Sampler(threading.Thread):
             if self.stop_event.wait(0.1):  # Locust starting up
                 return
         began = last = time.monotonic()
-        before, cpu_before = triton_times(url), cpu_reading(pid)
+        before, cpu_before = triton_times(url), host_cpu.read(pid)
         for k in range(1, self.count + 1):
             if self.stop_event.wait(max(0.0, began + k * self.period_s - time.monotonic())):
                 return
-            now, after, cpu_after = time.monotonic(), triton_times(url), cpu_reading(pid)
+            now, after, cpu_after = time.monotonic(), triton_times(url), host_cpu.read(pid)
             grew = {name: after[name] - before[name] for name in after}
             per = {name: grew[name] / grew[SUCCESS] if grew[SUCCESS] else math.nan
                    for name in (QUEUE, COMPUTE)}

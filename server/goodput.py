@@ -60,7 +60,7 @@ class LoadPoint:
     p95_ms: float
     p99_ms: float
     error_kinds: dict[str, int] = field(default_factory=dict)
-    foreign_cpu: float | None = None  # share of the cores other work used meanwhile (cpu.py)
+    foreign_cpu: float | None = None  # share of the cores other work used meanwhile (host_cpu.py)
 
 
 Send = Callable[[str, int], Awaitable[Outcome]]  # (text, priority) -> how it ended

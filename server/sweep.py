@@ -17,7 +17,6 @@ Product, like `tmr perf plan|capacity` (server/plan.py): users sweep their own s
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -70,19 +69,9 @@ def server_for(url: str | None, protocol: str) -> Iterator[tuple[str, str]]:
 
 def measure_level(model: str, url: str, level: int, out: Path, protocol: str,
                   interval_ms: int, stability_pct: int) -> PerfRow:
-    """One level; when its windows never agree within `stability_pct` (perf_analyzer's
-    exit 2, common on a shared machine), once more with twice the tolerance, said aloud."""
-    args = (model, url, level, input_file(model), out / f"{model}-c{level}.csv", protocol,
-            interval_ms, ("--verbose-csv",))
-    try:
-        return perf_analyzer.run(*args, stability_pct)
-    except subprocess.CalledProcessError as err:
-        if err.returncode != 2 or stability_pct >= 100:
-            raise
-    wider = min(100, 2 * stability_pct)
-    print(f"{model} c{level}: unstable within {stability_pct}%; measuring again within "
-          f"{wider}%", file=sys.stderr)
-    return perf_analyzer.run(*args, wider)
+    """One level, its verbose CSV in `out` (perf_analyzer.run widens an unstable one)."""
+    return perf_analyzer.run(model, url, level, input_file(model), out / f"{model}-c{level}.csv",
+                             protocol, interval_ms, ("--verbose-csv",), stability_pct)
 
 
 def run_sweep(model: str, levels: list[int], url: str, protocol: str, out: Path,

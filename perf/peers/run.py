@@ -21,8 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from core.paths import P99_OBJECTIVE_MS
-from perf import locust_run
-from perf.peers import cpu
+from perf import host_cpu, locust_run
 from perf.peers.servers import (
     PEERS,
     PEERS_DIR,
@@ -137,22 +136,12 @@ def start(name: str, peers: Path, out: Path, stack: ExitStack) -> Running:
 
 
 def point(out: Path, server: Running, c: int, seconds: float, name: str) -> LoadPoint:
-    """One closed-loop point, with the share of the cores other work used meanwhile. Locust
-    is our client: once it has exited, its CPU is in this process's reaped children's time
-    and in no live process's, so it is added to ours."""
-    before, began, reaped = cpu.sample(), time.perf_counter(), reaped_ticks()
+    """One closed-loop point, with the share of the cores other work used meanwhile (Locust,
+    our client, counts as ours: see host_cpu.foreign_share)."""
+    before = host_cpu.read()
     got = locust_run.closed_loop_point(out / "locust", server.url, c, seconds, server.load_env,
                                        f"{server.name}-{name}")
-    after = cpu.sample()
-    after = replace(after, ours=after.ours + reaped_ticks() - reaped)
-    return replace(got, foreign_cpu=cpu.foreign_share(before, after,
-                                                      time.perf_counter() - began))
-
-
-def reaped_ticks() -> int:
-    """CPU clock ticks of this process's children that have exited and been waited for."""
-    t = os.times()
-    return round((t.children_user + t.children_system) * os.sysconf("SC_CLK_TCK"))
+    return replace(got, foreign_cpu=host_cpu.foreign_share(before, host_cpu.read()))
 
 
 def warm_up(out: Path, server: Running) -> list[float] | None:

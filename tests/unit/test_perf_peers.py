@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from perf import locust_run
-from perf.peers import cpu, ort_text, servers
+from perf.peers import ort_text, servers
 from perf.peers.ort_text import load_tokenizer
-from perf.peers.run import PeersResult, ServerResult, check_servers, cosine, reaped_ticks
+from perf.peers.run import PeersResult, ServerResult, check_servers, cosine
 from perf.stats import best_of, cell, goodput, render_table, round_orders
 from server.goodput import LoadPoint, percentile, summarize
 from tests.conftest import MINILM_SOURCE
@@ -262,44 +262,7 @@ def test_unknown_or_uninstalled_servers_are_refused_before_anything_starts(
     check_servers(["embed"], tmp_path)
 
 
-# --- other work on the machine ------------------------------------------------------------
-
-def test_machine_busy_ticks_leave_out_idle_and_iowait() -> None:
-    stat = "cpu  100 5 50 9000 70 1 2 3 0 0\ncpu0 50 2 25 4500 35 0 1 1 0 0\n"
-    assert cpu.machine_busy(stat) == 100 + 5 + 50 + 1 + 2 + 3
-
-
-def test_process_stat_parsing_survives_spaces_in_the_name() -> None:
-    text = "42 (python -m x) S 7 42 42 0 -1 4194304 1 0 0 0 30 12 0 0 20 0 1 0"
-    assert cpu.parse_stat(text) == (7, 42)
-
-
-def test_tree_ticks_sum_a_process_and_all_its_descendants() -> None:
-    stats = {1: (0, 5), 10: (1, 7), 11: (10, 3), 12: (10, 2), 20: (1, 100)}
-    assert cpu.tree_ticks(stats, 10) == 12
-    assert cpu.tree_ticks(stats, 99) == 0
-
-
-def test_foreign_share_is_machine_time_outside_our_tree_over_all_cores() -> None:
-    before, after = cpu.CpuSample(1000, 400), cpu.CpuSample(1300, 600)
-    assert cpu.foreign_share(before, after, 1.0, cores=2, hz=100) == pytest.approx(0.5)
-    assert cpu.foreign_share(before, cpu.CpuSample(1100, 600), 1.0, cores=2, hz=100) == 0.0
-
-
-def test_this_process_tree_is_part_of_the_machines_busy_time() -> None:
-    now = cpu.sample()
-    assert 0 < now.ours <= now.machine
-
-
-def test_an_exited_client_process_is_counted_as_ours() -> None:
-    import subprocess
-
-    before, reaped = cpu.sample(), reaped_ticks()
-    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
-                    "while time.process_time() - t < 0.3: pass"], check=True)
-    assert cpu.sample().ours - before.ours < 20  # gone from the live tree...
-    assert reaped_ticks() - reaped >= 20  # ...and in the reaped children's time
-
+# --- other work on the machine (its reading: test_perf_host_cpu.py) ----------------------
 
 def test_a_point_measured_while_other_work_ran_is_marked() -> None:
     noisy = LoadPoint(1, 6.0, 500, 0, 83.0, 10.0, 15.0, 20.0, foreign_cpu=0.4)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from perf.profile import Profile, cpu_seconds, machine_busy_seconds, own_frames, report
+from perf.profile import OTHERS, Profile, cpu_by_group, own_frames, report
 
 RAW = (
     "<module> (model.py:1);execute (python_backends/base.py:40);"
@@ -26,10 +26,11 @@ def test_own_frames_counts_each_project_function_once_per_stack_inclusively() ->
     assert not any("triton_python_backend_utils" in k for k in counts)
 
 
-def test_cpu_seconds_of_this_process_is_positive_and_grows() -> None:
-    first = cpu_seconds(os.getpid())
+def test_cpu_by_group_of_this_process_is_positive_grows_and_leaves_the_machine_the_rest() -> None:
+    first = cpu_by_group({"me": [os.getpid()]})
     sum(i * i for i in range(2_000_000))
-    assert cpu_seconds(os.getpid()) > first >= 0
+    then = cpu_by_group({"me": [os.getpid()]})
+    assert then["me"] > first["me"] > 0 and then[OTHERS] >= 0
 
 
 def test_report_divides_cpu_by_requests_per_group() -> None:
@@ -42,7 +43,3 @@ def test_report_divides_cpu_by_requests_per_group() -> None:
     assert "| **Triton, all processes** | **9.10** |" in text
     assert "| served infer/s | 100 |" in text
     assert "| `execute (base.py)` | 100% |" in text
-
-
-def test_machine_busy_seconds_is_at_least_this_process_cpu() -> None:
-    assert machine_busy_seconds() >= cpu_seconds(os.getpid()) > 0
