@@ -84,7 +84,8 @@ class Served:
     p50_ms: float
     p99_ms: float
     row: PerfRow
-    avg_batch: float | None = None  # None when no encoder's statistics were read
+    avg_batch: float | None = None  # None when the encoder ran no batch (the host profile
+    # may run the front's primary in its own process: then Triton counts none)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ def pa(server: TritonServer, model: str, c: int, protocol: str, out: Path,
     avg_batch = None
     if before and batch_model:
         after = counts(server.http_url, batch_model)
-        avg_batch = (after[0] - before[0]) / max(after[1] - before[1], 1)
+        executions = after[1] - before[1]
+        avg_batch = (after[0] - before[0]) / executions if executions else None
     return Served(model, protocol, c, row.throughput, row.p50_ms, row.p99_ms, row, avg_batch)
 
 
