@@ -88,7 +88,7 @@ def degrade_command(opts: DegradeOptions) -> int:
 def health_command(opts: HealthOptions) -> int:
     from tmr_client.errors import ServerUnreachableError
 
-    from server.admin import deep_health, idle_models
+    from server.admin import deep_health, idle_models, server_memory_report
 
     checks = deep_health(opts.url, opts.models)
     down = [c.error for c in checks if isinstance(c.error, ServerUnreachableError)]
@@ -97,13 +97,18 @@ def health_command(opts: HealthOptions) -> int:
     probed = {c.model for c in checks}
     idle = [] if opts.models is not None else [
         m for m in idle_models(opts.url) if m not in probed]
+    memory = server_memory_report(opts.url)
     if opts.json:
         print(json.dumps({"url": opts.url, "ok": all(c.ok for c in checks), "checks": [
             {"model": c.model, "ok": c.ok, "ms": round(c.ms, 3), "detail": c.detail}
-            for c in checks], "not_loaded": idle}, indent=2))
+            for c in checks], "not_loaded": idle, "memory": memory}, indent=2))
         return 0 if all(c.ok for c in checks) else 1
     for c in checks:
         print(f"{'OK  ' if c.ok else 'FAIL'} {c.model:<20} {c.ms:>8.1f} ms  {c.detail}")
     if idle:
         print(f"not loaded (on demand, not probed): {', '.join(idle)}")
+    if memory is not None:
+        whole = memory["total"]
+        print(f"memory: {whole['rss_mib']:,.0f} MiB RSS (PSS {whole['pss_mib']:,.0f}) in "
+              f"{whole['processes']} processes; per model: `tmr health --json`")
     return 0 if all(c.ok for c in checks) else 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from cli.errors import UsageError
 from cli.options import (
     add_command,
     add_control_mode,
@@ -18,7 +19,13 @@ from server.traces import PHOENIX_PORT
 
 
 def make_options(args: argparse.Namespace) -> ServeOptions:
-    return options(ServeOptions, args, extra=tuple(args.extra),
+    models = tuple(name for value in args.models or () for name in value.split(",") if name)
+    if models and args.load_all:
+        raise UsageError("--models and --load-all: choose one")
+    if models and args.control_mode == "poll":
+        raise UsageError("--models needs explicit mode (poll mode loads every model of "
+                         "the repository)")
+    return options(ServeOptions, args, extra=tuple(args.extra), models=models,
                    repository=existing_repository(args.repository))
 
 
@@ -50,6 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="load every model at start; by default the fronts, the encoders "
                         "they route to and the models outside the families (core/startup.py), "
                         "the others on demand (explicit mode; poll mode loads every model)")
+    parser.add_argument("--models", nargs="+", metavar="FRONT",
+                        help="serve only these fronts or families (e.g. embed, or "
+                        "text_embedding), with their lanes, the encoders they call and "
+                        "health; the others are not loaded (names may be comma-separated)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the example call after start")
     parser.add_argument("--no-watchdog", action="store_true",

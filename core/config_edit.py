@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2 as mc
 
 from core.families.configs import family_of, render
 from core.files import write_atomically
+from core.model_config import mc
 from core.versions import (
     VersionError,
     config_files,

@@ -8,6 +8,7 @@
     ├── ProfileError       a host profile that must not be served (exit 2)
     ├── UnknownModelError  a name that is no model of the repository (exit 2)
     ├── UnknownFamilyError a name that is no model family (exit 2)
+    ├── SelectionError     `tmr serve --models` names no front or family (exit 2)
     └── RolloutError       a rollout request refused before anything changes (exit 1)
 
 Each is defined beside the code that raises it and keeps its builtin base (ValueError,

@@ -23,6 +23,7 @@ import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from core.versions import HOST_PROFILE, read_config, served_version
 
 RECORD_FILE = "host_profile.json"  # at the repository's root, beside the model folders
 REPORT_FILE = "host_profile.md"
-DEFAULT_MEMORY_BUDGET_MB = 2048.0
+DEFAULT_MEMORY_BUDGET_MB = 1536.0  # the whole server's RSS, a ceiling (docs/serving.md)
 MIN_MARGIN = 0.02  # a gain under 2% is never taken, however steady the rounds
 MAX_ENCODER_INSTANCES = 4  # more instances than this buy less than more threads each
 MAX_FRONT_INSTANCES = 8
@@ -72,6 +73,16 @@ def usable_cores(affinity: int, quota: float | None) -> int:
     return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
+def host_cores() -> int:
+    """The usable cores of this process: its affinity, bounded by its cgroup's quota."""
+    return usable_cores(len(os.sched_getaffinity(0)), cgroup_cpu_limit())
+
+
+def runtime_threads(setting: int) -> int:
+    """An encoder's intra-op threads for its config's setting: 0 is every usable core."""
+    return setting or host_cores()
+
+
 def lane_threads(cores: int) -> int:
     """An interactive lane's threads on `cores` usable cores: half of them, at least one,
     at most LANE_MAX_THREADS (one text gains little from more). While the lane is
@@ -102,7 +113,7 @@ class Host:
     @classmethod
     def current(cls) -> Host:
         cpu = host_cpu()
-        cores = usable_cores(len(os.sched_getaffinity(0)), cgroup_cpu_limit())
+        cores = host_cores()
         return cls(str(cpu["model"]), tuple(cpu["flags"]), cores, str(cpu["precision"]))  # type: ignore[arg-type]
 
     def describe(self) -> str:
@@ -160,11 +171,23 @@ class Candidate:
         return statistics.median(self.goodputs) if self.goodputs else 0.0
 
 
+class Verdict(StrEnum):
+    """What a tuning concluded for one front; the value is what `tmr serve` says of it."""
+
+    SERVES = "chose a candidate"
+    NOTHING_BETTER = "found nothing better on this host"
+    NO_ROUNDS = "measured no round"
+    ONE_ROUND = "measured one round only, which is no evidence: re-run `tmr tune`"
+    NONE_MET = "no candidate met the objective at any concurrency"
+    HOST_BUSY = "inconclusive: the host was busy, re-run `tmr tune`"
+
+
 @dataclass(frozen=True)
 class Decision:
-    """What serves: the winner (the baseline when nothing beats it), and why."""
+    """What serves: the winner (the baseline when nothing beats it), the verdict and why."""
 
     chosen: Candidate
+    verdict: Verdict
     reason: str
     ratios: dict[str, float] = field(default_factory=dict)  # candidate -> goodput / baseline
     noise: dict[str, float] = field(default_factory=dict)  # candidate -> its margin
@@ -173,60 +196,90 @@ class Decision:
 
 def paired_ratios(baseline: Candidate, cand: Candidate) -> list[float]:
     """The candidate's goodput over the baseline's, round by round (the rounds interleave
-    them, so a round's ratio saw one state of the shared machine)."""
-    return [c / b if b > 0 else math.inf for b, c in zip(baseline.goodputs, cand.goodputs)]
+    them, so a round's ratio saw one state of the shared machine); a round where the
+    baseline scored 0 has no ratio and is left out."""
+    return [c / b for b, c in zip(baseline.goodputs, cand.goodputs) if b > 0]
 
 
 def gain_and_noise(ratios: Sequence[float], min_margin: float = MIN_MARGIN
-                   ) -> tuple[float, float]:
+                   ) -> tuple[float, float] | None:
     """(the median ratio, the margin it must beat 1 by): half the ratios' range, never
-    under `min_margin`; with one round there is no spread to judge, so no gain counts."""
-    finite = [r for r in ratios if math.isfinite(r)]
-    if not finite:
-        return (math.inf if ratios else 0.0), math.inf
-    noise = (max(finite) - min(finite)) / 2 if len(finite) > 1 else math.inf
-    return statistics.median(ratios), max(min_margin, noise)
+    under `min_margin`; None with fewer than two ratios (no spread to judge a gain by)."""
+    if len(ratios) < 2:
+        return None
+    return statistics.median(ratios), max(min_margin, (max(ratios) - min(ratios)) / 2)
 
 
-def memory_refusal(baseline: Candidate, cand: Candidate, ratio: float,
-                   budget_mb: float) -> str | None:
-    """Why the candidate's memory is refused, or None: within the budget it is free; over
-    it, its RSS may grow over the baseline's by no more than its goodput does."""
-    if cand.rss_mb <= budget_mb or baseline.rss_mb <= 0:
+def memory_refusal(cand: Candidate, budget_mb: float) -> str | None:
+    """Why the candidate's memory is refused, or None: the whole server must hold within
+    the budget (docs/serving.md: the repository in 1.5 GB), whatever it gains."""
+    if cand.rss_mb <= budget_mb:
         return None
-    growth = cand.rss_mb / baseline.rss_mb - 1
-    if growth <= max(0.0, ratio - 1):
-        return None
-    return (f"RSS {cand.rss_mb:.0f} MB is over the {budget_mb:.0f} MB budget and "
-            f"{growth:+.0%} on the reviewed configs' {baseline.rss_mb:.0f} MB, more than its "
-            f"goodput gains ({ratio - 1:+.0%})")
+    return f"the server held {cand.rss_mb:.0f} MB RSS, over the {budget_mb:.0f} MB budget"
+
+
+def objective_for(reviewed_c1_p99_ms: Sequence[float], fixed_ms: float | None = None,
+                  standard_ms: float = 60.0, headroom: float = 2.0) -> float:
+    """The p99 every candidate is scored against: `fixed_ms` when given; else the standard
+    objective, or, on a host where the reviewed configs' lone request (their p99 at the
+    lowest concurrency, median over the rounds) leaves no room under it, `headroom` times
+    that p99. Every candidate gets the same objective, so a slow host still compares them."""
+    if fixed_ms is not None:
+        return fixed_ms
+    if not reviewed_c1_p99_ms:
+        return standard_ms
+    return max(standard_ms, headroom * statistics.median(reviewed_c1_p99_ms))
 
 
 def choose(baseline: Candidate, candidates: Sequence[Candidate], budget_mb: float,
-           min_margin: float = MIN_MARGIN) -> Decision:
+           min_margin: float = MIN_MARGIN, busy: str | None = None) -> Decision:
     """The candidate with the best median paired ratio, if that ratio beats 1 by more than
     the rounds' noise (gain_and_noise) and it passed its gate and memory_refusal; with
-    nothing better the baseline (the reviewed configs) serves."""
+    nothing better the baseline (the reviewed configs) serves. `busy`: why the host was
+    busy in rounds that had to be left out, when fewer than two clean rounds remained."""
+    rounds = len(baseline.goodputs)
+    if busy is not None and rounds < 2:
+        return Decision(baseline, Verdict.HOST_BUSY,
+                        f"{busy}; {rounds} clean round{'s' * (rounds != 1)} left, no "
+                        "comparison: the reviewed configs serve")
+    if rounds == 0:
+        return Decision(baseline, Verdict.NO_ROUNDS,
+                        "no round was measured: the reviewed configs serve")
+    if not any(g > 0 for c in (baseline, *candidates) for g in c.goodputs):
+        return Decision(baseline, Verdict.NONE_MET,
+                        "no candidate met the objective at any concurrency, the reviewed "
+                        "configs included (every score 0): they serve")
+    if rounds == 1:
+        return Decision(baseline, Verdict.ONE_ROUND,
+                        "one round has no spread to judge a gain by: the reviewed configs "
+                        "serve")
     refused: dict[str, str] = {}
     ratios: dict[str, float] = {}
     noise: dict[str, float] = {}
     for cand in candidates:
-        ratio, margin = gain_and_noise(paired_ratios(baseline, cand), min_margin)
-        ratios[cand.name], noise[cand.name] = ratio, margin
-        memory = memory_refusal(baseline, cand, ratio, budget_mb)
+        judged = gain_and_noise(paired_ratios(baseline, cand), min_margin)
+        if judged is not None:
+            ratios[cand.name], noise[cand.name] = judged
+        memory = memory_refusal(cand, budget_mb)
         if cand.gate_failure:
             refused[cand.name] = f"failed the fidelity gate: {cand.gate_failure}"
-        elif ratio - 1 <= margin:
-            refused[cand.name] = (f"{ratio:.2f}x the reviewed goodput is within the rounds' "
-                                  f"noise (+-{margin:.0%})")
+        elif judged is None:
+            refused[cand.name] = ("the reviewed configs scored 0 in all but "
+                                  f"{len(paired_ratios(baseline, cand))} round(s): no ratio "
+                                  "to judge by")
+        elif judged[0] - 1 <= judged[1]:
+            refused[cand.name] = (f"{judged[0]:.2f}x the reviewed goodput is within the "
+                                  f"rounds' noise (+-{judged[1]:.0%})")
         elif memory:
             refused[cand.name] = memory
     winners = [c for c in candidates if c.name not in refused]
     if not winners:
-        return Decision(baseline, "no candidate beats the reviewed configs beyond the noise "
-                        "and within the limits: they serve", ratios, noise, refused)
+        return Decision(baseline, Verdict.NOTHING_BETTER,
+                        "no candidate beats the reviewed configs beyond the noise and within "
+                        "the limits: they serve", ratios, noise, refused)
     best = max(winners, key=lambda c: ratios[c.name])
-    return Decision(best, f"{best.name} serves {ratios[best.name]:.2f}x the reviewed goodput "
+    return Decision(best, Verdict.SERVES,
+                    f"{best.name} serves {ratios[best.name]:.2f}x the reviewed goodput "
                     f"(median of the rounds' ratios; {best.goodput:.0f} against "
                     f"{baseline.goodput:.0f} req/s at p99 within the objective), beyond the "
                     f"rounds' noise (+-{noise[best.name]:.0%})", ratios, noise, refused)

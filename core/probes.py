@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2 as mc
 
 from core.families import Family, family
+from core.model_config import mc
 
 
 @dataclass(frozen=True)

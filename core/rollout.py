@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
-from tritonclient.grpc import model_config_pb2 as mc
 
 from core.errors import CoreError
+from core.model_config import mc
 
 STATE_PARAMETER = "rollout"  # the running rollout (JSON), in the encoder's config
 LAST_PARAMETER = "rollout_last"  # how the last one ended (JSON)

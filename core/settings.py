@@ -47,8 +47,10 @@ S = TypeVar("S", bound="ParameterSettings")
 TOP_LEVEL = 4  # the ladder's last level (503 for all); python_backends/degradation.py
 GC_POLICIES = ("default", "freeze")  # python_backends/gc_pauses.py says what each does
 # Intra-op threads of an encoder instance unless its config sets its format's threads
-# parameter (core/families/spec.py Format.threads_parameter).
-ENCODER_THREADS = 1
+# parameter (core/families/spec.py Format.threads_parameter); 0, as for Triton's native
+# backends, lets the runtime take every usable core (core/host_profile.py host_cores):
+# one instance on all of them is what the reviewed configs ship (docs/serving.md).
+ENCODER_THREADS = 0
 # A front's LadderSettings.primary_in_process and in_process_threads, as the host profile
 # and the interactive lanes write them.
 IN_PROCESS_PARAMETER = "primary_in_process"
@@ -60,6 +62,11 @@ LANE_SHARE = -2  # in_process_threads: an interactive lane's share (core/host_pr
 SCHEDULING_PARAMETER = "cpu_scheduling"
 SCHEDULINGS = ("normal", "idle", "nice")
 SHARED_SCHEDULING = "idle"
+
+
+def instance_count(config: Mapping[str, Any]) -> int:
+    """The instances a model's config (Triton's JSON form) asks for, at least one."""
+    return max(1, sum(int(g.get("count", 1)) for g in config.get("instance_group") or [{}]))
 
 
 def setting(default: Any, cast: Callable[[str], Any] | None = None, *,

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
 
 from core import rollout
 from core.errors import CoreError
 from core.files import write_atomically
+from core.model_config import mc as model_config_pb2
 
 HISTORY = "version_history.json"
 PROVENANCE_FILE = "provenance.json"

@@ -35,9 +35,10 @@ from pathlib import Path
 import numpy as np
 from tmr_client.core import DEFAULT_MODEL
 
+from core import cpu_share as host_cpu
 from core.families import TEXT_EMBEDDING
 from core.repository import set_parameter
-from perf import host_cpu, subjects
+from perf import subjects
 from perf.subjects import build_repository
 from server import goodput, perf_analyzer
 from server.launcher import TritonServer, stub_processes

@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 from tmr_client.core import DEFAULT_MODEL
 
+from core import cpu_share as host_cpu
 from core.paths import DEFAULT_REPOSITORY
-from perf import host_cpu
+from core.process_memory import server_memory
 from perf.locust_run import LocustRun, capacity_rps, locust, stat
 from server.launcher import TritonServer
-from server.memory import server_memory
 from server.prometheus import samples
 from server.served_copy import served_copy
 from server.stamp import run_dir, save_figure, write_report
@@ -109,7 +109,7 @@ class Sampler(threading.Thread):
             per = {name: grew[name] / grew[SUCCESS] if grew[SUCCESS] else math.nan
                    for name in (QUEUE, COMPUTE)}
             p = Sample(round(now - began, 1), grew[SUCCESS] / (now - last), math.nan, math.nan,
-                       {}, {name: row["rss_mib"] for name, row in server_memory(pid).items()},
+                       {}, {name: row.rss_mib for name, row in server_memory(pid).items()},
                        len(self.watchdog.events), per[QUEUE], per[COMPUTE],
                        host_cpu.share(cpu_before, cpu_after))
             self.samples.append(p)

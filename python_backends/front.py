@@ -33,11 +33,13 @@ import numpy as np
 
 from core import rollout, versions
 from core.families import family, served_precision
+from core.host_profile import host_cores, in_process_threads, lane_threads
 from core.messages import FailureKind, degraded_refusal
 from core.params import ConfigError, required
 from core.rollout import RolloutState
 from core.served_by import ServedBy
-from core.settings import ROLLOUT_KEY, LadderSettings, request_rows
+from core.settings import ROLLOUT_KEY, LadderSettings, instance_count, request_rows
+from core.startup import LANE_PARAMETER
 from python_backends.base import BaseModel, error_response
 from python_backends.bls import bls_infer
 from python_backends.degradation import (
@@ -51,7 +53,7 @@ from python_backends.degradation import (
 )
 from python_backends.errors import ChildModelError, ModelError, UnavailableError
 from python_backends.front_metrics import FrontMetrics
-from python_backends.in_process import LocalPrimary
+from python_backends.in_process import LocalEncoder, OnDemand
 from python_backends.rollout_traffic import RolloutTraffic
 from python_backends.routing import Plan, RoutedRequest, plan_batch
 
@@ -195,14 +197,27 @@ class FamilyRouter(BaseModel):
         self.metrics = FrontMetrics(self.name, args.get("model_instance_name", "0"), self.config)
         self.metrics.level.set(self.policy.level)
         self.rollout = self._rollout_traffic(repository)
-        primary = self.encoders["primary"]
-        self.local = LocalPrimary(repository, primary.name, primary.output,
-                                  self.settings.in_process_threads, self.log.info) \
-            if self.settings.primary_in_process else None
+        self.local = self._local_encoders(repository)
+        self.on_demand = OnDemand()
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()],
                                      self._observe)
         self.served.start()
         self.log.info(f"encoders {self.encoders}, policy {self.settings}")
+
+    def _local_encoders(self, repository: Path) -> dict[str, LocalEncoder]:
+        """The encoders this process runs itself, by name: the fallback always (on
+        demand), the primary when `primary_in_process` says so (loaded at once)."""
+        cores = host_cores()
+        primary, fallback = self.encoders["primary"], self.encoders["fallback"]
+        lane = LANE_PARAMETER in self.config.get("parameters", {})
+        share = lane_threads(cores) if lane else max(1, cores // instance_count(self.config))
+        local = {fallback.name: LocalEncoder(repository, fallback.name, fallback.output,
+                                             share, self.log.info)}
+        if self.settings.primary_in_process:
+            threads = in_process_threads(self.settings.in_process_threads, cores)
+            local[primary.name] = LocalEncoder(repository, primary.name, primary.output,
+                                               threads or 0, self.log.info)
+        return local
 
     def finalize(self) -> None:
         """Stop the version reader before the stub goes: its gauges talk to Triton over
@@ -264,14 +279,20 @@ class FamilyRouter(BaseModel):
 
     def _observe(self, name: str, version: str, state: RolloutState | None,
                  last: dict | None) -> None:
-        """The primary's rollout to its traffic split; its served version to the
+        """The primary's rollout to its traffic split; each served version to the
         in-process copy (loaded here, in the version reader's thread: off the request
-        path, which goes over BLS until it is loaded)."""
-        if name != self.encoders["primary"].name:
+        path, which goes over BLS until it is loaded); the fallback held while the ladder
+        is above level 0 (or an operator pins a level that uses it), and let go after."""
+        if name == self.encoders["primary"].name:
+            self.rollout.observe(state, last)
+        local = self.local.get(name)
+        if local is None or not version.isdigit():
             return
-        self.rollout.observe(state, last)
-        if self.local is not None and version.isdigit():
-            self.local.load(int(version))
+        on_demand = name == self.encoders["fallback"].name
+        if not on_demand or self.on_demand.wanted(self.policy.level, time.monotonic()):
+            local.load(int(version))
+        elif local.loaded:
+            local.release(f"level 0 held {self.on_demand.release_after_s:.0f} s")
 
     def _encode(self, level: Level, plan: Plan, valid: dict[int, Prepared],
                 responses: list[Any], requests: list[Any]) -> None:
@@ -381,20 +402,30 @@ class FamilyRouter(BaseModel):
 
     def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray],
                      version: int = -1) -> np.ndarray:
-        """One call of the encoder model over BLS, pinned to `version` (the served one, as
-        the repository says): during a release Triton may hold two versions, and an
-        unpinned call goes to the newest. A pinned version Triton does not hold yet (a
-        promotion being applied) falls back to an unpinned call. The version this front
-        runs in process (`primary_in_process`) runs here."""
-        if self.local is not None and encoder.name == self.local.name \
-                and self.local.serves(version):
-            return self.local(feeds)
+        """One call of the encoder: in this process where it runs here (a fallback not
+        loaded yet is loaded now: the batch that fails over, or a level reached before
+        the version reader loaded it), else over BLS, pinned to `version` (the served
+        one, as the repository says): during a release Triton may hold two versions, and
+        an unpinned call goes to the newest. A pinned version Triton does not hold yet (a
+        promotion being applied) falls back to an unpinned call."""
+        local = self.local.get(encoder.name)
+        if local is not None and (local.serves(version) or self._load_now(encoder, local)):
+            return local(feeds)
         try:
             return bls_infer(encoder.name, feeds, [encoder.output], version)[encoder.output]
         except ChildModelError as err:
             if version < 0 or err.kind not in (FailureKind.NOT_FOUND, FailureKind.NOT_READY):
                 raise
         return bls_infer(encoder.name, feeds, [encoder.output])[encoder.output]
+
+    def _load_now(self, encoder: Encoder, local: LocalEncoder) -> bool:
+        """Load an on-demand encoder on the request path: only the fallback, only once
+        its served version is known."""
+        served = self.served.current.get(encoder.name, "?")
+        if encoder != self.encoders["fallback"] or not served.isdigit():
+            return False
+        self.on_demand.wanted(FALLBACK_LEVEL, time.monotonic())
+        return local.load(int(served))
 
     def _served_by(self, encoder: Encoder, level: Level, version: str) -> ServedBy:
         return ServedBy(encoder.name, version, encoder.precision, level.number)

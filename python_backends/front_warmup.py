@@ -39,7 +39,8 @@ class WarmedRouter(FamilyRouter):
         level = self.levels[self.policy.level]
         # A primary run in process needs no BLS call, so no started server (unless a
         # rollout's candidate would take a share of the sample).
-        local = self.local is not None and self.local.serves(-1) and self.rollout.state is None
+        in_process = self.local.get(primary)
+        local = in_process is not None and in_process.serves(-1) and self.rollout.state is None
         if level.encoder == "primary" and (local or (started and is_loaded(primary))):
             responses = super().execute_requests(requests)
             if not any(r.has_error() for r in responses):

@@ -4,16 +4,20 @@
 does not restart stubs), so readiness alone proves nothing. At initialize this model
 finds every family model of its repository (their configs say which family) and builds
 each one's probe as its family describes it; any request then gets REPORT, the JSON of
-{"healthy": bool, "models": {name: {"ok": bool, "loaded": bool, "ms": float, "error": str}}}.
+{"healthy": bool, "models": {name: {"ok": bool, "loaded": bool, "ms": float, "error": str}},
+ "memory": {"total": {...}, "by_model": {name: {"processes", "rss_mib", "pss_mib"}}}}:
+the server's memory as /proc shows it here, a child of the server (core/process_memory.py).
 
-Only loaded models are probed: a server loads some encoders on demand (core.startup). A
-model that is not loaded is reported `"loaded": false`, and ok, unless the fronts need it
-(a front, or an encoder a front routes to): then it is a failure.
+Only loaded models are probed: a server loads some encoders on demand, and `tmr serve
+--models` serves some fronts only (core.startup). A model that is not loaded is reported
+`"loaded": false`, and ok, unless a loaded front needs it (its front or lane, or an encoder
+it calls over BLS): then it is a failure.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -21,13 +25,21 @@ import numpy as np
 
 from core.families.catalog import catalog
 from core.probes import probe_target
-from core.startup import repository_parameters, routed_models
+from core.process_memory import server_memory, total
+from core.startup import repository_parameters, required_models
 from core.versions import served_config
 from python_backends.base import BaseModel, ok_response
 from python_backends.bls import bls_infer, is_loaded
 from python_backends.errors import ModelError
 
-NEEDED = "not loaded, yet the fronts need it (a front, or an encoder a front routes to)"
+NEEDED = "not loaded, yet a loaded front needs it (its front or lane, or its BLS encoder)"
+
+
+def memory_report(server_pid: int) -> dict[str, Any]:
+    """The server's memory, its total and each model's stubs (tritonserver's own row too)."""
+    table = server_memory(server_pid)
+    return {"total": total(table).to_json(),
+            "by_model": {name: usage.to_json() for name, usage in table.items()}}
 
 
 def not_loaded(name: str, required: set[str]) -> dict[str, Any]:
@@ -47,13 +59,12 @@ class HealthModel(BaseModel):
                 target = probe_target(served_config(repository / name))
                 if target is not None:
                     self.probes[name] = target
-        self.required = set(routed_models(repository_parameters(repository)))
-        self.log.info(f"probes {sorted(self.probes)} when loaded; requires "
-                      f"{sorted(self.required)} loaded")
+        self.parameters = repository_parameters(repository)
+        self.log.info(f"probes {sorted(self.probes)} when loaded")
 
-    def check(self, name: str) -> dict[str, Any]:
-        if not is_loaded(name):
-            return not_loaded(name, self.required)
+    def check(self, name: str, loaded: set[str], required: set[str]) -> dict[str, Any]:
+        if name not in loaded:
+            return not_loaded(name, required)
         target = self.probes[name]
         began = time.monotonic()
         try:
@@ -65,7 +76,10 @@ class HealthModel(BaseModel):
                 "ms": round((time.monotonic() - began) * 1000, 1), "error": problem or ""}
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
-        models = {name: self.check(name) for name in self.probes}
-        report = {"healthy": all(m["ok"] for m in models.values()), "models": models}
+        loaded = {name for name in self.probes if is_loaded(name)}
+        required = required_models(self.parameters, loaded)
+        models = {name: self.check(name, loaded, required) for name in self.probes}
+        report = {"healthy": all(m["ok"] for m in models.values()), "models": models,
+                  "memory": memory_report(os.getppid())}
         array = np.array([json.dumps(report).encode()], dtype=np.object_)
         return [ok_response({"REPORT": array}) for _ in requests]

@@ -38,14 +38,31 @@ def onnx_session(path: str | Path, threads: int, spinning: bool = True) -> Any:
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
+def shrinking_run_options() -> Any:
+    """Run options that hand the arena's growth back after each call.
+
+    onnxruntime's CPU arena grows to the largest call a session has run and keeps it: a
+    session that once ran 64 rows x 256 tokens of MiniLM held 500 MB more for good, in
+    every process that runs it. With shrinkage on, the memory past the arena's first
+    region is freed after each call; measured in-process, 2 threads, the same session's
+    speed within the noise at 1x16 to 16x64 tokens and 1.04-1.18x slower at 64x256, where
+    a session without an arena was 1.7-2.1x slower (docs/benchmarks.md, memory)."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
+
 def onnx_runner(path: str | Path, threads: int, outputs: Sequence[str] | None = None,
                 spinning: bool = True) -> Runner:
     session = onnx_session(path, threads, spinning)
     names = list(outputs or [o.name for o in session.get_outputs()])
+    options = shrinking_run_options()
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            values = session.run(names, feeds)
+            values = session.run(names, feeds, options)
         except Exception as err:  # onnxruntime raises its own non-standard exception types
             raise RunnerError(str(err)) from err
         return dict(zip(names, values))

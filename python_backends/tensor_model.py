@@ -14,12 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from core.host_profile import runtime_threads
 from core.params import (
     IDLE_THREADS_PARAMETER,
     OPENVINO_THREADS_PARAMETER,
     ORT_THREADS_PARAMETER,
     TORCH_THREADS_PARAMETER,
     ConfigError,
+    non_negative_int,
     parameter,
     positive_int,
     tensor_names,
@@ -46,8 +48,8 @@ class TensorModel(BaseModel):
     def setup(self, args: dict[str, str]) -> None:
         self.inputs = tensor_names(self.config, "input")
         self.outputs = tensor_names(self.config, "output")
-        self.threads = parameter(self.config, self.threads_parameter, ENCODER_THREADS,
-                                 positive_int)
+        self.threads = runtime_threads(parameter(self.config, self.threads_parameter,
+                                                 ENCODER_THREADS, non_negative_int))
         labels = {"model": self.name, "version": self.version}
         self.calls = Counter("tmr_backend_runtime_calls_total",
                              "Runtime (session) calls made by a Python-based backend", labels)
@@ -215,6 +217,6 @@ def served_runner(config: Mapping[str, Any], version_dir: Path,
                           f"in-process runner knows ({', '.join(BACKENDS)})")
     backend = BACKENDS[kind]
     filename = config.get("default_model_filename") or backend.default_filename
-    threads = threads or parameter(config, backend.threads_parameter, ENCODER_THREADS,
-                                   positive_int)
+    threads = threads or runtime_threads(parameter(config, backend.threads_parameter,
+                                                   ENCODER_THREADS, non_negative_int))
     return backend.make_runner(config, version_dir / filename, threads)

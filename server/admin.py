@@ -10,10 +10,12 @@ reports is read back with the producers' own parsers: `ServedBy.parse` for SERVE
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from tmr_client import TritonClientError, UnavailableError
 from tmr_client.core import DEFAULT_MODEL
 
@@ -22,7 +24,7 @@ from core.messages import degraded_level
 from core.repository import set_parameter
 from core.served_by import OUTPUT as SERVED_BY
 from core.served_by import ServedBy
-from core.startup import ROUTE_PARAMETERS
+from core.startup import bls_encoders
 from server.admin_client import AdminClient, Check
 
 AUTO = -1
@@ -114,11 +116,26 @@ def deep_health(url: str, models: list[str] | None = None) -> list[Check]:
         if models is not None:
             return [admin.probe_model(m) for m in models]
         targets = admin.probe_targets()
-        routed = {t.params[key] for t in targets if t.is_front
-                  for key in ROUTE_PARAMETERS if key in t.params}
+        routed = {encoder for t in targets if t.is_front for encoder in bls_encoders(t.params)}
         missing = sorted(routed - {t.model for t in targets})
         return [admin.probe(t) for t in targets] + [
-            Check(m, False, 0.0, "not loaded, yet a loaded front routes to it") for m in missing]
+            Check(m, False, 0.0, "not loaded, yet a loaded front calls it over BLS")
+            for m in missing]
+
+
+HEALTH_MODEL = "health"  # the deep health check inside the server (python_backends/health.py)
+
+
+def server_memory_report(url: str) -> dict | None:
+    """The server's memory as its `health` model reads it from /proc (it runs inside the
+    server, so this works for a remote server too): {"total": ..., "by_model": ...};
+    None when the server has no `health` model loaded."""
+    with AdminClient(url) as admin:
+        if HEALTH_MODEL not in admin.ready_models():
+            return None
+        answer = admin.infer(HEALTH_MODEL, {"QUERY": np.array([b"memory"], dtype=np.object_)},
+                             ["REPORT"])
+    return json.loads(answer["REPORT"][0]).get("memory")
 
 
 def idle_models(url: str) -> list[str]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from core.paths import PROJECT_ROOT
+from core.process_memory import stub_processes
 from core.versions import PROFILE_ENV
 from server import diagnostics
 from server.distribution import ServerHome, prepare_home
@@ -101,25 +102,6 @@ def check_ports_free(ports: dict[str, int], host: str = "0.0.0.0") -> None:
             f"{', '.join(taken)} already in use; stop the other server or pass other ports "
             "(tmr serve --http-port N --grpc-port N --metrics-port N)"
         )
-
-
-def stub_processes(server_pid: int) -> dict[str, list[int]]:
-    """Model name -> PIDs of the Python stubs serving it, children of `server_pid`.
-
-    A stub's argv[1] is the model file, `<repository>/<model>/<version>/<file>`."""
-    stubs: dict[str, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # gone, or not ours to read
-        if ppid == server_pid and argv[0].endswith(b"triton_python_backend_stub"):
-            model = Path(argv[1].decode()).parents[1].name
-            stubs.setdefault(model, []).append(int(entry.name))
-    return stubs
 
 
 def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,

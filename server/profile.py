@@ -37,6 +37,15 @@ def choices(record: dict) -> str:
     return "\n".join(f"  {front}: {d['reason']}" for front, d in record.get("fronts", {}).items())
 
 
+def verdicts(record: dict) -> str:
+    """What the tuning concluded, its fronts' verdicts in one phrase (core.host_profile
+    Verdict; a record written before verdicts existed found nothing better)."""
+    found = [front.get("verdict", hp.Verdict.NOTHING_BETTER.name)
+             for front in record.get("fronts", {}).values()]
+    said = [hp.Verdict[v].value for v in dict.fromkeys(found) if v in hp.Verdict.__members__]
+    return "; ".join(said) or hp.Verdict.NO_ROUNDS.value
+
+
 def select(repository: Path, reviewed: bool = False,
            model_config_name: str | None = None) -> tuple[str | None, str]:
     """(the --model-config-name to serve, a line saying which configs serve and why).
@@ -53,8 +62,8 @@ def select(repository: Path, reviewed: bool = False,
     if not fits:
         raise hp.ProfileError(f"{why}.\n{RETUNE}")
     if not record.get("profiled"):
-        return None, f"serving the reviewed configs: `tmr tune` found nothing better on " \
-                     f"this host ({why})\n{choices(record)}"
+        return None, f"serving the reviewed configs: `tmr tune` {verdicts(record)} " \
+                     f"({why})\n{choices(record)}"
     return HOST_PROFILE, f"serving the host profile ({why})\n{choices(record)}"
 
 

@@ -23,6 +23,7 @@ from core.families.warmup import WARMUP_FOLDER, elements
 from core.host_profile import ProfileError
 from core.paths import PROJECT_ROOT
 from core.probes import probe_target
+from core.process_memory import server_memory, summary
 from core.startup import startup_models
 from core.versions import PROFILE_ENV, served_config
 from server.admin_client import AdminClient
@@ -73,6 +74,7 @@ class ServeOptions:
     front_door_http_port: int
     front_door_grpc_port: int
     load_all: bool  # every model at start, not core.startup's rule
+    models: tuple[str, ...] = ()  # only these fronts or families (core.startup.select)
     replicas: int = 1  # more than one: a fleet behind the front door (server/fleet.py)
     reviewed: bool = False  # serve config.pbtxt even where a host profile fits
     trace: bool = False  # Triton's OpenTelemetry traces to Phoenix (server/traces.py)
@@ -89,7 +91,8 @@ def server_options(args: ServeOptions) -> ServerOptions:
         model_config_name=args.model_config_name,
         log_verbose=args.log_verbose,
         extra=tuple(args.extra),
-        load_models=ALL_MODELS if args.load_all else tuple(startup_models(repository)),
+        load_models=ALL_MODELS if args.load_all else tuple(
+            startup_models(repository, wanted=args.models)),
     )
 
 
@@ -190,8 +193,16 @@ def example_call(server: TritonServer, model: FamilyModel) -> str:
 
 def example_calls(server: TritonServer) -> list[str]:
     """One real call through the front model of every family model the server holds."""
+    with AdminClient(server.http_url) as admin:
+        ready = set(admin.ready_models())
     return [example_call(server, model)
-            for model in catalog(server.opts.repository) if model.front]
+            for model in catalog(server.opts.repository) if model.front in ready]
+
+
+def memory_line(server: TritonServer) -> str:
+    """What the server holds once its fronts answered, from /proc (core/process_memory)."""
+    assert server.process is not None
+    return f"memory: {summary(server_memory(server.process.pid))}"
 
 
 def start_watchdog(server: TritonServer, args: ServeOptions) -> Watchdog | None:
@@ -330,6 +341,7 @@ def serve_one(args: ServeOptions, opts: ServerOptions) -> int:
     if not args.no_check:
         for line in example_calls(server):
             print(line, flush=True)
+    print(memory_line(server), flush=True)
     watchdog = start_watchdog(server, args)
     prometheus = start_prometheus(server, args)
     while not stopping and server.process is not None and server.process.poll() is None:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2 as mc
 
 from core.families import Family, Tensor, family, warmup
 from core.families.lanes import LINKED, lane_config, lane_header, lane_name
@@ -24,6 +23,7 @@ from core.families.spec import DIM, IMAGE_DIMS, PRECISION_PARAMETER
 from core.files import write_atomically
 from core.hardware import BF16, FP32
 from core.host_profile import Layout
+from core.model_config import mc
 from core.params import IDLE_THREADS_PARAMETER
 from core.settings import (
     ENCODER_THREADS,
@@ -48,7 +48,7 @@ class EncoderSpec:
     source: str  # what `tmr export` reads (a folder, a package, parts of one)
     input_shape: tuple[int, ...] = ()  # an image model's (channels, height, width)
     version: int | None = 1  # the served version (version_policy), None: latest
-    instances: int = 2  # CPU instances, each with `threads` intra-op threads
+    instances: int = 1  # CPU instances, each with `threads` intra-op threads (0: every core)
     threads: int = ENCODER_THREADS
     gpu_instances: int = 1
     gate: Mapping[str, str] = field(default_factory=dict)  # overrides of the family's

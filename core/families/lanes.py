@@ -26,8 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tmr_client.contract import INTERACTIVE_PRIORITY, LANE_SUFFIX, lane_name  # noqa: F401
-from tritonclient.grpc import model_config_pb2 as mc
 
+from core.model_config import mc
 from core.settings import (
     IN_PROCESS_PARAMETER,
     IN_PROCESS_THREADS_PARAMETER,

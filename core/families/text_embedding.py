@@ -102,7 +102,7 @@ TEXT_EMBEDDING = Family(
         # short execution, not for 64 rows of bulk work (docs/serving.md, "Priority").
         front_batching=replace(FRONT_BATCHING.with_queue_sizes(512, 128),
                                preferred_batch_size=(8,)),
-        front_instances=3,
+        front_instances=2,
         max_batch_size=64,
         # A typical text of 32 tokens: one alone (a lone request) and 8 (what an execution
         # takes under load, preferred_batch_size) at the front and at each encoder.

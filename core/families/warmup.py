@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tritonclient.grpc import model_config_pb2 as mc
+from core.model_config import mc
 
 if TYPE_CHECKING:  # spec.py imports this module: a Family holds its WarmupPlan
     from core.families.spec import Tensor

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from core import cpu_share as host_cpu
 from core.paths import P99_OBJECTIVE_MS
-from perf import host_cpu, locust_run
+from perf import locust_run
 from perf.peers.servers import (
     PEERS,
     PEERS_DIR,

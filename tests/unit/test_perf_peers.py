@@ -262,7 +262,7 @@ def test_unknown_or_uninstalled_servers_are_refused_before_anything_starts(
     check_servers(["embed"], tmp_path)
 
 
-# --- other work on the machine (its reading: test_perf_host_cpu.py) ----------------------
+# --- other work on the machine (its reading: test_cpu_share.py) ----------------------
 
 def test_a_point_measured_while_other_work_ran_is_marked() -> None:
     noisy = LoadPoint(1, 6.0, 500, 0, 83.0, 10.0, 15.0, 20.0, foreign_cpu=0.4)

@@ -7,7 +7,15 @@ import json
 import pytest
 
 from core.paths import DEFAULT_REPOSITORY
-from core.startup import repository_parameters, routed_models, startup_models, startup_rule
+from core.startup import (
+    SelectionError,
+    repository_parameters,
+    required_models,
+    routed_models,
+    select,
+    startup_models,
+    startup_rule,
+)
 from python_backends.health import NEEDED, not_loaded
 from server.healthcheck import verdict
 
@@ -25,8 +33,14 @@ MODELS = {
 }
 
 
-def test_the_rule_loads_fronts_their_encoders_and_models_outside_the_families() -> None:
-    assert startup_rule(MODELS) == ["embed", "health", "m_int8", "m_onnx", "stub_env"]
+def test_the_rule_loads_fronts_their_bls_encoders_and_models_outside_the_families() -> None:
+    """The fallback runs in the front's own process, on demand: its model waits."""
+    assert startup_rule(MODELS) == ["embed", "health", "m_onnx", "stub_env"]
+
+
+def test_a_front_that_runs_its_primary_in_process_loads_no_encoder() -> None:
+    inside = {**MODELS, "embed": {**FRONT, "primary_in_process": "true"}}
+    assert startup_rule(inside) == ["embed", "health", "stub_env"]
 
 
 def test_a_model_outside_the_families_may_ask_to_load_on_demand() -> None:
@@ -52,17 +66,48 @@ def test_a_route_to_a_model_the_repository_lacks_is_not_loaded_by_name() -> None
     assert "m_gone" not in startup_rule({**MODELS, "embed": {**FRONT, "primary_model": "m_gone"}})
 
 
-def test_routed_models_are_the_fronts_and_their_encoders_only() -> None:
-    assert routed_models(MODELS) == ["embed", "m_int8", "m_onnx"]
+def test_routed_models_are_the_fronts_and_their_bls_encoders_only() -> None:
+    assert routed_models(MODELS) == ["embed", "m_onnx"]
     assert routed_models({"health": {}}) == []
 
 
 def test_the_shipped_repository_loads_no_torchscript_encoder_at_start() -> None:
     assert startup_models(DEFAULT_REPOSITORY) == [
-        "digits", "digits_int8", "digits_interactive", "digits_onnx",
-        "efficientnet_lite0", "efficientnet_lite0_int8", "efficientnet_lite0_interactive",
-        "efficientnet_lite0_onnx", "embed", "embed_interactive", "health", "minilm_int8",
-        "minilm_onnx"]  # stub_env: on demand
+        "digits", "digits_interactive", "digits_onnx",
+        "efficientnet_lite0", "efficientnet_lite0_interactive",
+        "efficientnet_lite0_onnx", "embed", "embed_interactive", "health",
+        "minilm_onnx"]  # stub_env, the INT8 fallbacks, TorchScript, OpenVINO: on demand
+
+
+TWO = {**MODELS, "embed_interactive": {**FRONT, "lane_of": "embed"},
+       "digits": {"family": "image_classification", "primary_model": "d_onnx",
+                  "fallback_model": "d_int8"},
+       "d_onnx": {"family": "image_classification", "format": "onnx"}}
+
+
+@pytest.mark.parametrize("wanted", [["embed"], ["embed_interactive"], ["text_embedding"]])
+def test_a_selection_serves_its_fronts_lanes_bls_encoders_and_health(wanted: list[str]) -> None:
+    assert startup_rule(select(TWO, wanted)) == [
+        "embed", "embed_interactive", "health", "m_onnx", "stub_env"]
+
+
+def test_a_selection_of_the_shipped_repository_by_family() -> None:
+    assert startup_models(DEFAULT_REPOSITORY, wanted=["image_classification"]) == [
+        "digits", "digits_interactive", "digits_onnx", "efficientnet_lite0",
+        "efficientnet_lite0_interactive", "efficientnet_lite0_onnx", "health"]
+
+
+def test_a_selection_of_something_unknown_names_what_there_is() -> None:
+    with pytest.raises(SelectionError, match=r"'embedd' is neither a front nor a family.*"
+                       r"fronts: digits, embed, embed_interactive.*families: "
+                       r"image_classification, text_embedding"):
+        select(TWO, ["embedd"])
+
+
+def test_health_requires_what_the_loaded_fronts_call_and_their_lanes() -> None:
+    assert required_models(TWO, {"embed"}) == {"embed", "embed_interactive", "m_onnx"}
+    assert required_models(TWO, {"digits", "d_onnx"}) == {"digits", "d_onnx"}
+    assert required_models(TWO, {"m_onnx", "health"}) == set()
 
 
 def test_repository_parameters_read_every_config() -> None:

@@ -1,4 +1,4 @@
-"""Who used the host's CPU (perf/host_cpu.py): the soak's window and host-or-server report
+"""Who used the host's CPU (core/cpu_share.py): the soak's window and host-or-server report
 (perf/soak.py drift, Control), and the share other work used during a peers' point."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from perf import host_cpu
-from perf.host_cpu import CpuReading, foreign_share, machine_times, process_cpu_s, share
+from core import cpu_share as host_cpu
+from core.cpu_share import CpuReading, foreign_share, machine_times, process_cpu_s, share
 from perf.soak import Control, drift
 
 TICK = host_cpu.TICK_S
