@@ -136,10 +136,11 @@ class Layout:
 
     def describe(self) -> str:
         idle = "" if self.idle_session or self.encoder_instances < 2 else ", no idle session"
+        threads = (f"{self.encoder_threads} thread{'s' * (self.encoder_threads != 1)}"
+                   if self.encoder_threads else "every core")
         if self.in_process:
-            return (f"primary in process: front {self.front_instances} instances x "
-                    f"{self.encoder_threads} thread{'s' * (self.encoder_threads != 1)}")
-        return (f"encoders {self.encoder_instances}x{self.encoder_threads} threads{idle}, "
+            return f"primary in process: front {self.front_instances} instances x {threads}"
+        return (f"encoders {self.encoder_instances}x {threads}{idle}, "
                 f"front {self.front_instances} instances")
 
 
@@ -267,6 +268,8 @@ def choose(baseline: Candidate, candidates: Sequence[Candidate], budget_mb: floa
             refused[cand.name] = ("the reviewed configs scored 0 in all but "
                                   f"{len(paired_ratios(baseline, cand))} round(s): no ratio "
                                   "to judge by")
+        elif judged[0] < 1 - judged[1]:
+            refused[cand.name] = f"{judged[0]:.2f}x the reviewed goodput: slower"
         elif judged[0] - 1 <= judged[1]:
             refused[cand.name] = (f"{judged[0]:.2f}x the reviewed goodput is within the "
                                   f"rounds' noise (+-{judged[1]:.0%})")

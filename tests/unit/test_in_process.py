@@ -10,6 +10,7 @@ from core import versions
 from core.paths import DEFAULT_REPOSITORY
 from python_backends.errors import ChildModelError
 from python_backends.in_process import LocalEncoder, OnDemand
+from python_backends.runners import SpikeWatch
 
 
 def test_an_on_demand_encoder_is_not_held_at_rest() -> None:
@@ -64,3 +65,14 @@ def test_a_version_that_does_not_load_is_remembered_and_not_retried() -> None:
     assert local.load(999) is False
     assert local.load(999) is False
     assert len([line for line in lines if "did not load" in line]) == 1
+
+
+def test_openvino_memory_is_released_only_after_a_call_much_larger_than_usual() -> None:
+    watch = SpikeWatch(factor=2.0, alpha=0.1)
+    assert watch.spiked(256) is False  # the first call sets what is usual
+    assert [watch.spiked(256) for _ in range(5)] == [False] * 5
+    assert watch.spiked(64 * 256) is True  # a long document among short texts
+    assert watch.spiked(256) is False
+    steady = SpikeWatch()
+    sizes = [8192] * 50
+    assert not any(steady.spiked(n) for n in sizes)  # large but steady: kept warm
