@@ -45,7 +45,7 @@ def stub_processes(server_pid: int, proc: Path = Path("/proc")) -> dict[str, lis
         if ppid == server_pid and argv[0].endswith(STUB) and len(argv) > 1:
             model = Path(argv[1].decode(errors="replace")).parents[1].name
             stubs.setdefault(model, []).append(int(entry.name))
-    return stubs
+    return {model: sorted(pids) for model, pids in stubs.items()}
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,26 @@ def server_memory(server_pid: int, proc: Path = Path("/proc")) -> dict[str, Usag
         table[name] = Usage(len(pids), sum(r for r, _ in readings) / 1024,
                             sum(p for _, p in readings) / 1024)
     return table
+
+
+def tree_memory(root_pid: int, proc: Path = Path("/proc")) -> Usage:
+    """A process and all its descendants, summed (a peer server and its workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    pids, todo = [], [root_pid]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo += children.get(pid, [])
+    readings = [memory_kb(p, proc) for p in pids]
+    alive = [r for r in readings if r != (0, 0)]
+    return Usage(len(alive), sum(r for r, _ in alive) / 1024, sum(p for _, p in alive) / 1024)
 
 
 def total(table: dict[str, Usage]) -> Usage:

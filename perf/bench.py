@@ -11,12 +11,12 @@ Stages, each announced with its number and elapsed time:
    least serving Triton allows (one stub, no BLS hop); all driven by the same Locust
    closed loop (perf/locust_run.py) with a new text per request; the peer table and the
    issue's targets, for `embed` and, to show what any layout could reach here, for the floor;
-3. the ladder: Triton gRPC straight to each encoder (FP32, INT8, TorchScript); `embed`
-   over gRPC and HTTP (perf_analyzer); the SDK; the bare single-model fixture and the
-   tokenizer alone; `embed`'s concurrency sweep; where
-   the CPU goes (perf/profile.py);
+3. the ladder: Triton gRPC straight to each encoder; `embed` over gRPC and HTTP; the SDK;
+   the bare fixture and the tokenizer alone; `embed`'s sweep; the CPU profile;
 4. dynamic batching off, for `embed` at c16;
-5. the OpenAI route against the KServe route through the front door (perf/openai_route.py).
+5. the OpenAI route against the KServe route through the front door (perf/openai_route.py);
+6. memory per process, as `tmr serve` starts the repository, warm and after 60 s of both
+   families' traffic (perf/memory.py); the peers' own memory is in stage 2's table.
 
 Only the part between the GENERATED markers of docs/benchmarks.md is rewritten; the
 reading of the figures below it is kept. Plots: docs/benchmarks_ladder.png and
@@ -45,6 +45,8 @@ from core.paths import DEFAULT_REPOSITORY, P99_OBJECTIVE_MS, PROJECT_ROOT
 from core.settings import TextFrontSettings
 from core.versions import artifact_file
 from perf import openai_route
+from perf.memory import MemoryRun
+from perf.memory import measure as measure_memory
 from perf.peers.run import run_peers
 from perf.profile import Profile, profile
 from perf.profile import report as profile_report
@@ -116,6 +118,7 @@ class BenchRun:
     ladder: Ladder
     no_batching: Served
     openai_route: dict[str, Any]  # perf.openai_route.run's result
+    memory: MemoryRun
     seconds: float
 
 
@@ -231,7 +234,7 @@ def run(out: Path) -> BenchRun:
     """Every stage, in order."""
     model = text_model()
     primary = model.encoder(model.primary)
-    began, total, stamp = time.monotonic(), 5, current_stamp()
+    began, total, stamp = time.monotonic(), 6, current_stamp()
     stage(1, total, "in-process onnxruntime, batch 1..32", began)
     in_process = in_process_rates(artifact_file(DEFAULT_REPOSITORY / primary), model.front)
     stage(2, total, "the peers: embed, infinity-emb, the seeds' batcher, naive FastAPI, "
@@ -244,8 +247,10 @@ def run(out: Path) -> BenchRun:
         unbatched = no_batching(out, Path(tmp))
     stage(5, total, "the OpenAI route against the KServe route, through the front door", began)
     route = openai_route.run([1, 16], 8, 3, out / "openai_route")
+    stage(6, total, "memory: the repository as `tmr serve` starts it, then a mixed load", began)
+    memory = measure_memory(out / "memory", 60.0)
     return BenchRun(stamp, in_process, {s.name: s.best for s in peers.servers},
-                    peers.report(), served, unbatched, route, time.monotonic() - began)
+                    peers.report(), served, unbatched, route, memory, time.monotonic() - began)
 
 
 def report(r: BenchRun) -> str:
@@ -309,6 +314,9 @@ def report(r: BenchRun) -> str:
         f"{knee.concurrency}, {knee.throughput:.0f} infer/s, p99 {knee.p99_ms:.0f} ms "
         f"({knee.reason}).", "",
         "## The OpenAI route", "", r.openai_route["markdown"], "",
+        "## Memory", "", "The whole repository as `tmr serve` starts it (every front, lane "
+        "and the encoders they call over BLS), RSS and PSS per model from /proc; the peers' "
+        "own are in their table above.", "", r.memory.markdown(), "",
         "![ladder](benchmarks_ladder.png)", "", "![sweep](benchmarks_sweep.png)", "",
         "## Where the CPU goes (perf/profile.py)", "", profile_report(lad.profile, 16)]
     return "\n".join(rows) + "\n"

@@ -10,6 +10,9 @@ Users (every text is new, a perf input with a unique suffix, so no cache answers
   `HighClosed` / `LowClosed` the same at priority 1 / 2, TMR_HIGH_USERS / TMR_LOW_USERS each.
 - `SingleText` (priority 1, TMR_SINGLE_RPS a second per user) beside `Bulk` (priority 2,
   TMR_BULK_ROWS texts a request, back to back): the priority mix.
+- `ImageLoop`: one image a request to one of TMR_IMAGE_MODELS (its perf/inputs/<model>.json,
+  else images.json), back to back: with `ClosedLoop` and `Bulk`, the mixed load of both
+  families (perf/memory.py).
 - `OpenLoop` / `GrpcOpenLoop`: TMR_USER_RPS arrivals a second per user whatever the server
   does (a greenlet per request), TMR_HIGH_SHARE at priority 1 and the rest at 2, over
   KServe HTTP or tritonclient's gRPC (TMR_GRPC_HOST). Overload, saw-tooth and soak.
@@ -172,6 +175,36 @@ class ClosedLoop(Steady):
     """One text a request, no wait, the model's default priority."""
 
     wait_time = constant(0)
+
+
+def images(model: str) -> list[str]:
+    """The base64 images a model's clients send: perf/inputs/<model>.json, else images.json."""
+    path = INPUTS.parent / f"{model}.json"
+    path = path if path.exists() else INPUTS.parent / "images.json"
+    return [d["IMAGE"]["content"][0] for d in json.loads(path.read_text())["data"]]
+
+
+class ImageLoop(FastHttpUser):
+    """One image a request to one of TMR_IMAGE_MODELS, back to back; classes must come back."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.inputs = {m: images(m) for m in ENV.get("TMR_IMAGE_MODELS", "digits").split(",")}
+
+    @task
+    def classify(self) -> None:
+        model = random.choice(list(self.inputs))
+        request = {"inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [1, 1],
+                               "data": [random.choice(self.inputs[model])]}]}
+        with self.client.post(f"/v2/models/{model}/infer", json=request, headers=HEADERS,
+                              name=f"{model} image", catch_response=True) as response:
+            ids = next((o for o in response.json().get("outputs", [])
+                        if o["name"] == "CLASS_IDS"), None) if response.status_code == 200 \
+                else None
+            if not ids or not ids["data"]:
+                response.request_meta["name"] += FAILED
+                response.failure(f"HTTP {response.status_code}: {response.text[:80]}")
 
 
 class HighClosed(Steady):

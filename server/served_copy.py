@@ -12,7 +12,7 @@ every benchmark in perf/.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,14 +26,15 @@ from server.settings import ALL_MODELS, Ports, ServerOptions
 
 
 def free_port_server(repository: Path = DEFAULT_REPOSITORY, log_path: Path | None = None,
-                     load_all: bool = True) -> TritonServer:
+                     load_all: bool = True, models: Sequence[str] = ()) -> TritonServer:
     """A server (not started) for `repository` on three distinct free ports, serving what
     `tmr serve` serves on this host (served_profile); `with` it to start it, wait for ready
     and stop it. It loads every model, or with `load_all=False` those `tmr serve` loads at
-    start (core.startup)."""
+    start (core.startup), or with `models` those `tmr serve --models` loads."""
     ports = Ports(*free_ports(3))
     name = served_profile()[0]
-    load = ALL_MODELS if load_all else tuple(startup_models(repository, name or ""))
+    load = ALL_MODELS if load_all and not models else tuple(
+        startup_models(repository, name or "", wanted=models))
     return TritonServer(ServerOptions(repository=repository, ports=ports, load_models=load,
                                       model_config_name=name), log_path=log_path)
 

@@ -389,7 +389,7 @@ def report(record: dict[str, Any]) -> str:
         lines += [f"## {front}: serves {d['served']}", "",
                   f"{hp.Verdict[d['verdict']].value[0].upper()}"
                   f"{hp.Verdict[d['verdict']].value[1:]}: {d['reason']}.", "",
-                  f"Objective: p99 <= {d['objective_p99_ms']:.1f} ms "
+                  f"Objective: p99 <= {d['objective_p99_ms']:.3g} ms "
                   f"({d['objective_source']}).", "",
                   "| candidate | goodput (median) | rounds | vs reviewed | noise | RSS MB | "
                   "verdict |", "| --- | ---: | --- | ---: | ---: | ---: | --- |"]

@@ -22,6 +22,7 @@ from rich.console import Console
 
 from core import cpu_share as host_cpu
 from core.paths import P99_OBJECTIVE_MS
+from core.process_memory import Usage, tree_memory
 from perf import locust_run
 from perf.peers.servers import (
     PEERS,
@@ -57,6 +58,7 @@ class ServerResult:
     cosine_vs_reference: float | None  # the probe text's vector against the first server's
     rounds: list[list[LoadPoint]]
     best: list[LoadPoint]
+    memory: Usage | None = None  # its process tree once its rounds were measured
 
 
 @dataclass
@@ -76,10 +78,18 @@ class PeersResult:
         return render_table([(s.label, s.best) for s in self.servers], self.levels,
                             self.p99_budget_ms)
 
+    def memory_table(self) -> str:
+        """Each server's process tree after its rounds: processes, RSS and PSS."""
+        return "\n".join(["| server | processes | RSS MiB | PSS MiB |",
+                          "| --- | ---: | ---: | ---: |",
+                          *(f"| {s.label} | {s.memory.processes} | {s.memory.rss_mib:.0f} | "
+                            f"{s.memory.pss_mib:.0f} |" for s in self.servers if s.memory)])
+
     def report(self) -> str:
         """The table, then how to read it: settings, answer agreement and versions."""
         reference = self.servers[0].label if self.servers else "-"
-        lines = [self.table(), "",
+        lines = [self.table(), "", "Memory, each server's whole process tree after its "
+                 "rounds (/proc):", "", self.memory_table(), "",
                  f"Each cell: answered requests/s / p99 ms; the best of {self.rounds} rounds "
                  f"(mirrored order) of {self.seconds:g} s per point, closed loop (Locust "
                  f"`ClosedLoop` users), a new text in every request. Goodput: the most "
@@ -192,12 +202,13 @@ def run_peers(servers: Sequence[str] = SERVERS, levels: Sequence[int] = LEVELS,
         for r, order in enumerate(round_orders(list(servers), rounds), start=1):
             for name in order:
                 measured[name].append(measure(out, running[name], levels, seconds, r))
+        memory = {name: tree_memory(server.pid) for name, server in running.items()}
         console.log("stopping the servers")
     reference = probes[servers[0]] if servers else None
     result = PeersResult(
         [ServerResult(name, s.label, s.versions, cosine(probes[name], reference)
                       if probes[name] and reference else None, measured[name],
-                      best_of(measured[name])) for name, s in running.items()],
+                      best_of(measured[name]), memory[name]) for name, s in running.items()],
         list(levels), seconds, rounds, p99_budget_ms, started, str(out),
         (load_before, os.getloadavg()[0]))
     write_report(out, "peers", result.report(), asdict(result))

@@ -72,6 +72,7 @@ class Running:
     url: str  # http://host:port
     load_env: dict[str, str]  # perf/locustfile.py's TMR_* settings for it
     versions: dict[str, str]
+    pid: int  # the server's process, the root of its tree (its memory)
 
 
 def infinity_model_name() -> str:
@@ -186,19 +187,22 @@ def peer(spec: PeerSpec, peers: Path, log_path: Path) -> Iterator[Running]:
         wait_healthy(spec.name, process, f"{base}/health", spec.start_timeout_s, log_path)
         python = peers / spec.venv / "venv" / "bin" / "python"
         yield Running(spec.name, spec.label, base, spec.load_env(),
-                      installed_versions(python, spec.packages))
+                      installed_versions(python, spec.packages), process.pid)
     finally:
         stop_process(process, signal.SIGTERM, STOP_TIMEOUT_S, log)
 
 
 @contextmanager
 def triton_embed(log_path: Path) -> Iterator[Running]:
-    """The project's Triton with the shipped repository, on free ports, asked through the
-    text model's front."""
-    front = text_model().front
-    with free_port_server(log_path=log_path) as server:
-        yield Running("embed", f"`{front}` on Triton (this project)",
-                      f"http://{server.http_url}", kserve(front), triton_versions())
+    """The project's Triton with the shipped repository, on free ports, serving the text
+    family as `tmr serve --models` does (front, lane, encoder, health: what a peer serving
+    one embedding model is compared with), asked through the text model's front."""
+    model = text_model()
+    with free_port_server(log_path=log_path, models=(model.family.name,)) as server:
+        assert server.process is not None
+        yield Running("embed", f"`{model.front}` on Triton (this project)",
+                      f"http://{server.http_url}", kserve(model.front), triton_versions(),
+                      server.process.pid)
 
 
 @contextmanager
@@ -211,8 +215,10 @@ def triton_bare(log_path: Path) -> Iterator[Running]:
     with tempfile.TemporaryDirectory(prefix="tmr-bare-") as tmp:
         repo = build_repository(Path(tmp), [], text_only=True, fixtures=[BARE])
         with free_port_server(repo, log_path) as server:
+            assert server.process is not None
             yield Running("bare", f"`{BARE}` on Triton: one stub, no BLS hop (the floor)",
-                          f"http://{server.http_url}", kserve(BARE), triton_versions())
+                          f"http://{server.http_url}", kserve(BARE), triton_versions(),
+                          server.process.pid)
 
 
 def triton_versions() -> dict[str, str]:

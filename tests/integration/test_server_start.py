@@ -47,11 +47,16 @@ def test_model_that_fails_to_load_is_named_with_tritons_reason(tmp_path: Path) -
     assert server.process is not None and server.process.poll() is not None
 
 
+TEXT_FAMILY_CEILING_MIB = 900  # docs/serving.md: the text family alone
+
+
 def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`tmr serve --models text_embedding`: the text family alone (its front, lane, BLS
+    encoder and health), its example call, its memory line, within its ceiling."""
     ports = free_ports()
     cmd = [sys.executable, "-m", "cli.main", "serve", "--repository", str(REPOSITORY),
            "--http-port", str(ports.http), "--grpc-port", str(ports.grpc),
-           "--metrics-port", str(ports.metrics)]
+           "--metrics-port", str(ports.metrics), "--models", "text_embedding"]
     proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
     lines: list[str] = []
@@ -62,7 +67,7 @@ def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: 
             if not line:
                 break
             lines.append(line)
-            if line.startswith("embed answered"):
+            if line.startswith("memory: "):
                 break
         assert any(line.startswith("embed answered: dim=384 norm=1.0000") for line in lines), lines
         # which configs serve and why: the host profile `make setup` tuned, or the reviewed
@@ -71,6 +76,15 @@ def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: 
         # the start rule (core.startup): no front routes to TorchScript, so it waits
         assert any(line.startswith("  on demand   ") and "minilm_torchscript" in line
                    for line in lines), lines
+        (models,) = [line for line in lines if line.startswith("  models      ")]
+        assert "ready: embed, embed_interactive, health" in models, models
+        assert "digits" not in models and "efficientnet" not in models, models
+        assert not any(line.startswith(("digits answered", "efficientnet_lite0 answered"))
+                       for line in lines), lines
+        memory = lines[-1]
+        rss = float(memory.split("memory: ", 1)[1].split(" MiB RSS", 1)[0].replace(",", ""))
+        assert 100 < rss <= TEXT_FAMILY_CEILING_MIB, memory
+        assert " in 6 processes: " in memory or " in 5 processes: " in memory, memory
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
     finally:

@@ -5,13 +5,17 @@ repository (promote edits it); the tests run in file order, promote last."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tmr_client import Client
 
 from core.families.catalog import catalog
+from core.process_memory import server_memory, summary, total
 from core.repository import copy_repository
 from core.startup import repository_parameters, routed_models, startup_models
 from server.admin_client import AdminClient
@@ -93,6 +97,78 @@ def test_deep_health_is_healthy_with_the_other_encoders_marked_not_loaded(
     assert out.stdout.count("OK  ") == len(loaded)
     listed = ", ".join(on_demand(repo))  # stub_env too: tmr health lists every model
     assert f"not loaded (on demand, not probed): {listed}\n" in out.stdout
+
+
+MEMORY_CEILING_MIB = 1536  # docs/serving.md: the whole repository as `tmr serve` starts it
+LONG_TEXT = " ".join(f"word{i % 97}" for i in range(3000))  # about 12 windows when chunked
+
+
+async def mixed_load(server: TritonServer, seconds: float) -> int:
+    """Both families at once for `seconds`: texts (one, a batch of 16, a chunked long
+    document) and photos to each image front, through the async SDK; the answers counted."""
+    from tmr_client import NO_RETRY, AsyncClient
+
+    photo = (server.opts.repository / "efficientnet_lite0" / "warmup" / "IMAGE").read_bytes()[4:]
+    digit = (server.opts.repository / "digits" / "warmup" / "IMAGE").read_bytes()[4:]
+    deadline, answers = time.monotonic() + seconds, 0
+
+    async def loop(call) -> None:
+        nonlocal answers
+        while time.monotonic() < deadline:
+            await call()
+            answers += 1
+
+    async with AsyncClient(server.http_url, retry=NO_RETRY) as client:
+        await asyncio.gather(
+            *(loop(lambda i=i: client.embed([f"text {i} {time.monotonic()}"]))
+              for i in range(4)),
+            loop(lambda: client.embed([f"bulk {k} {time.monotonic()}" for k in range(16)])),
+            loop(lambda: client.embed([LONG_TEXT + str(time.monotonic())], truncate="chunk")),
+            loop(lambda: client.classify([photo], model="efficientnet_lite0")),
+            loop(lambda: client.classify([digit], model="digits")))
+    return answers
+
+
+@pytest.mark.timeout(180)
+def test_the_whole_server_holds_within_its_memory_ceiling_under_a_mixed_load(
+        server: TritonServer) -> None:
+    """The regression ceiling of docs/benchmarks.md's memory table: after both families'
+    traffic (a long document's 64-row calls included) the server's RSS, every stub and
+    tritonserver, stays under 1.5 GB; the health model and `tmr health --json` report it."""
+    answered = asyncio.run(mixed_load(server, 20.0))
+    assert answered > 50
+    time.sleep(1.0)  # the last calls' arenas handed back
+    whole = total(server_memory(server.process.pid))
+    assert whole.rss_mib <= MEMORY_CEILING_MIB, summary(server_memory(server.process.pid))
+    reported = health_report(server)["memory"]
+    assert set(reported["by_model"]) == {"tritonserver", *startup_models(server.opts.repository)}
+    assert reported["total"]["rss_mib"] == pytest.approx(whole.rss_mib, rel=0.15)
+    out = tmr("health", "--url", server.http_url, "--json")
+    memory = json.loads(out.stdout)["memory"]
+    assert memory["by_model"]["embed"]["processes"] == 2
+    assert memory["by_model"]["minilm_onnx"]["processes"] == 1
+    assert 0 < memory["by_model"]["embed"]["pss_mib"] <= memory["by_model"]["embed"]["rss_mib"]
+
+
+@pytest.mark.timeout(180)
+def test_a_degraded_front_runs_its_fallback_in_its_own_process(server: TritonServer) -> None:
+    """The INT8 fallback's Triton model is not loaded at start: a front that needs it
+    (here an operator's level 2) loads it in its own stub and serves from it."""
+    assert "minilm_int8" not in ready_models(server)
+    forced = tmr("degrade", "--level", "2", "--url", server.http_url)
+    try:
+        assert forced.returncode == 0, forced.stdout + forced.stderr
+        assert "embed now reports: minilm_int8:1:int8:L2" in forced.stdout
+        with Client(server.http_url) as client:
+            info = client.embed_with_info(["served by the in-process fallback"])
+        assert info.served_by == ["minilm_int8:1:int8:L2"]
+        assert "minilm_int8" not in ready_models(server)  # no Triton model was loaded
+        log = server.log_text()
+        assert "embed/1: in-process minilm_int8 v1 loaded" in log
+    finally:
+        restored = tmr("degrade", "--level", "auto", "--url", server.http_url)
+        assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert "minilm_onnx:1:fp32:L0" in restored.stdout
 
 
 @pytest.mark.timeout(300)
