@@ -6,15 +6,20 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 
 import numpy as np
+import pytest
 from tmr_client import NO_RETRY, AsyncClient, Client
 
-from tests.conftest import MINILM_SOURCE
+from core.repository import edit_config
+from server.launcher import TritonServer
+from tests.conftest import MINILM_SOURCE, start_server, stop_cleanly
 from tests.integration.helpers import (
     concurrent_encoder_calls,
     metric_value,
     model_counts,
+    repository_of,
     settled_counts,
 )
 from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
@@ -69,17 +74,36 @@ def test_direct_encoder_requests_of_one_shape_are_batched_into_one_session_call(
     assert rows == 32
 
 
+def two_instances_with_an_idle_session(config) -> None:
+    """A host layout of several encoder instances (the tuner's `--full` on more cores):
+    2 instances x 1 thread, and the idle session of 2 for a lone request."""
+    config.instance_group[0].count = 2
+    config.parameters["intra_op_thread_count"].string_value = "1"
+    config.parameters["idle_intra_op_thread_count"].string_value = "2"
+
+
+@pytest.fixture(scope="module")
+def layered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    root = tmp_path_factory.mktemp("idle-session")
+    repo = repository_of(root, "embed", "minilm_onnx", "minilm_int8")
+    edit_config(repo, "minilm_onnx", two_instances_with_an_idle_session)
+    server = start_server(repo, root / "tritonserver.log")
+    yield server
+    stop_cleanly(server)
+
+
 def test_a_lone_request_runs_on_the_idle_session_and_a_crowd_on_the_instances_own(
-        triton) -> None:
-    """minilm_onnx has 2 instances x 1 thread and idle_intra_op_thread_count 2: with no peer
-    busy (nor finished within the recent window), a batch runs on the 2-thread session."""
+        layered) -> None:
+    """minilm_onnx with 2 instances x 1 thread and idle_intra_op_thread_count 2: with no
+    peer busy (nor finished within the recent window), a batch runs on the 2-thread
+    session. (The reviewed configs run one instance on every core, which needs none.)"""
     def idle_and_all() -> tuple[float, float]:
-        return tuple(metric_value(triton.metrics_url, name, model="minilm_onnx")
+        return tuple(metric_value(layered.metrics_url, name, model="minilm_onnx")
                      for name in ("tmr_backend_idle_session_calls_total",
                                   "tmr_backend_runtime_calls_total"))
 
     idle0, all0 = idle_and_all()
-    with Client(triton.http_url, retry=NO_RETRY) as client:
+    with Client(layered.http_url, retry=NO_RETRY) as client:
         for i in range(10):
             client.embed([f"a lone request number {i}"])
             time.sleep(0.05)  # past the peers' recent window (busy_peers.BusyPeers)
@@ -87,8 +111,8 @@ def test_a_lone_request_runs_on_the_idle_session_and_a_crowd_on_the_instances_ow
     assert all1 - all0 >= 10
     assert idle1 - idle0 >= 8, "lone requests should use the idle session"
 
-    asyncio.run(concurrent_embeds(triton.grpc_url, [f"crowd {i} " * (i % 7 + 1)
-                                                    for i in range(CONCURRENCY)]))
+    asyncio.run(concurrent_embeds(layered.grpc_url, [f"crowd {i} " * (i % 7 + 1)
+                                                     for i in range(CONCURRENCY)]))
     idle2, all2 = idle_and_all()
     assert idle2 - idle1 < all2 - all1, "under load the instances run their own sessions"
 

@@ -105,8 +105,10 @@ LONG_TEXT = " ".join(f"word{i % 97}" for i in range(3000))  # about 12 windows w
 
 async def mixed_load(server: TritonServer, seconds: float) -> int:
     """Both families at once for `seconds`: texts (one, a batch of 16, a chunked long
-    document) and photos to each image front, through the async SDK; the answers counted."""
-    from tmr_client import NO_RETRY, AsyncClient
+    document) and photos to each image front, through the async SDK; the answers counted
+    (a low-priority request the queue gave up on after its 2 s is not: the load is over
+    what two cores serve, on purpose)."""
+    from tmr_client import NO_RETRY, AsyncClient, DeadlineExceededError
 
     photo = (server.opts.repository / "efficientnet_lite0" / "warmup" / "IMAGE").read_bytes()[4:]
     digit = (server.opts.repository / "digits" / "warmup" / "IMAGE").read_bytes()[4:]
@@ -115,7 +117,10 @@ async def mixed_load(server: TritonServer, seconds: float) -> int:
     async def loop(call) -> None:
         nonlocal answers
         while time.monotonic() < deadline:
-            await call()
+            try:
+                await call()
+            except DeadlineExceededError:
+                continue
             answers += 1
 
     async with AsyncClient(server.http_url, retry=NO_RETRY) as client:
