@@ -176,7 +176,7 @@ class Verdict(StrEnum):
     """What a tuning concluded for one front; the value is what `tmr serve` says of it."""
 
     SERVES = "chose a candidate"
-    NOTHING_BETTER = "found nothing better on this host"
+    NOTHING_BETTER = "found nothing better on this host within the memory budget"
     NO_ROUNDS = "measured no round"
     ONE_ROUND = "measured one round only, which is no evidence: re-run `tmr tune`"
     NONE_MET = "no candidate met the objective at any concurrency"
@@ -211,12 +211,22 @@ def gain_and_noise(ratios: Sequence[float], min_margin: float = MIN_MARGIN
     return statistics.median(ratios), max(min_margin, (max(ratios) - min(ratios)) / 2)
 
 
-def memory_refusal(cand: Candidate, budget_mb: float) -> str | None:
+# What a server's RSS grows by between the tuner's reading (after its rounds and a bulk
+# round) and a 5-minute mixed load of both families: the reviewed configs measured 1,227
+# then 1,324 MB (+8%), on 2026-12-05 (docs/serving.md). A candidate must leave this room.
+GROWTH_HEADROOM = 0.10
+
+
+def memory_refusal(cand: Candidate, budget_mb: float,
+                   headroom: float = GROWTH_HEADROOM) -> str | None:
     """Why the candidate's memory is refused, or None: the whole server must hold within
-    the budget (docs/serving.md: the repository in 1.5 GB), whatever it gains."""
-    if cand.rss_mb <= budget_mb:
+    the budget (docs/serving.md: the repository in 1.5 GB) once a long mixed load has
+    grown it by `headroom`, whatever it gains."""
+    if cand.rss_mb * (1 + headroom) <= budget_mb:
         return None
-    return f"the server held {cand.rss_mb:.0f} MB RSS, over the {budget_mb:.0f} MB budget"
+    return (f"the server held {cand.rss_mb:.0f} MB RSS after its rounds, "
+            f"{cand.rss_mb * (1 + headroom):.0f} with the {headroom:.0%} a long mixed load "
+            f"adds: over the {budget_mb:.0f} MB budget")
 
 
 def objective_for(reviewed_c1_p99_ms: Sequence[float], fixed_ms: float | None = None,

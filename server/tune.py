@@ -18,6 +18,7 @@ fronts keep their reviewed configs (docs/serving.md says why).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import tempfile
 import time
@@ -47,6 +48,7 @@ from server.goodput import (
     interpolated_goodput,
     load_point,
     standard_sender,
+    standard_texts_sender,
     unique_texts,
 )
 from server.launcher import TritonServer
@@ -255,6 +257,25 @@ def measure(servers: Sequence[TritonServer], models: Sequence[FamilyModel], mode
     return rounds
 
 
+BULK_ROWS = 16  # the memory round's requests: rows a bulk client sends (the SDK's chunk x 2)
+LONG_TEXT_WORDS = 240  # ... and a long text (one token a word here), under max_tokens (256)
+
+
+async def memory_round(url: str, front: str, seconds: float = 3.0) -> None:
+    """What a server holds is read after the shapes it will meet, not only after one text
+    a request: two clients of BULK_ROWS texts and one of long texts, closed loop. A
+    runtime keeps memory for the largest shapes it ran (OpenVINO's intermediate buffers,
+    allocators' free lists): a profile judged on single texts alone held 1,471 MB after
+    its rounds and 1,560 after a mixed load (docs/serving.md)."""
+    base, long_text = input_texts(), " ".join(["serving"] * LONG_TEXT_WORDS)
+    texts = unique_texts(base)
+    async with standard_texts_sender(url, front) as send:
+        await closed_loop(lambda text, p: send([text, *itertools.islice(texts, BULK_ROWS - 1)],
+                                               p), [(0, 2)], seconds, texts)
+        await closed_loop(lambda text, p: send([text], p), [(0, 1)], seconds,
+                          unique_texts([long_text]))
+
+
 def memory_by_model(server: TritonServer) -> dict[str, float]:
     """RSS MiB of the server and each model's stubs, once measured."""
     assert server.process is not None
@@ -284,6 +305,10 @@ def tune(repository: Path, gate: Gate, mode_name: str = "default",
             progress(f"starting server {i + 1} of {len(wanted) + 1}", 0.05 + 0.05 * i)
             servers.append(stack.enter_context(candidate_server(copy, i, logs or Path(tmp))))
         rounds = measure(servers, models, mode, progress)
+        progress("bulk and long texts on every server, then their memory", 0.97)
+        for server in servers:
+            for model in models:
+                asyncio.run(memory_round(server.http_url, str(model.front)))
         memory = [memory_by_model(s) for s in servers]
     rss = [sum(table.values()) for table in memory]
     busy = rounds.busy_reason()
