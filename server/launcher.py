@@ -10,6 +10,7 @@ interpreter holds.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -104,6 +105,19 @@ def check_ports_free(ports: dict[str, int], host: str = "0.0.0.0") -> None:
         )
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started it dies. A `tmr`
+    killed outright (a test's timeout, `kill -9`) left its servers running in their own
+    sessions, each stub spinning: one such set ran for an hour here, beside every later
+    measurement. SIGTERM is Triton's clean stop; only the starting thread's end counts,
+    and servers are started from the main thread."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,
                  log: IO[bytes] | None = None,
                  slow: tuple[float, Callable[[int], None]] | None = None) -> int:
@@ -184,7 +198,7 @@ class TritonServer(LocalServer):
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env,
-            cwd=self.home.root, start_new_session=True,
+            cwd=self.home.root, start_new_session=True, preexec_fn=die_with_parent,
         )
 
     def wait_ready(self, timeout_s: float = 180.0) -> None:
