@@ -198,7 +198,10 @@ def release_command(args: ReleaseOptions) -> int:
 
     began = time.monotonic()
     model_dir = args.repository / args.model
-    target = release.Target(model_dir, args.url, args.control_mode, args.timeout_s)
+    from server.profile import served_variant
+
+    target = release.Target(model_dir, args.url, served_variant()[0], args.control_mode,
+                            args.timeout_s)
     version = (args.version if args.action == "promote"
                else release.rollback_target(model_dir, args.version))
     release.check_candidate(model_dir, version)

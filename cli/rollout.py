@@ -27,6 +27,7 @@ from cli.options import (
 )
 from core import rollout, versions
 from server import rollout_judge
+from server.profile import served_variant
 from server.settings import Ports
 
 ACTIONS = ("status", "pause", "resume", "abort")
@@ -187,7 +188,7 @@ def rollout_command(opts: RolloutOptions) -> int:
         print(f"{opts.model}: rollout paused (breaches still roll back)")
         return 0
     if opts.action == "abort":
-        state = ctl.abort(model_dir, replicas, "aborted by an operator")
+        state = ctl.abort(model_dir, replicas, "aborted by an operator", served_variant()[0])
         print(f"{opts.model}: rollout of v{state.version} aborted; v{state.stable} serves")
         return EXIT[rollout.ABORTED]
     if opts.action == "resume":
@@ -206,9 +207,9 @@ def start(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
         step_timeout_s=opts.step_timeout_s, max_p99_ratio=opts.max_p99_ratio)
     if not (model_dir / "config.pbtxt").exists():
         raise rollout.RolloutError(f"unknown model {opts.model!r}: no {model_dir}/config.pbtxt")
-    ctl.check_start(model_dir, opts.version)  # the refusal that names the running rollout
+    ctl.check_start(model_dir, opts.version, served_variant()[0])  # names a running rollout
     with ctl.controller_lock(model_dir):
-        stable = ctl.check_start(model_dir, opts.version)
+        stable = ctl.check_start(model_dir, opts.version, served_variant()[0])
         if not opts.no_gate:
             from export.gate import run_gate
 
@@ -219,7 +220,7 @@ def start(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
                       "by the gate",
                       file=sys.stderr)
                 return 1
-        controller = ctl.Controller(model_dir, replicas, poll_s=opts.poll_s)
+        controller = ctl.Controller(model_dir, replicas, served_variant()[0], poll_s=opts.poll_s)
         state = controller.start(rollout.RolloutState(**{**state.__dict__, "stable": stable}))
         print(f"{opts.model}: rolling out v{opts.version} beside v{stable}: "
               f"{' -> '.join(s.describe() for s in state.steps)} -> promotion", flush=True)
@@ -237,7 +238,7 @@ def resume(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
     with ctl.controller_lock(model_dir):
         print(f"{opts.model}: resuming the rollout of v{state.version} at "
               f"{state.current.describe()} as its controller", flush=True)
-        controller = ctl.Controller(model_dir, replicas, poll_s=opts.poll_s)
+        controller = ctl.Controller(model_dir, replicas, served_variant()[0], poll_s=opts.poll_s)
         return finished(opts.model, state, controller.run(state), model_dir)
 
 

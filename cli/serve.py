@@ -12,6 +12,7 @@ from cli.options import (
     existing_repository,
     options,
 )
+from core.variant import Variant
 from server.observability import PROMETHEUS_PORT
 from server.serve import ServeOptions
 from server.settings import TRACE_RATE, FrontDoorSettings, Ports
@@ -25,7 +26,8 @@ def make_options(args: argparse.Namespace) -> ServeOptions:
     if models and args.control_mode == "poll":
         raise UsageError("--models needs explicit mode (poll mode loads every model of "
                          "the repository)")
-    return options(ServeOptions, args, extra=tuple(args.extra), models=models,
+    variant = Variant(args.model_config_name) if args.model_config_name else None
+    return options(ServeOptions, args, extra=tuple(args.extra), models=models, variant=variant,
                    repository=existing_repository(args.repository))
 
 

@@ -107,7 +107,8 @@ def show(opts: TuneOptions) -> int:
         return 0
     fits, why = status(opts.repository)
     try:
-        config_name, serving = select(opts.repository)
+        variant, serving = select(opts.repository)
+        config_name = variant.name or None
     except ProfileError as err:
         config_name, serving = None, str(err)
     print(json.dumps({"repository": str(opts.repository), "fits": fits, "why": why,

@@ -31,7 +31,8 @@ from core.errors import CoreError
 from core.files import write_atomically
 from core.hardware import host_cpu
 from core.settings import EVERY_CORE, LANE_SHARE
-from core.versions import HOST_PROFILE, read_config, served_version
+from core.variant import HOST
+from core.versions import read_config, served_version
 
 RECORD_FILE = "host_profile.json"  # at the repository's root, beside the model folders
 REPORT_FILE = "host_profile.md"
@@ -368,7 +369,7 @@ def write_record(repository: Path, record: Mapping[str, Any]) -> None:
 
 def profile_files(repository: Path) -> list[Path]:
     """Every configs/host.pbtxt of the repository."""
-    return sorted(repository.glob(f"*/configs/{HOST_PROFILE}.pbtxt"))
+    return sorted(repository.glob(f"*/configs/{HOST.name}.pbtxt"))
 
 
 def candidate_record(cand: Candidate) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from core.errors import CoreError
 from core.settings import IN_PROCESS_PARAMETER
+from core.variant import Variant
 from core.versions import served_config
 
 Parameters = Mapping[str, Mapping[str, str]]  # model -> its config's string parameters
@@ -40,12 +41,12 @@ class SelectionError(CoreError, ValueError):
     exit_code = 2
 
 
-def repository_parameters(repository: Path, profile: str | None = None
+def repository_parameters(repository: Path, variant: Variant
                           ) -> dict[str, dict[str, str]]:
-    """Every model of `repository` (a folder with a config.pbtxt) -> its served config's
-    parameters (core.versions.served_config: a host profile routes a front elsewhere)."""
+    """Every model of `repository` (a folder with a config.pbtxt) -> its config's parameters
+    under `variant` (core.versions.served_config: a host profile routes a front elsewhere)."""
     return {path.parent.name: {k: v.string_value
-                               for k, v in served_config(path.parent, profile).parameters.items()}
+                               for k, v in served_config(path.parent, variant).parameters.items()}
             for path in sorted(repository.glob("*/config.pbtxt"))}
 
 
@@ -110,11 +111,10 @@ def required_models(models: Parameters, loaded: Iterable[str]) -> set[str]:
     return set(routed_models(select(models, fronts))) if fronts else set()
 
 
-def startup_models(repository: Path, profile: str | None = None,
+def startup_models(repository: Path, variant: Variant,
                    wanted: Iterable[str] = ()) -> list[str]:
-    """`startup_rule` over the configs of `repository` served under `profile` (by default
-    core.versions.served_profile()), narrowed to the fronts `wanted` names when it names
-    any."""
-    models = repository_parameters(repository, profile)
+    """`startup_rule` over the configs of `repository` served under `variant`, narrowed to
+    the fronts `wanted` names when it names any."""
+    models = repository_parameters(repository, variant)
     wanted = list(wanted)
     return startup_rule(select(models, wanted) if wanted else models)

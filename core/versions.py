@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,15 +22,10 @@ from core import rollout
 from core.errors import CoreError
 from core.files import write_atomically
 from core.model_config import mc as model_config_pb2
+from core.variant import Variant
 
 HISTORY = "version_history.json"
 PROVENANCE_FILE = "provenance.json"
-# The config variant a server serves (Triton's --model-config-name: configs/<name>.pbtxt
-# where a model has one, config.pbtxt elsewhere). The launcher sets it for the stubs; "" is
-# the reviewed configs; unset means the host profile where `tmr tune` wrote one
-# (core/host_profile.py), which is what `tmr serve` serves by default.
-PROFILE_ENV = "TMR_CONFIG_NAME"
-HOST_PROFILE = "host"
 
 
 class VersionError(CoreError, ValueError):
@@ -48,27 +42,15 @@ def read_config(model_dir: Path) -> model_config_pb2.ModelConfig:
     return parse_config((model_dir / "config.pbtxt").read_text(encoding="utf-8"))
 
 
-def served_profile() -> str:
-    """The config variant served here: PROFILE_ENV, or the host profile when unset."""
-    return os.environ.get(PROFILE_ENV, HOST_PROFILE)
+def served_config(model_dir: Path, variant: Variant) -> model_config_pb2.ModelConfig:
+    """The config Triton serves for the model under `variant` (core/variant.py): what
+    routing, precision, warmup and the load API's config override must read."""
+    return parse_config(variant.config_path(model_dir).read_text(encoding="utf-8"))
 
 
-def served_config_path(model_dir: Path, profile: str | None = None) -> Path:
-    """configs/<profile>.pbtxt where the model has one, else config.pbtxt (Triton's rule)."""
-    name = served_profile() if profile is None else profile
-    variant = model_dir / "configs" / f"{name}.pbtxt"
-    return variant if name and variant.is_file() else model_dir / "config.pbtxt"
-
-
-def served_config(model_dir: Path, profile: str | None = None) -> model_config_pb2.ModelConfig:
-    """The config Triton serves for the model under `profile` (served_profile() if None):
-    what routing, precision, warmup and the load API's config override must read."""
-    return parse_config(served_config_path(model_dir, profile).read_text(encoding="utf-8"))
-
-
-def served_config_json(model_dir: Path, profile: str | None = None) -> dict[str, Any]:
+def served_config_json(model_dir: Path, variant: Variant) -> dict[str, Any]:
     """served_config in Triton's JSON form, as the model's own stub gets it."""
-    return json_format.MessageToDict(served_config(model_dir, profile),
+    return json_format.MessageToDict(served_config(model_dir, variant),
                                      preserving_proto_field_name=True)
 
 

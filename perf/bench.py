@@ -57,7 +57,7 @@ from server.knee import find_knee
 from server.launcher import TritonServer
 from server.perf_analyzer import PerfRow, counts
 from server.perf_analyzer import run as perf_analyzer
-from server.profile import served_profile
+from server.profile import served_variant
 from server.served_copy import free_port_server
 from server.settings import admin_key
 from server.stamp import Stamp, current_stamp, run_dir, save_figure
@@ -278,7 +278,7 @@ def report(r: BenchRun) -> str:
     stamp = r.stamp
     rows = [
         "## The last `make bench` run", "",
-        f"Served: {served_profile()[1].splitlines()[0]} (`tmr tune --show`); the "
+        f"Served: {served_variant()[1].splitlines()[0]} (`tmr tune --show`); the "
         f"front's primary `{enc[model.primary]}`.", "",
         f"`make bench` (`python -m perf.bench`) on an {stamp.cpu} ({stamp.cores} cores), one "
         f"run ({r.seconds / 60:.1f} min), every figure a ratio to others of the same run.",

@@ -42,7 +42,7 @@ from perf import subjects
 from perf.subjects import build_repository
 from server import goodput, perf_analyzer
 from server.launcher import TritonServer, stub_processes
-from server.profile import served_profile
+from server.profile import served_variant
 from server.prometheus import metric_value
 from server.served_copy import free_port_server
 from server.stamp import run_dir, write_report
@@ -230,7 +230,7 @@ def main() -> None:
             stages = request_stages(server, args.models[0])
             profiles = [profile(server, m, args.concurrency, args.seconds, out)
                         for m in args.models]
-    write_report(out, "profile", f"{served_profile()[1]}\n\n{stages}\n"
+    write_report(out, "profile", f"{served_variant()[1]}\n\n{stages}\n"
                          + report(profiles, args.concurrency))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from core.settings import ModelSettings
+from core.variant import REVIEWED, Variant
 from python_backends import bls, diagnostics, metrics
 from python_backends.cpu_priority import lower
 from python_backends.errors import ModelError
@@ -37,6 +38,9 @@ class BaseModel:
         self.name = args["model_name"]
         self.version = args["model_version"]
         self.model_dir = Path(args["model_repository"])
+        # The config variant this server serves (core/variant.py), read once here: the
+        # launcher names it beside --model-config-name; unset, as Triton with no flag.
+        self.variant = Variant.from_environment() or REVIEWED
         self.log = Log(f"{self.name}/{self.version}")
         diagnostics.install()
         settings = ModelSettings.from_parameters(self.config)

@@ -40,6 +40,7 @@ from core.rollout import RolloutState
 from core.served_by import ServedBy
 from core.settings import ROLLOUT_KEY, LadderSettings, instance_count, request_rows
 from core.startup import LANE_PARAMETER
+from core.variant import Variant
 from python_backends.base import BaseModel, error_response
 from python_backends.bls import bls_infer
 from python_backends.degradation import (
@@ -91,10 +92,10 @@ class Encoder:
     max_rows: int | None = None  # its max_batch_size: the rows one call may hold
 
     @classmethod
-    def from_repository(cls, repository: Path, name: str) -> Encoder:
+    def from_repository(cls, repository: Path, name: str, variant: Variant) -> Encoder:
         """Read from the encoder's served config (once, at initialize)."""
         try:
-            config = versions.served_config(repository / name)
+            config = versions.served_config(repository / name, variant)
         except (OSError, ValueError) as err:
             raise ConfigError(f"encoder {name!r} has no readable config in {repository}: "
                               f"{err}") from err
@@ -185,7 +186,7 @@ class FamilyRouter(BaseModel):
         self.front = self.front_logic(self)
         repository = self.model_dir.parent
         self.encoders = {role: Encoder.from_repository(repository, required(
-            self.config, f"{role}_model")) for role in ("primary", "fallback")}
+            self.config, f"{role}_model"), self.variant) for role in ("primary", "fallback")}
         self.settings = LadderSettings.from_parameters(self.config)
         self.levels = ladder(self.settings.small_batch_rows)
         self.policy = DegradationPolicy(self.settings, since=time.monotonic())
@@ -212,11 +213,11 @@ class FamilyRouter(BaseModel):
         lane = LANE_PARAMETER in self.config.get("parameters", {})
         share = lane_threads(cores) if lane else max(1, cores // instance_count(self.config))
         local = {fallback.name: LocalEncoder(repository, fallback.name, fallback.output,
-                                             share, self.log.info)}
+                                             share, self.log.info, self.variant)}
         if self.settings.primary_in_process:
             threads = in_process_threads(self.settings.in_process_threads, cores)
             local[primary.name] = LocalEncoder(repository, primary.name, primary.output,
-                                               threads or 0, self.log.info)
+                                               threads or 0, self.log.info, self.variant)
         return local
 
     def finalize(self) -> None:
@@ -272,7 +273,7 @@ class FamilyRouter(BaseModel):
         fam = family(required(self.config, "family"))
         primary = self.encoders["primary"].name
         gates = {k: v.string_value for k, v in
-                 versions.served_config(repository / primary).parameters.items()}
+                 versions.served_config(repository / primary, self.variant).parameters.items()}
         min_key = fam.rollout.agreement_gates.per_row
         minimum = float(gates[min_key]) if min_key and min_key in gates else None
         return RolloutTraffic(self.name, primary, fam.rollout.agreement, minimum)

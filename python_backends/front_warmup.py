@@ -28,7 +28,8 @@ class WarmedRouter(FamilyRouter):
 
     def setup(self, args: dict[str, str]) -> None:
         super().setup(args)
-        config = versions.served_config(self.model_dir.parent / self.encoders["primary"].name)
+        config = versions.served_config(self.model_dir.parent / self.encoders["primary"].name,
+                                        self.variant)
         self.encoder_width = int(config.output[0].dims[-1])  # the zero outputs' width
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:

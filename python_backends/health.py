@@ -54,12 +54,12 @@ class HealthModel(BaseModel):
     def setup(self, args: dict[str, str]) -> None:
         repository = self.model_dir.parent
         self.probes = {}
-        for model in catalog(repository):
+        for model in catalog(repository, self.variant):
             for name in model.models:
-                target = probe_target(served_config(repository / name))
+                target = probe_target(served_config(repository / name, self.variant))
                 if target is not None:
                     self.probes[name] = target
-        self.parameters = repository_parameters(repository)
+        self.parameters = repository_parameters(repository, self.variant)
         self.log.info(f"probes {sorted(self.probes)} when loaded")
 
     def check(self, name: str, loaded: set[str], required: set[str]) -> dict[str, Any]:

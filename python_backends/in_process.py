@@ -31,6 +31,7 @@ import numpy as np
 
 from core import versions
 from core.messages import FailureKind
+from core.variant import REVIEWED, Variant
 from python_backends.errors import ChildModelError
 from python_backends.runners import Runner, RunnerError
 from python_backends.tensor_model import served_runner
@@ -43,9 +44,11 @@ class LocalEncoder:
     `release` lets an on-demand one go."""
 
     def __init__(self, repository: Path, name: str, output: str, threads: int,
-                 log: Callable[[str], None]) -> None:
-        """`threads`: its runtime's intra-op threads in this process."""
+                 log: Callable[[str], None], variant: Variant = REVIEWED) -> None:
+        """`threads`: its runtime's intra-op threads in this process; `variant`: the
+        configs the server serves (the encoder's settings as its instances have them)."""
         self.model_dir, self.name, self.output, self.log = repository / name, name, output, log
+        self.variant = variant
         self.threads = threads
         self.version: int | None = None
         self.run: Runner | None = None
@@ -59,7 +62,7 @@ class LocalEncoder:
             if version == self.version or version in self.failed:
                 return version == self.version
             try:  # in the version reader's thread: nothing may escape and stop it
-                config = versions.served_config_json(self.model_dir)
+                config = versions.served_config_json(self.model_dir, self.variant)
             except (OSError, ValueError):
                 return False  # a config being rewritten: the next read tries again
             began = time.monotonic()

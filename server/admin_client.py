@@ -25,9 +25,9 @@ import tritonclient.http as httpclient
 from google.protobuf import json_format
 from tmr_client.auth import key_headers
 from tmr_client.errors import TritonClientError, from_exception
-from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import np_to_triton_dtype
 
+from core.model_config import mc
 from core.probes import ProbeTarget, probe_target
 from server import settings
 

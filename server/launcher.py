@@ -27,7 +27,7 @@ from typing import IO
 
 from core.paths import PROJECT_ROOT
 from core.process_memory import stub_processes
-from core.versions import PROFILE_ENV
+from core.variant import VARIANT_ENV
 from server import diagnostics
 from server.distribution import ServerHome, prepare_home
 from server.errors import ModelLoadError, PortInUseError, ServerStartError
@@ -188,8 +188,8 @@ class TritonServer(LocalServer):
     def start(self) -> None:
         check_ports_free(self.opts.ports.as_dict())
         env = stub_environment()
-        # The stubs read the configs this server serves (core.versions.served_config).
-        env[PROFILE_ENV] = self.opts.model_config_name or ""
+        # The stubs read the configs this server serves (core/variant.py), beside the flag.
+        env[VARIANT_ENV] = self.opts.variant.name
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in [str(self.home.dist.libs), *interpreter_libdir(),
                         env.get("LD_LIBRARY_PATH", "")] if p

@@ -5,12 +5,11 @@ stale profile (core/host_profile.py has the rules)."""
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 from core import host_profile as hp
 from core.paths import DEFAULT_REPOSITORY
-from core.versions import HOST_PROFILE, PROFILE_ENV
+from core.variant import HOST, REVIEWED, VARIANT_ENV, Variant
 
 RETUNE = "run `tmr tune` (about 3 min on 2 cores) or serve the reviewed configs with " \
          "`tmr serve --reviewed`"
@@ -23,9 +22,9 @@ def status(repository: Path) -> tuple[bool, str]:
         return False, "no host profile here: `tmr tune` has not run"
     reasons = hp.stale_reasons(record, hp.Host.current(), repository)
     gone = [f for f in record.get("profiled", [])
-            if not (repository / f / "configs" / f"{HOST_PROFILE}.pbtxt").exists()]
+            if not (repository / f / "configs" / f"{HOST.name}.pbtxt").exists()]
     if gone:
-        reasons.append(f"its configs/{HOST_PROFILE}.pbtxt is gone from {', '.join(gone)}")
+        reasons.append(f"its configs/{HOST.name}.pbtxt is gone from {', '.join(gone)}")
     if reasons:
         return False, "the host profile is stale: " + "; ".join(reasons)
     return True, f"tuned {record['written_at']} on this host ({record['host']['model']}, " \
@@ -47,36 +46,38 @@ def verdicts(record: dict) -> str:
 
 
 def select(repository: Path, reviewed: bool = False,
-           model_config_name: str | None = None) -> tuple[str | None, str]:
-    """(the --model-config-name to serve, a line saying which configs serve and why).
-    ProfileError for a stale profile: it is never served silently, nor silently dropped."""
-    if model_config_name:
-        return model_config_name, f"serving the {model_config_name} profile " \
-                                  "(--model-config-name)"
+           asked: Variant | None = None) -> tuple[Variant, str]:
+    """(the variant to serve, a line saying which configs serve and why): `asked` when
+    given (`--model-config-name`), the reviewed configs with `reviewed`, else the host
+    profile where it fits. ProfileError for a stale profile: it is never served silently,
+    nor silently dropped."""
+    if asked is not None and not asked.reviewed:
+        return asked, f"serving {asked.describe()} (--model-config-name)"
     if reviewed:
-        return None, "serving the reviewed configs (--reviewed)"
+        return REVIEWED, "serving the reviewed configs (--reviewed)"
     fits, why = status(repository)
     record = hp.read_record(repository)
     if record is None:
-        return None, f"serving the reviewed configs: {why} (`tmr tune` fits them to this host)"
+        return REVIEWED, (f"serving the reviewed configs: {why} (`tmr tune` fits them to "
+                          "this host)")
     if not fits:
         raise hp.ProfileError(f"{why}.\n{RETUNE}")
     if not record.get("profiled"):
-        return None, f"serving the reviewed configs: `tmr tune` {verdicts(record)} " \
-                     f"({why})\n{choices(record)}"
-    return HOST_PROFILE, f"serving the host profile ({why})\n{choices(record)}"
+        return REVIEWED, f"serving the reviewed configs: `tmr tune` {verdicts(record)} " \
+                         f"({why})\n{choices(record)}"
+    return HOST, f"serving the host profile ({why})\n{choices(record)}"
 
 
 @functools.cache
-def served_profile() -> tuple[str | None, str]:
-    """What `tmr serve` serves on this host (select over the repository): (its
-    --model-config-name, the line saying why). Every benchmark and `tmr perf plan --check`
-    measure it, and a copy of the repository carries its configs/host.pbtxt. Where
-    $TMR_CONFIG_NAME is set (the test suite sets it empty: the reviewed configs), that
-    variant instead."""
-    if PROFILE_ENV in os.environ:
-        name = os.environ[PROFILE_ENV]
-        return name or None, f"serving {name or 'the reviewed configs'} (${PROFILE_ENV})"
+def served_variant() -> tuple[Variant, str]:
+    """What `tmr serve` serves on this host (select over the repository): (its variant,
+    the line saying why), read once per process. The release commands act on it, every
+    benchmark and `tmr perf plan --check` measure it, and a copy of the repository carries
+    its configs/host.pbtxt. Where $TMR_CONFIG_NAME is set (the test suite sets it empty:
+    the reviewed configs), that variant instead."""
+    pinned = Variant.from_environment()
+    if pinned is not None:
+        return pinned, f"serving {pinned.describe()} (${VARIANT_ENV})"
     return select(DEFAULT_REPOSITORY)
 
 

@@ -18,6 +18,7 @@ from tmr_client import TritonClientError
 
 from core import config_edit, versions
 from core.rollout import state_of
+from core.variant import Variant
 from server.admin_client import AdminClient
 from server.errors import ReleaseError
 
@@ -28,6 +29,7 @@ class Target:
 
     model_dir: Path
     url: str
+    variant: Variant  # the configs the server serves (core/variant.py)
     mode: str = "explicit"  # or "poll"
     timeout_s: float = 90.0
 
@@ -71,7 +73,7 @@ def serves(url: str, model: str, version: int) -> bool:
 def apply_explicit(target: Target) -> None:
     """Hand the served on-disk config to Triton through the load API (it loads the
     version): the host profile's where it has one, so a release keeps the host's fitting."""
-    config = versions.served_config(target.model_dir)
+    config = versions.served_config(target.model_dir, target.variant)
     try:
         with AdminClient(target.url) as admin:
             admin.load(target.model, config)

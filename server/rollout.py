@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from tmr_client import TritonClientError
-from tritonclient.grpc import model_config_pb2 as mc
 
 from core import config_edit, rollout, versions
 from core.families import family
 from core.families.catalog import UnknownModelError
+from core.model_config import mc
+from core.variant import Variant
 from server import rollout_judge
 from server.admin_client import AdminClient
 from server.errors import ReleaseError
@@ -163,12 +164,12 @@ def controller_running(model_dir: Path) -> bool:
     return False
 
 
-def routing_fronts(repository: Path, encoder: str) -> list[str]:
-    """The front models whose primary encoder is `encoder` in the configs served here."""
+def routing_fronts(repository: Path, encoder: str, variant: Variant) -> list[str]:
+    """The front models whose primary encoder is `encoder` in the configs `variant` serves."""
     fronts = []
     for config_path in sorted(repository.glob("*/config.pbtxt")):
         try:
-            params = versions.served_config(config_path.parent).parameters
+            params = versions.served_config(config_path.parent, variant).parameters
         except (OSError, ValueError):
             continue
         if "primary_model" in params and params["primary_model"].string_value == encoder:
@@ -186,7 +187,7 @@ def thresholds_of(model_dir: Path) -> rollout_judge.Thresholds:
     return rollout_judge.thresholds(params, *fam.rollout.agreement_gates)
 
 
-def check_start(model_dir: Path, version: int) -> int:
+def check_start(model_dir: Path, version: int, variant: Variant) -> int:
     """Refuse a rollout that cannot run, before anything changes; the stable version."""
     if not (model_dir / "config.pbtxt").exists():
         raise rollout.RolloutError(f"unknown model {model_dir.name!r}: "
@@ -196,7 +197,7 @@ def check_start(model_dir: Path, version: int) -> int:
         raise rollout.RolloutError(f"a rollout of {model_dir.name} v{running.version} is "
                                    f"running ({running.current.describe()}): `tmr rollout "
                                    f"abort {model_dir.name}` or let it finish first")
-    if not routing_fronts(model_dir.parent, model_dir.name):
+    if not routing_fronts(model_dir.parent, model_dir.name, variant):
         raise rollout.RolloutError(f"no front model routes to {model_dir.name} as its "
                                    "primary encoder, so no live traffic could judge it: use "
                                    "`tmr promote`")
@@ -212,9 +213,9 @@ def check_start(model_dir: Path, version: int) -> int:
 
 
 # -- the server side ------------------------------------------------------------------------
-def apply(replicas: list[Replica], model_dir: Path) -> None:
+def apply(replicas: list[Replica], model_dir: Path, variant: Variant) -> None:
     """Hand the served on-disk config to every replica (it loads or unloads versions)."""
-    config = versions.served_config(model_dir)
+    config = versions.served_config(model_dir, variant)
     for replica in replicas:
         try:
             with AdminClient(replica.url) as admin:
@@ -274,6 +275,7 @@ class Controller:
 
     model_dir: Path
     replicas: list[Replica]
+    variant: Variant  # the configs the replicas serve (core/variant.py)
     poll_s: float = 1.0
     load_timeout_s: float = 120.0
     server_timeout_s: float = 300.0  # how long the servers may be unreachable (a restart)
@@ -288,9 +290,10 @@ class Controller:
         state = replace(state, id=now_iso())
         write_state(self.model_dir, state)
         record(self.model_dir, "start", state, f"v{state.version} beside v{state.stable}",
-               {"fronts": ", ".join(routing_fronts(self.model_dir.parent, self.model))})
+               {"fronts": ", ".join(routing_fronts(self.model_dir.parent, self.model,
+                                                   self.variant))})
         try:
-            apply(self.replicas, self.model_dir)
+            apply(self.replicas, self.model_dir, self.variant)
             wait_versions(self.replicas, self.model, {state.stable, state.version},
                           self.load_timeout_s)
         except ReleaseError as err:
@@ -318,7 +321,7 @@ class Controller:
         record(self.model_dir, outcome, current, reason, figures,
                logging.INFO if outcome == rollout.PROMOTED else logging.WARNING)
         try:
-            apply(self.replicas, self.model_dir)
+            apply(self.replicas, self.model_dir, self.variant)
             wait_versions(self.replicas, self.model, {served}, self.load_timeout_s)
         except ReleaseError as err:  # the repository says it: a restart or reload applies it
             log.error(f"rollout {self.model}: {outcome} written to the repository, not yet "
@@ -391,12 +394,13 @@ class Controller:
             base, began, step, rechecking = totals, time.monotonic(), state.step, False
 
 
-def abort(model_dir: Path, replicas: list[Replica], reason: str) -> rollout.RolloutState:
+def abort(model_dir: Path, replicas: list[Replica], reason: str,
+          variant: Variant) -> rollout.RolloutState:
     """End the running rollout at once: the stable version takes all traffic."""
     state = read_state(model_dir)
     if state is None:
         raise rollout.RolloutError(f"no rollout of {model_dir.name} is running")
-    Controller(model_dir, replicas).finish(state, rollout.ABORTED, reason, {})
+    Controller(model_dir, replicas, variant).finish(state, rollout.ABORTED, reason, {})
     return state
 
 

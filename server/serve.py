@@ -25,7 +25,8 @@ from core.paths import PROJECT_ROOT
 from core.probes import probe_target
 from core.process_memory import server_memory, summary
 from core.startup import startup_models
-from core.versions import PROFILE_ENV, served_config
+from core.variant import REVIEWED, Variant
+from core.versions import served_config
 from server.admin_client import AdminClient
 from server.fleet import Fleet
 from server.front_door import FrontDoor, FrontDoorError
@@ -63,7 +64,7 @@ class ServeOptions:
     grpc_port: int
     metrics_port: int
     control_mode: ControlMode
-    model_config_name: str | None
+    variant: Variant | None  # --model-config-name; None: what server/profile.py selects
     log_verbose: int
     extra: tuple[str, ...]
     no_check: bool
@@ -88,11 +89,11 @@ def server_options(args: ServeOptions) -> ServerOptions:
         repository=repository,
         ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
         control_mode=args.control_mode,
-        model_config_name=args.model_config_name,
+        variant=args.variant or REVIEWED,
         log_verbose=args.log_verbose,
         extra=tuple(args.extra),
         load_models=ALL_MODELS if args.load_all else tuple(
-            startup_models(repository, wanted=args.models)),
+            startup_models(repository, args.variant or REVIEWED, wanted=args.models)),
     )
 
 
@@ -177,7 +178,7 @@ def example_call(server: TritonServer, model: FamilyModel) -> str:
 
     fam, front = model.family, str(model.front)
     folder = server.opts.repository / front
-    target = probe_target(served_config(folder))
+    target = probe_target(served_config(folder, server.opts.variant))
     if target is None:  # the catalog only lists family models, which all have one
         return f"{front}: no probe to call it with"
     ((name, rows),) = target.inputs.items()
@@ -196,7 +197,8 @@ def example_calls(server: TritonServer) -> list[str]:
     with AdminClient(server.http_url) as admin:
         ready = set(admin.ready_models())
     return [example_call(server, model)
-            for model in catalog(server.opts.repository) if model.front in ready]
+            for model in catalog(server.opts.repository, server.opts.variant)
+            if model.front in ready]
 
 
 def memory_line(server: TritonServer) -> str:
@@ -287,13 +289,12 @@ def serve(args: ServeOptions) -> int:
     from server.profile import select
 
     try:
-        name, profile_line = select(args.repository, args.reviewed, args.model_config_name)
+        variant, profile_line = select(args.repository, args.reviewed, args.variant)
     except ProfileError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    os.environ[PROFILE_ENV] = name or ""  # what this process reads (the models it loads)
     print(profile_line, flush=True)
-    opts = server_options(replace(args, model_config_name=name))
+    opts = server_options(replace(args, variant=variant))
     missing = missing_exports(opts.repository)
     if missing:
         print(f"error: no exported version for {', '.join(missing)}; run `tmr export NAME` "

@@ -21,22 +21,22 @@ from core.ports import free_ports
 from core.repository import copy_repository
 from core.startup import startup_models
 from server.launcher import TritonServer
-from server.profile import served_profile
+from server.profile import served_variant
 from server.settings import ALL_MODELS, Ports, ServerOptions
 
 
 def free_port_server(repository: Path = DEFAULT_REPOSITORY, log_path: Path | None = None,
                      load_all: bool = True, models: Sequence[str] = ()) -> TritonServer:
     """A server (not started) for `repository` on three distinct free ports, serving what
-    `tmr serve` serves on this host (served_profile); `with` it to start it, wait for ready
+    `tmr serve` serves on this host (served_variant); `with` it to start it, wait for ready
     and stop it. It loads every model, or with `load_all=False` those `tmr serve` loads at
     start (core.startup), or with `models` those `tmr serve --models` loads."""
     ports = Ports(*free_ports(3))
-    name = served_profile()[0]
+    variant = served_variant()[0]
     load = ALL_MODELS if load_all and not models else tuple(
-        startup_models(repository, name or "", wanted=models))
+        startup_models(repository, variant, wanted=models))
     return TritonServer(ServerOptions(repository=repository, ports=ports, load_models=load,
-                                      model_config_name=name), log_path=log_path)
+                                      variant=variant), log_path=log_path)
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from tmr_client.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from tmr_client.limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_BODY_BYTES
 
 from core.paths import DEFAULT_REPOSITORY
+from core.variant import REVIEWED, Variant
 
 TRITON_VERSION = "2.51.0"
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"  # NGC 24.10 == Triton 2.51.0
@@ -78,7 +79,7 @@ class ServerOptions:
     repository: Path = DEFAULT_REPOSITORY
     ports: Ports = field(default_factory=Ports)
     control_mode: ControlMode = "explicit"
-    model_config_name: str | None = None  # e.g. "gpu" selects configs/gpu.pbtxt
+    variant: Variant = REVIEWED  # --model-config-name: core/variant.py (GPU: configs/gpu.pbtxt)
     exit_timeout_s: int = EXIT_TIMEOUT_S
     cache_bytes: int = RESPONSE_CACHE_BYTES
     log_verbose: int = 0
@@ -109,8 +110,7 @@ def server_flags(opts: ServerOptions) -> list[str]:
     ]
     flags += control_mode_flags(opts.control_mode, opts.load_models)
     flags += restricted_api_flags(opts.admin_key)
-    if opts.model_config_name:
-        flags.append(f"--model-config-name={opts.model_config_name}")
+    flags += opts.variant.flag()
     if opts.trace_url:
         flags += trace_flags(opts.trace_url, opts.trace_rate)
     return flags + list(opts.extra)

@@ -30,6 +30,7 @@ from typing import Any
 
 from core import cpu_share, versions
 from core import host_profile as hp
+from core import variant as variants
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.configs import encoder_spec, front_spec, write_variant
@@ -41,6 +42,7 @@ from core.process_memory import server_memory
 from core.repository import copy_repository
 from core.rollout import state_of
 from core.startup import startup_models
+from core.variant import HOST, Variant
 from server.goodput import (
     LoadPoint,
     closed_loop,
@@ -157,17 +159,18 @@ def write_variants(copy: Path, models: Sequence[FamilyModel],
     for i, (fmt, precision, layout) in enumerate(wanted, start=1):
         for model in models:
             assert model.front is not None
-            write_variant(copy, model.front, model.encoders, f"tune{i}", fmt, precision, layout,
+            write_variant(copy, model.front, model.encoders, Variant(f"tune{i}"), fmt,
+                          precision, layout,
                           f"a tuning candidate on {host.model}")
 
 
 def candidate_server(copy: Path, i: int, logs: Path) -> TritonServer:
     """The server of variant tune<i> (0: the reviewed configs), loading what `tmr serve`
     loads under it."""
-    profile = f"tune{i}" if i else ""
+    variant = Variant(f"tune{i}") if i else variants.REVIEWED
     return TritonServer(ServerOptions(
-        repository=copy, ports=Ports(*free_ports(3)), model_config_name=profile or None,
-        load_models=tuple(startup_models(copy, profile))), log_path=logs / f"tune{i}.log")
+        repository=copy, ports=Ports(*free_ports(3)), variant=variant,
+        load_models=tuple(startup_models(copy, variant))), log_path=logs / f"tune{i}.log")
 
 
 SETTLE_S = 2.0  # an unmeasured loop per server and front before the rounds
@@ -356,7 +359,7 @@ def write_profile(repository: Path, host: hp.Host, mode: str, budget_mb: float,
         chosen = decision.chosen
         if chosen.name != REVIEWED:
             assert model.front is not None
-            write_variant(repository, model.front, model.encoders, versions.HOST_PROFILE,
+            write_variant(repository, model.front, model.encoders, HOST,
                           chosen.primary, chosen.precision, chosen.layout, host.describe())
         fronts[model.front] = {
             "model": model.base, "served": chosen.name, "primary": chosen.primary,

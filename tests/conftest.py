@@ -17,7 +17,7 @@ from tmr_client.auth import ADMIN_KEY_ENV
 from core.families.catalog import missing_exports
 from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_ports as all_free_ports
-from core.versions import PROFILE_ENV
+from core.variant import VARIANT_ENV
 from export.sources import resolve
 from server.diagnostics import stop_phase
 from server.launcher import ServerStartError, TritonServer
@@ -25,7 +25,7 @@ from server.settings import Ports, ServerOptions, admin_key
 
 # The suite serves and reads the reviewed configs (config.pbtxt), whatever host profile
 # `tmr tune` wrote here; tests/integration/test_host_profile.py serves the profile.
-os.environ[PROFILE_ENV] = ""
+os.environ[VARIANT_ENV] = ""
 # The SDK sends an admin key only when it is given one (tmr_client.auth): the suite's
 # clients, in process and in subprocesses, get the key its servers are started with.
 os.environ[ADMIN_KEY_ENV] = admin_key()

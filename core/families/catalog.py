@@ -14,7 +14,8 @@ from core.errors import CoreError
 from core.families import Family, family
 from core.families.configs import parameters_of
 from core.families.lanes import LANE_PARAMETER
-from core.versions import served_config, versions_on_disk
+from core.variant import REVIEWED, Variant
+from core.versions import read_config, served_config, versions_on_disk
 
 # A front config's parameter: "true" makes it its family's default front (default_front).
 DEFAULT_FRONT_PARAMETER = "default_front"
@@ -52,13 +53,14 @@ class FamilyModel:
         return self.encoders[fmt]
 
 
-def catalog(repository: Path) -> list[FamilyModel]:
-    """Every family model of `repository`, sorted by name."""
+def catalog(repository: Path, variant: Variant = REVIEWED) -> list[FamilyModel]:
+    """Every family model of `repository`, sorted by name; a front's primary is the one it
+    calls under `variant` (the models themselves are every variant's)."""
     fronts: dict[str, tuple[Family, str, str]] = {}  # front -> (family, base, primary)
     lanes: dict[str, str] = {}  # front -> its lane
     found: dict[tuple[str, str], FamilyModel] = {}
     for path in sorted(repository.glob("*/config.pbtxt")):
-        params = parameters_of(served_config(path.parent))  # a front's primary as served
+        params = parameters_of(served_config(path.parent, variant))
         if "family" not in params:
             continue
         fam = family(params["family"])
@@ -79,16 +81,17 @@ def catalog(repository: Path) -> list[FamilyModel]:
     return models
 
 
-def find(repository: Path, name: str) -> FamilyModel:
-    """The family model called `name` (its base name, its front or one of its encoders)."""
-    for model in catalog(repository):
+def find(repository: Path, name: str, variant: Variant = REVIEWED) -> FamilyModel:
+    """The family model called `name` (its base name, its front or one of its encoders),
+    its primary as `variant` serves it."""
+    for model in catalog(repository, variant):
         if name == model.base or name in model.models:
             return model
     known = ", ".join(m.base for m in catalog(repository)) or "none"
     raise UnknownModelError(f"no model {name!r} in {repository}; its models: {known}")
 
 
-def served_encoder(repository: Path, name: str) -> str:
+def served_encoder(repository: Path, name: str, variant: Variant) -> str:
     """The encoder a release command acts on: `name` itself when it is a model folder that
     is not a front; for a model's name or its front, the encoder the front serves as its
     primary here (the host profile's where one serves), so `tmr rollout minilm 2` works
@@ -98,7 +101,7 @@ def served_encoder(repository: Path, name: str) -> str:
             name == m.front for m in catalog(repository)):
         return name
     try:
-        model = find(repository, name)
+        model = find(repository, name, variant)
     except UnknownModelError:
         return name
     return model.encoder(model.primary)
@@ -112,7 +115,7 @@ def default_front(repository: Path, family_name: str) -> str:
     if not fronts:
         raise UnknownModelError(f"no {family_name} front model in {repository}; "
                                 "name one with --model")
-    marked = [f for f in fronts if parameters_of(served_config(repository / f)).get(
+    marked = [f for f in fronts if parameters_of(read_config(repository / f)).get(
         DEFAULT_FRONT_PARAMETER) == "true"]
     return (marked or fronts)[0]
 

@@ -32,6 +32,7 @@ from core.settings import (
     SHARED_SCHEDULING,
     DynamicBatching,
 )
+from core.variant import Variant
 from core.versions import config_files, parse_config, policy_line, read_config
 
 CPU, GPU = "cpu", "gpu"
@@ -302,7 +303,7 @@ def profile_header(name: str, profile: str, why: str) -> str:
             "what serves and why.")
 
 
-def write_variant(repository: Path, front: str, encoders: Mapping[str, str], profile: str,
+def write_variant(repository: Path, front: str, encoders: Mapping[str, str], variant: Variant,
                   primary: str, precision: str, layout: Layout, why: str) -> list[Path]:
     """configs/<profile>.pbtxt for a model's front and every encoder: its reviewed config
     with the front calling `primary`, the formats that run at the host's precision at
@@ -317,8 +318,9 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], pro
                        threads=layout.encoder_threads, idle_session=layout.idle_session,
                        precision=precision if fmt.host_precision else spec.precision,
                        scheduling=SHARED_SCHEDULING)
-        path = repository / name / "configs" / f"{profile}.pbtxt"
-        write_atomically(path, render(encoder_config(spec), profile_header(name, profile, why)))
+        path = repository / name / "configs" / f"{variant.name}.pbtxt"
+        write_atomically(path, render(encoder_config(spec),
+                                      profile_header(name, variant.name, why)))
         written.append(path)
     spec = front_spec(read_config(repository / front))
     fam = family(spec.family)
@@ -329,7 +331,7 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], pro
         parameters[IN_PROCESS_PARAMETER] = "true"
     spec = replace(spec, primary=None if primary == fam.serving.primary else primary,
                    instances=layout.front_instances, parameters=parameters)
-    path = repository / front / "configs" / f"{profile}.pbtxt"
-    write_atomically(path, render(front_config(spec), profile_header(front, profile, why)))
+    path = repository / front / "configs" / f"{variant.name}.pbtxt"
+    write_atomically(path, render(front_config(spec), profile_header(front, variant.name, why)))
     lane = [p for p in write_lane(repository, front) if p.name == path.name]
     return [*written, path, *lane]

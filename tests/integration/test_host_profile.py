@@ -24,6 +24,7 @@ from core.families.catalog import find
 from core.families.configs import write_variant
 from core.hardware import host_precision
 from core.startup import startup_models
+from core.variant import HOST, VARIANT_ENV
 from server.launcher import TritonServer, stub_processes
 from server.profile import status
 from server.prometheus import metric_value
@@ -73,10 +74,10 @@ def profiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     model = find(repo, "minilm")
     assert model.front is not None
     precision, layout = host_precision(), LAYOUTS[request.param]
-    write_variant(repo, model.front, model.encoders, versions.HOST_PROFILE, "openvino", precision,
+    write_variant(repo, model.front, model.encoders, HOST, "openvino", precision,
                   layout, "the test's host")
-    server = start_server(repo, root / "tritonserver.log", model_config_name=versions.HOST_PROFILE,
-                          load_models=tuple(startup_models(repo, versions.HOST_PROFILE)))
+    server = start_server(repo, root / "tritonserver.log", variant=HOST,
+                          load_models=tuple(startup_models(repo, HOST)))
     yield Profiled(server, repo, precision, layout)
     stop_cleanly(server)
 
@@ -88,7 +89,7 @@ def runtime_calls(server: TritonServer, model: str) -> float:
 @pytest.fixture
 def served_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI reads the configs the host serves (the suite reads the reviewed ones)."""
-    monkeypatch.delenv(versions.PROFILE_ENV)
+    monkeypatch.delenv(VARIANT_ENV)
 
 
 def test_the_profile_serves_the_hosts_precision_and_matches_eager_pytorch(profiled) -> None:
@@ -113,7 +114,7 @@ def test_where_the_primary_runs_is_the_layouts_choice(profiled) -> None:
             assert served == [f"{ENCODER}:1:{profiled.precision}:L0"]
     calls = runtime_calls(profiled.server, ENCODER) - before
     assert calls == (0 if profiled.layout.in_process else 5)
-    config = versions.served_config(profiled.repo / ENCODER, versions.HOST_PROFILE)
+    config = versions.served_config(profiled.repo / ENCODER, HOST)
     assert sum(g.count for g in config.instance_group) == (
         1 if profiled.layout.in_process else profiled.layout.encoder_instances)
 
@@ -140,7 +141,7 @@ def test_the_readme_rollout_example_works_on_a_profile_that_routes_to_openvino(
     assert out.returncode == 0, out.stdout + out.stderr
     assert "minilm_openvino" in out.stdout and versions.versions_on_disk(repo / ENCODER) == [1, 2]
     # Exporting made a version and changed no routing: v1 still serves, the front unchanged.
-    front = versions.served_config(repo / "embed").parameters["primary_model"].string_value
+    front = versions.served_config(repo / "embed", HOST).parameters["primary_model"].string_value
     assert front == ENCODER and versions.served_version(repo / ENCODER) == 1
     args = ["--url", server.http_url, "--metrics-url", server.metrics_url,
             "--repository", str(repo), *FAST, "--max-p99-ratio", "3"]

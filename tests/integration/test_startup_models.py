@@ -18,6 +18,7 @@ from core.families.catalog import catalog
 from core.process_memory import server_memory, summary, total
 from core.repository import copy_repository
 from core.startup import repository_parameters, routed_models, startup_models
+from core.variant import REVIEWED
 from server.admin_client import AdminClient
 from server.launcher import TritonServer
 from server.serve import example_calls
@@ -33,7 +34,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     root = tmp_path_factory.mktemp("startup")
     repo = copy_repository([REPOSITORY], root / "repository")
     started = start_server(repo, root / "tritonserver.log",
-                           load_models=tuple(startup_models(repo)))
+                           load_models=tuple(startup_models(repo, REVIEWED)))
     yield started
     stop_cleanly(started)
 
@@ -52,20 +53,20 @@ def health_report(server: TritonServer) -> dict:
 
 
 def on_demand(repository: Path) -> list[str]:
-    return sorted(set(repository_parameters(repository)) - set(startup_models(repository)))
+    return sorted(set(repository_parameters(repository, REVIEWED)) - set(startup_models(repository, REVIEWED)))
 
 
 @pytest.mark.timeout(300)
 def test_exactly_the_rules_models_are_loaded_and_watched(server: TritonServer) -> None:
     repo = server.opts.repository
-    assert ON_DEMAND in on_demand(repo) and ON_DEMAND not in startup_models(repo)
-    assert ready_models(server) == startup_models(repo)
+    assert ON_DEMAND in on_demand(repo) and ON_DEMAND not in startup_models(repo, REVIEWED)
+    assert ready_models(server) == startup_models(repo, REVIEWED)
     with AdminClient(server.http_url) as admin:
         index = {e.name for e in admin.index()}
         watched = {t.model for t in Watchdog(server.http_url, server.metrics_url).watched(admin)}
     assert set(on_demand(repo)) <= index  # listed, not loaded
     family = {name for model in catalog(repo) for name in model.models}
-    assert watched == family & set(startup_models(repo))
+    assert watched == family & set(startup_models(repo, REVIEWED))
 
 
 @pytest.mark.timeout(120)
@@ -87,9 +88,9 @@ def test_deep_health_is_healthy_with_the_other_encoders_marked_not_loaded(
     report = health_report(server)
     assert report["healthy"] is True, report
     loaded = {n for n, m in report["models"].items() if m["loaded"]}
-    assert loaded == set(routed_models(repository_parameters(repo)))
+    assert loaded == set(routed_models(repository_parameters(repo, REVIEWED)))
     idle = {n: m for n, m in report["models"].items() if not m["loaded"]}
-    family = {n for n, p in repository_parameters(repo).items() if "family" in p}
+    family = {n for n, p in repository_parameters(repo, REVIEWED).items() if "family" in p}
     assert set(idle) == set(on_demand(repo)) & family  # stub_env is no family model
     assert all(m == {"ok": True, "loaded": False, "ms": 0.0, "error": ""} for m in idle.values())
     out = tmr("health", "--url", server.http_url)
@@ -146,7 +147,7 @@ def test_the_whole_server_holds_within_its_memory_ceiling_under_a_mixed_load(
     whole = total(server_memory(server.process.pid))
     assert whole.rss_mib <= MEMORY_CEILING_MIB, summary(server_memory(server.process.pid))
     reported = health_report(server)["memory"]
-    assert set(reported["by_model"]) == {"tritonserver", *startup_models(server.opts.repository)}
+    assert set(reported["by_model"]) == {"tritonserver", *startup_models(server.opts.repository, REVIEWED)}
     assert reported["total"]["rss_mib"] == pytest.approx(whole.rss_mib, rel=0.15)
     out = tmr("health", "--url", server.http_url, "--json")
     memory = json.loads(out.stdout)["memory"]

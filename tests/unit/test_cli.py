@@ -21,6 +21,7 @@ from cli.serve import ServeOptions
 from cli.watchdog import WatchdogOptions
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from core.startup import startup_models
+from core.variant import REVIEWED
 from server.plan import CapacityOptions, PlanOptions
 from server.sweep import CheckOptions, CompareOptions, SweepOptions
 
@@ -74,7 +75,7 @@ def test_serve_loads_the_start_rules_models_unless_told_to_load_all() -> None:
 
     rule = server_options(parsed("serve"))
     assert not parsed("serve").load_all
-    assert rule.load_models == tuple(startup_models(DEFAULT_REPOSITORY))
+    assert rule.load_models == tuple(startup_models(DEFAULT_REPOSITORY, REVIEWED))
     assert "minilm_torchscript" not in rule.load_models
     assert server_options(parsed("serve", "--load-all")).load_models == ("*",)
 

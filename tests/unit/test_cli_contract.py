@@ -20,6 +20,7 @@ from core.errors import CoreError, UnknownFamilyError
 from core.families.catalog import UnknownModelError, served_encoder
 from core.params import ConfigError
 from core.paths import DEFAULT_REPOSITORY
+from core.variant import REVIEWED
 from core.versions import VersionError
 from export.errors import ExportCheckError, ExportError
 from export.pipeline import AddError
@@ -139,7 +140,7 @@ def test_unreachable_reasons_are_a_few_words() -> None:
 ])
 def test_a_command_resolves_a_name_to_the_kind_it_takes(name, kind, expected) -> None:
     if expected == "served":  # the encoder its front serves on this host (its profile's)
-        expected = served_encoder(DEFAULT_REPOSITORY, name)
+        expected = served_encoder(DEFAULT_REPOSITORY, name, REVIEWED)
         assert expected.startswith("minilm_")
     resolved = resolve(DEFAULT_REPOSITORY, name, kind)
     assert resolved.name == expected

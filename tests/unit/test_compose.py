@@ -24,6 +24,7 @@ from tmr_client.auth import ADMIN_KEY_ENV
 
 from core.files import placeholders
 from core.paths import PROJECT_ROOT
+from core.variant import GPU, VARIANT_ENV
 from server import front_door, observability
 from server.healthcheck import DEFAULT_URL, DRAIN_FILE
 from server.serve import WATCHDOG_PORT_OFFSET
@@ -113,9 +114,11 @@ def test_every_required_variable_is_documented_for_gpu_hosts(name: str) -> None:
 
 
 def test_triton_runs_the_dev_server_flags_with_the_gpu_profile_and_the_admin_key() -> None:
-    expected = server_flags(ServerOptions(repository=Path("/models"), model_config_name="gpu",
+    expected = server_flags(ServerOptions(repository=Path("/models"), variant=GPU,
                                           admin_key=TEST_VALUES[ADMIN_KEY_ENV]))
     assert service("triton")["command"] == ["tritonserver", *expected]
+    # the stubs read the configs of the variant Triton serves (core/variant.py)
+    assert service("triton")["environment"][VARIANT_ENV] == GPU.name
     restricted = [f for f in yaml.safe_load(RAW)["services"]["triton"]["command"]
                   if "restricted" in f]
     assert len(restricted) == 2

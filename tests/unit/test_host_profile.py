@@ -14,6 +14,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from core import host_profile as hp
+from core import variant
 from core.families.catalog import find, served_encoder
 from core.families.configs import write_variant
 from core.families.lanes import LANE_INSTANCES
@@ -25,7 +26,8 @@ from core.settings import (
     LadderSettings,
 )
 from core.startup import startup_models
-from core.versions import HOST_PROFILE, PROFILE_ENV, served_config
+from core.variant import GPU, HOST
+from core.versions import served_config
 from server.tune import MODES, kinds
 
 REVIEWED = hp.Layout(1, 0, 2)
@@ -193,7 +195,7 @@ def configs(tmp_path: Path) -> Path:
 def profile_openvino(repo: Path) -> list[Path]:
     model = find(repo, "minilm")
     assert model.front is not None
-    return write_variant(repo, model.front, model.encoders, HOST_PROFILE, "openvino", "bf16",
+    return write_variant(repo, model.front, model.encoders, HOST, "openvino", "bf16",
                          hp.Layout(4, 4, 8, idle_session=False), "a test host")
 
 
@@ -220,16 +222,16 @@ def test_a_host_variant_differs_from_its_reviewed_config_only_in_instances_and_p
             message.ClearField("instance_group")
             message.ClearField("parameters")
         assert profile == main
-    openvino = served_config(configs / "minilm_openvino", HOST_PROFILE).parameters
+    openvino = served_config(configs / "minilm_openvino", HOST).parameters
     assert openvino["inference_precision"].string_value == "bf16"
     assert "idle_intra_op_thread_count" not in openvino
-    front = served_config(configs / "embed", HOST_PROFILE).parameters
+    front = served_config(configs / "embed", HOST).parameters
     assert front["primary_model"].string_value == "minilm_openvino"
     # The host's shared path yields to its lane; the reviewed configs keep normal.
     shared = ["embed", "minilm_onnx", "minilm_torchscript", "minilm_int8", "minilm_openvino"]
-    assert {served_config(configs / name, HOST_PROFILE).parameters[SCHEDULING_PARAMETER]
+    assert {served_config(configs / name, HOST).parameters[SCHEDULING_PARAMETER]
             .string_value for name in shared} == {SHARED_SCHEDULING}
-    lane = served_config(configs / "embed_interactive", HOST_PROFILE).parameters
+    lane = served_config(configs / "embed_interactive", HOST).parameters
     assert lane[SCHEDULING_PARAMETER].string_value == "normal"
     assert all(SCHEDULING_PARAMETER not in parse(configs / name / "config.pbtxt").parameters
                for name in shared)
@@ -240,20 +242,20 @@ def test_an_in_process_variant_has_the_front_run_the_primary_and_keeps_one_encod
     model = find(configs, "minilm")
     assert model.front is not None
     inside = hp.Layout(2, 1, 2, idle_session=False, in_process=True)
-    write_variant(configs, model.front, model.encoders, HOST_PROFILE, "openvino", "bf16",
+    write_variant(configs, model.front, model.encoders, HOST, "openvino", "bf16",
                   inside, "a test host")
-    front = served_config(configs / "embed", HOST_PROFILE)
+    front = served_config(configs / "embed", HOST)
     assert front.parameters[IN_PROCESS_PARAMETER].string_value == "true"
     assert LadderSettings.from_parameters(config_json(front)).primary_in_process
     assert sum(g.count for g in front.instance_group) == 2
-    counts = {name: sum(g.count for g in served_config(configs / name, HOST_PROFILE)
+    counts = {name: sum(g.count for g in served_config(configs / name, HOST)
                         .instance_group) for name in model.encoders.values()}
     # The primary answers BLS calls only (a rollout's candidate, direct calls): one
     # instance; the fallback keeps the layout's, since the ladder calls it under load.
     assert counts["minilm_openvino"] == 1 and counts["minilm_int8"] == 2
     # Written again without it (a new tune chose the BLS layout): the parameter is gone.
     profile_openvino(configs)
-    assert IN_PROCESS_PARAMETER not in served_config(configs / "embed", HOST_PROFILE).parameters
+    assert IN_PROCESS_PARAMETER not in served_config(configs / "embed", HOST).parameters
     assert "in process" in inside.describe() and "in process" not in REVIEWED.describe()
 
 
@@ -273,17 +275,15 @@ def test_the_tuner_times_the_in_process_layout_with_one_front_per_encoder_instan
 
 
 def test_the_served_view_routes_startup_and_releases_to_the_profiles_encoder(
-        configs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        configs: Path) -> None:
     profile_openvino(configs)
-    monkeypatch.setenv(PROFILE_ENV, "")  # the reviewed configs
-    assert served_encoder(configs, "minilm") == "minilm_onnx"
-    assert "minilm_onnx" in startup_models(configs)
-    monkeypatch.delenv(PROFILE_ENV)  # unset: the host profile where one is written
-    assert served_encoder(configs, "minilm") == "minilm_openvino"
-    assert served_encoder(configs, "embed") == "minilm_openvino"
-    assert served_encoder(configs, "minilm_onnx") == "minilm_onnx"  # an encoder is itself
-    assert "minilm_openvino" in startup_models(configs)
-    assert "minilm_onnx" not in startup_models(configs)
+    assert served_encoder(configs, "minilm", variant.REVIEWED) == "minilm_onnx"
+    assert "minilm_onnx" in startup_models(configs, variant.REVIEWED)
+    assert served_encoder(configs, "minilm", HOST) == "minilm_openvino"
+    assert served_encoder(configs, "embed", HOST) == "minilm_openvino"
+    assert served_encoder(configs, "minilm_onnx", HOST) == "minilm_onnx"  # itself
+    assert "minilm_openvino" in startup_models(configs, HOST)
+    assert "minilm_onnx" not in startup_models(configs, HOST)
 
 
 def record_for(repo: Path, host: hp.Host) -> dict:
@@ -353,16 +353,16 @@ def test_serve_selects_the_profile_only_where_it_fits(
     host = hp.Host("AMD EPYC", ("avx2", "avx512_bf16"), 2, "bf16")
     monkeypatch.setattr(hp.Host, "current", classmethod(lambda cls: host))
     name, line = profile.select(configs)
-    assert name is None and "no host profile here" in line
+    assert name == variant.REVIEWED and "no host profile here" in line
     written_profile(configs, host, profiled=False)
     name, line = profile.select(configs)
-    assert name is None and "found nothing better" in line
+    assert name == variant.REVIEWED and "found nothing better" in line
     written_profile(configs, host, profiled=True)
     name, line = profile.select(configs)
-    assert name == HOST_PROFILE and "embed: measured" in line
+    assert name == HOST and "embed: measured" in line
     assert profile.select(configs, reviewed=True) == (
-        None, "serving the reviewed configs (--reviewed)")
-    assert profile.select(configs, model_config_name="gpu")[0] == "gpu"
+        variant.REVIEWED, "serving the reviewed configs (--reviewed)")
+    assert profile.select(configs, asked=GPU)[0] == GPU
     monkeypatch.setattr(hp.Host, "current", classmethod(lambda cls: replace(host, cores=1)))
     with pytest.raises(hp.ProfileError, match=r"stale: tuned for 2 usable cores, this host "
                        r"has 1\.\nrun `tmr tune`"):

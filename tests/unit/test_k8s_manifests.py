@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from core.paths import PROJECT_ROOT
+from core.variant import GPU, VARIANT_ENV
 from server import front_door
 from server.healthcheck import DRAIN_FILE
 from server.serve import WATCHDOG_PORT_OFFSET
@@ -71,13 +72,14 @@ def test_the_validator_refuses_an_unknown_field_offline() -> None:
 
 def test_triton_runs_the_compose_flags_with_the_admin_key_from_the_secret() -> None:
     triton = container("triton", "triton")
-    expected = server_flags(ServerOptions(repository=Path("/models"), model_config_name="gpu",
+    expected = server_flags(ServerOptions(repository=Path("/models"), variant=GPU,
                                           admin_key="$(TMR_ADMIN_KEY)",
                                           trace_url=CLUSTER_TRACE_URL,
                                           trace_rate=CLUSTER_TRACE_RATE))
     assert [*triton["command"], *triton["args"]] == ["tritonserver", *expected]
     key = next(e for e in triton["env"] if e["name"] == "TMR_ADMIN_KEY")
     assert key["valueFrom"]["secretKeyRef"] == {"name": "tmr-secrets", "key": "admin-key"}
+    assert {"name": VARIANT_ENV, "value": GPU.name} in triton["env"]
     assert triton["image"].endswith("/" + COMPOSE["triton"]["image"])
 
 

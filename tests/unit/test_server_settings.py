@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.paths import DEFAULT_REPOSITORY
+from core.variant import GPU, REVIEWED
 from server.settings import (
     ALL_MODELS,
     POLL_INTERVAL_S,
@@ -26,7 +27,7 @@ def flag_names(flags: list[str]) -> list[str]:
 @pytest.mark.parametrize("mode", ["explicit", "poll"])
 def test_server_flags_contain_each_flag_exactly_once(mode):
     """--load-model alone may repeat: once per model loaded at start."""
-    opts = ServerOptions(control_mode=mode, model_config_name="gpu", load_models=("a", "b"))
+    opts = ServerOptions(control_mode=mode, variant=GPU, load_models=("a", "b"))
     names = flag_names(server_flags(opts))
     assert [n for n, count in Counter(names).items() if count > 1] == (
         ["--load-model"] if mode == "explicit" else [])
@@ -93,14 +94,14 @@ def test_unknown_control_mode_is_refused_naming_the_mode():
 
 def test_model_config_name_flag_appears_only_when_set():
     assert "--model-config-name" not in flag_names(server_flags(ServerOptions()))
-    assert "--model-config-name=gpu" in server_flags(ServerOptions(model_config_name="gpu"))
+    assert "--model-config-name=gpu" in server_flags(ServerOptions(variant=GPU))
     assert "--model-config-name" not in flag_names(
-        server_flags(ServerOptions(model_config_name="")))
+        server_flags(ServerOptions(variant=REVIEWED)))
 
 
 def test_extra_flags_are_appended_last_in_order():
     extra = ("--log-info=false", "--backend-config=python,shm-default-byte-size=1048576")
-    flags = server_flags(ServerOptions(model_config_name="gpu", extra=extra))
+    flags = server_flags(ServerOptions(variant=GPU, extra=extra))
     assert flags[-2:] == list(extra)
     assert flags.index("--model-config-name=gpu") < len(flags) - 2
 

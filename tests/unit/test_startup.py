@@ -16,6 +16,7 @@ from core.startup import (
     startup_models,
     startup_rule,
 )
+from core.variant import REVIEWED
 from python_backends.health import NEEDED, not_loaded
 from server.healthcheck import verdict
 
@@ -72,7 +73,7 @@ def test_routed_models_are_the_fronts_and_their_bls_encoders_only() -> None:
 
 
 def test_the_shipped_repository_loads_no_torchscript_encoder_at_start() -> None:
-    assert startup_models(DEFAULT_REPOSITORY) == [
+    assert startup_models(DEFAULT_REPOSITORY, REVIEWED) == [
         "digits", "digits_interactive", "digits_onnx",
         "efficientnet_lite0", "efficientnet_lite0_interactive",
         "efficientnet_lite0_onnx", "embed", "embed_interactive", "health",
@@ -92,7 +93,7 @@ def test_a_selection_serves_its_fronts_lanes_bls_encoders_and_health(wanted: lis
 
 
 def test_a_selection_of_the_shipped_repository_by_family() -> None:
-    assert startup_models(DEFAULT_REPOSITORY, wanted=["image_classification"]) == [
+    assert startup_models(DEFAULT_REPOSITORY, REVIEWED, wanted=["image_classification"]) == [
         "digits", "digits_interactive", "digits_onnx", "efficientnet_lite0",
         "efficientnet_lite0_interactive", "efficientnet_lite0_onnx", "health"]
 
@@ -111,7 +112,7 @@ def test_health_requires_what_the_loaded_fronts_call_and_their_lanes() -> None:
 
 
 def test_repository_parameters_read_every_config() -> None:
-    params = repository_parameters(DEFAULT_REPOSITORY)
+    params = repository_parameters(DEFAULT_REPOSITORY, REVIEWED)
     assert params["embed"]["primary_model"] == "minilm_onnx"
     assert params["minilm_torchscript"]["format"] == "torchscript"
     assert "family" not in params["health"]
