@@ -97,9 +97,21 @@ def tune_command(opts: TuneOptions) -> int:
     return show(opts)
 
 
+def record_json(repository: Path) -> dict | None:
+    """The record as JSON, or None (none written, or unreadable: `status` says which)."""
+    from core.host_profile import ProfileError
+    from core.tune_record import read_record
+
+    try:
+        record = read_record(repository)
+    except ProfileError:
+        return None
+    return None if record is None else record.to_json()
+
+
 def show(opts: TuneOptions) -> int:
     """What serves on this host and why: the text report, or one JSON document."""
-    from core.host_profile import ProfileError, read_record
+    from core.host_profile import ProfileError
     from server.profile import describe, select, status
 
     if not opts.json:
@@ -113,5 +125,5 @@ def show(opts: TuneOptions) -> int:
         config_name, serving = None, str(err)
     print(json.dumps({"repository": str(opts.repository), "fits": fits, "why": why,
                       "model_config_name": config_name, "serving": serving,
-                      "profile": read_record(opts.repository)}, indent=2, default=str))
+                      "profile": record_json(opts.repository)}, indent=2, default=str))
     return 0

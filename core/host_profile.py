@@ -1,48 +1,36 @@
-"""The host profile: what `tmr tune` chose for this host, the rules it chose by, and when a
-written profile no longer fits (pure rules over measured values, one record file).
+"""The host profile's rules: what `tmr tune` may choose for this host and how it chooses
+(pure rules over measured values; the record it writes is core/tune_record.py).
 
 The reviewed configs (`config.pbtxt`, in git) are portable defaults. What depends on the
 host (a front's primary format, an encoder's precision, instances and threads) is written
 by `tmr tune` as Triton variants, `configs/host.pbtxt` (git-ignored), served with
-`--model-config-name=host`. The record, `host_profile.json` at the repository's root (also
-git-ignored), says on which host, from which configs and versions, and why.
+`--model-config-name=host`.
 
     layout_for(cores)                 instances and threads for the usable cores
+    objective_for(p99s)               the one p99 every candidate is scored against
     choose(baseline, candidates, ...) the candidate that beats the reviewed configs by more
-                                      than the rounds' own spread, within the memory budget
-                                      (or paying for the memory over it in goodput)
-    stale_reasons(record, host, ...)  why a written profile must not be served
+                                      than the rounds' own spread, within the memory ceiling
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from core.errors import CoreError
-from core.files import write_atomically
 from core.hardware import host_cpu
 from core.settings import EVERY_CORE, LANE_SHARE
-from core.variant import HOST
-from core.versions import read_config, served_version
 
-RECORD_FILE = "host_profile.json"  # at the repository's root, beside the model folders
-REPORT_FILE = "host_profile.md"
 DEFAULT_MEMORY_BUDGET_MB = 1536.0  # the whole server's RSS, a ceiling (docs/serving.md)
 MIN_MARGIN = 0.02  # a gain under 2% is never taken, however steady the rounds
 MAX_ENCODER_INSTANCES = 4  # more instances than this buy less than more threads each
 MAX_FRONT_INSTANCES = 8
 LANE_MAX_THREADS = 4
-# Parameters that change while serving (a rollout's state) and do not make a profile stale.
-VOLATILE_PARAMETERS = ("rollout", "rollout_last")
 
 
 class ProfileError(CoreError, RuntimeError):
@@ -156,6 +144,20 @@ def layout_for(cores: int) -> Layout:
 
 # -- the choice -----------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Kind:
+    """A way to serve a text front the tuner measures: its primary format, that encoder's
+    precision, and the layout."""
+
+    primary: str
+    precision: str
+    layout: Layout
+
+    @property
+    def name(self) -> str:
+        return f"{self.primary} {self.precision} ({self.layout.describe()})"
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One way to serve a model, measured through the real server: goodput per round
     (requests/s with p99 within the objective), the server's RSS, and the gate's verdict."""
@@ -167,6 +169,7 @@ class Candidate:
     goodputs: tuple[float, ...] = ()  # round by round, interleaved with the baseline's
     rss_mb: float = 0.0
     gate_failure: str | None = None  # why its precision failed the fidelity gate
+    reviewed: bool = False  # the reviewed configs themselves, the baseline of every ratio
 
     @property
     def goodput(self) -> float:
@@ -297,80 +300,3 @@ def choose(baseline: Candidate, candidates: Sequence[Candidate], budget_mb: floa
                     f"(median of the rounds' ratios; {best.goodput:.0f} against "
                     f"{baseline.goodput:.0f} req/s at p99 within the objective), beyond the "
                     f"rounds' noise (+-{noise[best.name]:.0%})", ratios, noise, refused)
-
-
-# -- staleness ------------------------------------------------------------------------------
-def reviewed_digest(repository: Path, models: Sequence[str]) -> str:
-    """sha256 over the models' reviewed configs, without what changes while serving (the
-    version policy, a rollout's state): a changed reviewed config makes a profile stale."""
-    digest = hashlib.sha256()
-    for name in sorted(models):
-        config = read_config(repository / name)
-        config.ClearField("version_policy")
-        for key in VOLATILE_PARAMETERS:
-            if key in config.parameters:
-                del config.parameters[key]
-        digest.update(name.encode() + b"\0" + config.SerializeToString(deterministic=True))
-    return digest.hexdigest()
-
-
-def model_folders(repository: Path) -> list[str]:
-    """Every model of the repository (a folder with a config.pbtxt), sorted."""
-    return sorted(p.parent.name for p in repository.glob("*/config.pbtxt"))
-
-
-def served_versions(repository: Path, models: Sequence[str]) -> dict[str, int | None]:
-    """The version each model serves (its policy, a rollout's candidate excluded)."""
-    return {name: served_version(repository / name) for name in sorted(models)}
-
-
-def stale_reasons(record: Mapping[str, Any], host: Host, repository: Path) -> list[str]:
-    """Why a written profile no longer fits this host or this repository; [] when it does."""
-    was = record.get("host", {})
-    reasons = []
-    if was.get("model") != host.model or tuple(was.get("flags", ())) != host.flags:
-        reasons.append(f"tuned on {was.get('model')!r} {was.get('flags')}, this host is "
-                       f"{host.model!r} {list(host.flags)}")
-    if was.get("cores") != host.cores:
-        reasons.append(f"tuned for {was.get('cores')} usable cores, this host has {host.cores}")
-    now_models = model_folders(repository)
-    added = sorted(set(now_models) - set(record.get("repository_models", now_models)))
-    if added:
-        reasons.append(f"models added since: {', '.join(added)}")
-    models = record.get("models", [])
-    missing = [m for m in models if not (repository / m / "config.pbtxt").exists()]
-    if missing:
-        return [*reasons, f"models gone from the repository: {', '.join(missing)}"]
-    if record.get("reviewed_digest") != reviewed_digest(repository, models):
-        reasons.append("the reviewed configs changed since it was tuned")
-    now = served_versions(repository, models)
-    changed = [f"{m} v{was_v}->v{now[m]}" for m, was_v in record.get("versions", {}).items()
-               if now.get(m) != was_v]
-    if changed:
-        reasons.append(f"served versions changed: {', '.join(changed)}")
-    return reasons
-
-
-# -- the record -----------------------------------------------------------------------------
-def read_record(repository: Path) -> dict[str, Any] | None:
-    """The written profile's record, or None when `tmr tune` has not run here."""
-    path = repository / RECORD_FILE
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as err:
-        raise ProfileError(f"{path} is unreadable ({err}): run `tmr tune` again") from err
-
-
-def write_record(repository: Path, record: Mapping[str, Any]) -> None:
-    write_atomically(repository / RECORD_FILE, json.dumps(record, indent=1, default=float) + "\n")
-
-
-def profile_files(repository: Path) -> list[Path]:
-    """Every configs/host.pbtxt of the repository."""
-    return sorted(repository.glob(f"*/configs/{HOST.name}.pbtxt"))
-
-
-def candidate_record(cand: Candidate) -> dict[str, Any]:
-    return {**asdict(cand), "goodput": cand.goodput}

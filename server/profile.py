@@ -8,6 +8,7 @@ import functools
 from pathlib import Path
 
 from core import host_profile as hp
+from core import tune_record as tr
 from core.paths import DEFAULT_REPOSITORY
 from core.variant import HOST, REVIEWED, VARIANT_ENV, Variant
 
@@ -16,32 +17,34 @@ RETUNE = "run `tmr tune` (about 3 min on 2 cores) or serve the reviewed configs 
 
 
 def status(repository: Path) -> tuple[bool, str]:
-    """(whether the written profile fits this host and repository, why in one line)."""
-    record = hp.read_record(repository)
+    """(whether the written profile fits this host and repository, why in one line); an
+    unreadable record does not fit (`tmr tune --if-stale` tunes again)."""
+    try:
+        record = tr.read_record(repository)
+    except hp.ProfileError as err:
+        return False, str(err)
     if record is None:
         return False, "no host profile here: `tmr tune` has not run"
-    reasons = hp.stale_reasons(record, hp.Host.current(), repository)
-    gone = [f for f in record.get("profiled", [])
+    reasons = tr.stale_reasons(record, hp.Host.current(), repository)
+    gone = [f for f in record.profiled
             if not (repository / f / "configs" / f"{HOST.name}.pbtxt").exists()]
     if gone:
         reasons.append(f"its configs/{HOST.name}.pbtxt is gone from {', '.join(gone)}")
     if reasons:
         return False, "the host profile is stale: " + "; ".join(reasons)
-    return True, f"tuned {record['written_at']} on this host ({record['host']['model']}, " \
-                 f"{record['host']['cores']} cores)"
+    return True, f"tuned {record.written_at} on this host ({record.host.model}, " \
+                 f"{record.host.cores} cores)"
 
 
-def choices(record: dict) -> str:
+def choices(record: tr.TuneRecord) -> str:
     """Each front's choice in one line: what serves and why."""
-    return "\n".join(f"  {front}: {d['reason']}" for front, d in record.get("fronts", {}).items())
+    return "\n".join(f"  {front}: {c.reason}" for front, c in record.fronts.items())
 
 
-def verdicts(record: dict) -> str:
+def verdicts(record: tr.TuneRecord) -> str:
     """What the tuning concluded, its fronts' verdicts in one phrase (core.host_profile
-    Verdict; a record written before verdicts existed found nothing better)."""
-    found = [front.get("verdict", hp.Verdict.NOTHING_BETTER.name)
-             for front in record.get("fronts", {}).values()]
-    said = [hp.Verdict[v].value for v in dict.fromkeys(found) if v in hp.Verdict.__members__]
+    Verdict)."""
+    said = dict.fromkeys(c.verdict.value for c in record.fronts.values())
     return "; ".join(said) or hp.Verdict.NO_ROUNDS.value
 
 
@@ -56,13 +59,13 @@ def select(repository: Path, reviewed: bool = False,
     if reviewed:
         return REVIEWED, "serving the reviewed configs (--reviewed)"
     fits, why = status(repository)
-    record = hp.read_record(repository)
+    record = tr.read_record(repository) if fits else None
+    if not fits and (repository / tr.RECORD_FILE).exists():
+        raise hp.ProfileError(f"{why}.\n{RETUNE}")
     if record is None:
         return REVIEWED, (f"serving the reviewed configs: {why} (`tmr tune` fits them to "
                           "this host)")
-    if not fits:
-        raise hp.ProfileError(f"{why}.\n{RETUNE}")
-    if not record.get("profiled"):
+    if not record.profiled:
         return REVIEWED, f"serving the reviewed configs: `tmr tune` {verdicts(record)} " \
                          f"({why})\n{choices(record)}"
     return HOST, f"serving the host profile ({why})\n{choices(record)}"
@@ -87,6 +90,6 @@ def describe(repository: Path) -> str:
         _, line = select(repository)
     except hp.ProfileError as err:
         line = str(err)
-    report = repository / hp.REPORT_FILE
+    report = repository / tr.REPORT_FILE
     text = report.read_text() if report.exists() else ""
     return f"{line}\n\n{text}".rstrip()

@@ -30,6 +30,7 @@ from typing import Any
 
 from core import cpu_share, versions
 from core import host_profile as hp
+from core import tune_record as tr
 from core import variant as variants
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import FamilyModel, catalog, missing_exports
@@ -55,8 +56,9 @@ from server.goodput import (
 )
 from server.launcher import TritonServer
 from server.settings import Ports, ServerOptions
+from server.tune_report import report
 
-REVIEWED = "reviewed"
+REVIEWED_NAME = "reviewed"  # how the report and the record name the reviewed configs
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,11 @@ def reviewed_candidate(repository: Path, model: FamilyModel) -> hp.Candidate:
     spec = encoder_spec(versions.read_config(repository / model.encoder(fmt)))
     layout = hp.Layout(spec.instances, spec.threads,
                        front.instances or model.family.serving.front_instances, spec.idle_session)
-    return hp.Candidate(REVIEWED, fmt, spec.precision, layout)
+    return hp.Candidate(REVIEWED_NAME, fmt, spec.precision, layout, reviewed=True)
 
 
-def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[tuple[str, str, hp.Layout]]:
-    """(primary format, precision, layout) of each candidate beside the reviewed configs:
+def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[hp.Kind]:
+    """The candidates measured beside the reviewed configs:
     OpenVINO at the host's precision in the reviewed layout, and each runtime run inside
     the fronts' own stubs (no BLS hop and no encoder process: in-process on two cores
     measured 1.35-1.68x the reviewed goodput with less memory, docs/serving.md), each
@@ -112,19 +114,15 @@ def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[tuple[str, str
     inside = replace(layout, in_process=True, idle_session=False,
                      front_instances=max(2, layout.encoder_instances),
                      encoder_threads=min(host.cores, 2 * layout.encoder_threads))
-    found = [("openvino", host.precision, replace(reviewed, idle_session=False)),
-             ("openvino", host.precision, inside), ("onnx", FP32, inside)]
+    found = [hp.Kind("openvino", host.precision, replace(reviewed, idle_session=False)),
+             hp.Kind("openvino", host.precision, inside), hp.Kind("onnx", FP32, inside)]
     if mode.extra:
         if layout != reviewed:
-            found.append(("onnx", FP32, layout))
-        found.append(("torchscript", FP32, reviewed))
+            found.append(hp.Kind("onnx", FP32, layout))
+        found.append(hp.Kind("torchscript", FP32, reviewed))
         if host.precision != FP32:
-            found.append(("openvino", FP32, replace(reviewed, idle_session=False)))
+            found.append(hp.Kind("openvino", FP32, replace(reviewed, idle_session=False)))
     return found
-
-
-def candidate_name(fmt: str, precision: str, layout: hp.Layout) -> str:
-    return f"{fmt} {precision} ({layout.describe()})"
 
 
 def check_tunable(repository: Path, models: Sequence[FamilyModel]) -> None:
@@ -139,28 +137,28 @@ def check_tunable(repository: Path, models: Sequence[FamilyModel]) -> None:
 
 
 def gate_failures(repository: Path, models: Sequence[FamilyModel],
-                  wanted: Sequence[tuple[str, str, hp.Layout]], gate: Gate,
+                  wanted: Sequence[hp.Kind], gate: Gate,
                   progress: Progress) -> dict[tuple[str, str, str], Any]:
     """(model, format, precision) -> (figures, why it failed or None), for every wanted
     precision other than FP32 (the FP32 formats passed their export's gate)."""
     gates = {}
     for model in models:
-        for fmt, precision, _ in wanted:
-            if precision != FP32 and (model.base, fmt, precision) not in gates:
-                progress(f"{model.base}: gating {fmt} at {precision} against PyTorch", 0.02)
-                gates[model.base, fmt, precision] = gate(repository / model.encoder(fmt),
-                                                         precision)
+        for kind in wanted:
+            key = (model.base, kind.primary, kind.precision)
+            if kind.precision != FP32 and key not in gates:
+                progress(f"{model.base}: gating {kind.primary} at {kind.precision} against "
+                         "PyTorch", 0.02)
+                gates[key] = gate(repository / model.encoder(kind.primary), kind.precision)
     return gates
 
 
 def write_variants(copy: Path, models: Sequence[FamilyModel],
-                   wanted: Sequence[tuple[str, str, hp.Layout]], host: hp.Host) -> None:
+                   wanted: Sequence[hp.Kind], host: hp.Host) -> None:
     """Each candidate as configs/tune<i>.pbtxt of the copy (i from 1; 0 is the reviewed)."""
-    for i, (fmt, precision, layout) in enumerate(wanted, start=1):
-        for model in models:
-            assert model.front is not None
-            write_variant(copy, model.front, model.encoders, Variant(f"tune{i}"), fmt,
-                          precision, layout,
+    for i, kind in enumerate(wanted, start=1):
+        for front, model in text_fronts(models):
+            write_variant(copy, front, model.encoders, Variant(f"tune{i}"), kind.primary,
+                          kind.precision, kind.layout,
                           f"a tuning candidate on {host.model}")
 
 
@@ -288,7 +286,7 @@ def memory_by_model(server: TritonServer) -> dict[str, float]:
 def tune(repository: Path, gate: Gate, mode_name: str = "default",
          memory_budget_mb: float = hp.DEFAULT_MEMORY_BUDGET_MB,
          progress: Progress = lambda what, done: None, logs: Path | None = None,
-         objective_ms: float | None = None) -> dict[str, Any]:
+         objective_ms: float | None = None) -> tr.TuneRecord:
     """Measure, decide, write the profile (or remove a stale one); the record written.
     `objective_ms`: score every candidate at this p99 (default: objective_for's)."""
     began, host, mode = time.monotonic(), hp.Host.current(), MODES[mode_name]
@@ -300,7 +298,7 @@ def tune(repository: Path, gate: Gate, mode_name: str = "default",
     gates = gate_failures(repository, models, wanted, gate, progress)
     with tempfile.TemporaryDirectory(prefix="tmr-tune-") as tmp, ExitStack() as stack:
         copy = copy_repository([repository], Path(tmp) / "repository")
-        for path in hp.profile_files(copy):
+        for path in tr.profile_files(copy):
             path.unlink()
         write_variants(copy, models, wanted, host)
         servers = []
@@ -315,78 +313,61 @@ def tune(repository: Path, gate: Gate, mode_name: str = "default",
         memory = [memory_by_model(s) for s in servers]
     rss = [sum(table.values()) for table in memory]
     busy = rounds.busy_reason()
-    decisions, objectives = {}, {}
-    for model in models:
+    fronts = {}
+    for front, model in text_fronts(models):
         objective = hp.objective_for(rounds.lone_p99s((0, model.base)), objective_ms,
                                      P99_OBJECTIVE_MS)
-        objectives[model.base] = objective
         base = replace(reviewed[model.base], goodputs=rounds.goodputs((0, model.base),
                                                                       objective), rss_mb=rss[0])
-        cands = []
-        for i, (fmt, precision, layout) in enumerate(wanted, start=1):
-            why = gates.get((model.base, fmt, precision), ({}, None))[1]
-            cands.append(hp.Candidate(candidate_name(fmt, precision, layout), fmt,
-                                      precision, layout,
-                                      rounds.goodputs((i, model.base), objective), rss[i], why))
+        cands = [hp.Candidate(kind.name, kind.primary, kind.precision, kind.layout,
+                              rounds.goodputs((i, model.base), objective), rss[i],
+                              gates.get((model.base, kind.primary, kind.precision),
+                                        ({}, None))[1])
+                 for i, kind in enumerate(wanted, start=1)]
         decision = hp.choose(base, cands, memory_budget_mb, busy=busy)
         if busy and decision.verdict != hp.Verdict.HOST_BUSY:
             decision = replace(decision, reason=f"{decision.reason} ({busy})")
-        decisions[model.base] = (base, cands, decision)
-    names = [REVIEWED, *(candidate_name(*kind) for kind in wanted)]
-    points = [{"candidate": i, "model": base, "round": r, **p.__dict__}
-              for (i, base), per_round in rounds.points.items()
-              for r, round_points_ in enumerate(per_round) for p in round_points_]
-    record = write_profile(repository, host, mode_name, memory_budget_mb, models, decisions,
-                           gates, points, dict(zip(names, memory)), time.monotonic() - began,
-                           objectives, objective_ms is not None)
+        fronts[front] = tr.FrontChoice(
+            model.base, decision.verdict, decision.reason, objective,
+            objective_source(objective, objective_ms is not None), (base, *cands),
+            decision.chosen.name, decision.ratios, decision.noise, decision.refused)
+    names = sorted({n for m in models for n in m.models})
+    record = tr.TuneRecord(
+        written_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), mode=mode_name,
+        took_s=time.monotonic() - began, host=host, affinity=len(os.sched_getaffinity(0)),
+        cgroup_quota=hp.cgroup_cpu_limit(), memory_budget_mb=memory_budget_mb,
+        models=tuple(names), repository_models=tuple(tr.model_folders(repository)),
+        reviewed_digest=tr.reviewed_digest(repository, names),
+        versions=tr.served_versions(repository, names), fronts=fronts,
+        gates={f"{m} {f} {p}": {"figures": fig, "failure": why}
+               for (m, f, p), (fig, why) in gates.items()},
+        memory_mib=dict(zip([REVIEWED_NAME, *(k.name for k in wanted)], memory)),
+        points=tuple({"candidate": i, "model": base, "round": r, **p.__dict__}
+                     for (i, base), per_round in rounds.points.items()
+                     for r, round_points_ in enumerate(per_round) for p in round_points_))
+    write_profile(repository, record, models)
     progress("done", 1.0)
     return record
 
 
-def write_profile(repository: Path, host: hp.Host, mode: str, budget_mb: float,
-                  models: Sequence[FamilyModel], decisions: dict[str, Any],
-                  gates: dict[tuple[str, str, str], Any], points: list[dict],
-                  memory: dict[str, dict[str, float]], took_s: float,
-                  objectives: dict[str, float], fixed_objective: bool = False
-                  ) -> dict[str, Any]:
+def text_fronts(models: Sequence[FamilyModel]) -> list[tuple[str, FamilyModel]]:
+    """(front, model) of each model that has a front (text_models finds only such)."""
+    return [(m.front, m) for m in models if m.front]
+
+
+def write_profile(repository: Path, record: tr.TuneRecord,
+                  models: Sequence[FamilyModel]) -> None:
     """configs/host.pbtxt of every model whose candidate won (none elsewhere), the record
     and its report."""
-    for path in hp.profile_files(repository):
+    for path in tr.profile_files(repository):
         path.unlink()
-    fronts = {}
-    for model in models:
-        base, cands, decision = decisions[model.base]
-        chosen = decision.chosen
-        if chosen.name != REVIEWED:
-            assert model.front is not None
-            write_variant(repository, model.front, model.encoders, HOST,
-                          chosen.primary, chosen.precision, chosen.layout, host.describe())
-        fronts[model.front] = {
-            "model": model.base, "served": chosen.name, "primary": chosen.primary,
-            "verdict": decision.verdict.name, "objective_p99_ms": objectives[model.base],
-            "objective_source": objective_source(objectives[model.base], fixed_objective),
-            "precision": chosen.precision, "layout": chosen.layout.__dict__,
-            "reason": decision.reason, "refused": decision.refused, "ratios": decision.ratios,
-            "noise": decision.noise,
-            "candidates": [hp.candidate_record(c) for c in [base, *cands]]}
-    names = sorted({n for m in models for n in m.models})
-    record = {
-        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "mode": mode, "took_s": took_s,
-        "host": host.__dict__ | {"flags": list(host.flags),
-                                 "affinity": len(os.sched_getaffinity(0)),
-                                 "cgroup_quota": hp.cgroup_cpu_limit()},
-        "memory_budget_mb": budget_mb,
-        "models": names, "repository_models": hp.model_folders(repository),
-        "reviewed_digest": hp.reviewed_digest(repository, names),
-        "versions": hp.served_versions(repository, names),
-        "profiled": sorted(f for f, d in fronts.items() if d["served"] != REVIEWED),
-        "fronts": fronts,
-        "gates": {f"{m} {f} {p}": {"figures": fig, "failure": why}
-                  for (m, f, p), (fig, why) in gates.items()},
-        "memory_mib": memory, "points": points}
-    hp.write_record(repository, record)
-    write_atomically(repository / hp.REPORT_FILE, report(record) + "\n")
-    return record
+    for front, model in text_fronts(models):
+        chosen = record.fronts[front].chosen
+        if not chosen.reviewed:
+            write_variant(repository, front, model.encoders, HOST, chosen.primary,
+                          chosen.precision, chosen.layout, record.host.describe())
+    tr.write_record(repository, record)
+    write_atomically(repository / tr.REPORT_FILE, report(record) + "\n")
 
 
 def objective_source(objective_ms: float, fixed: bool) -> str:
@@ -397,53 +378,3 @@ def objective_source(objective_ms: float, fixed: bool) -> str:
         return "the standard objective"
     return (f"twice the reviewed configs' p99 with one client: the standard "
             f"{P99_OBJECTIVE_MS:.0f} ms leaves no room on this host")
-
-
-def report(record: dict[str, Any]) -> str:
-    """The profile as markdown: the host, then per front the table, the gate and the choice."""
-    host = record["host"]
-    lines = [f"# Host profile ({record['written_at']}, `tmr tune --{record['mode']}`, "
-             f"{record['took_s']:.0f} s)", "",
-             f"Host: {host['model']}, {host['cores']} usable cores (affinity "
-             f"{host['affinity']}, cgroup quota {host['cgroup_quota'] or 'none'}), flags "
-             f"{' '.join(host['flags']) or 'none'}; precision rule: {host['precision']}.",
-             "Served versions: " + ", ".join(f"{m} v{n}" for m, n in
-                                             record["versions"].items()) + ".",
-             "Goodput: requests/s at the p99 objective of each front (below), one new text a "
-             "request, interpolated between the concurrencies around it; 0 when even one "
-             "client's p99 passed it. RSS: the whole server once measured (budget "
-             f"{record['memory_budget_mb']:.0f} MB, a ceiling).", ""]
-    for front, d in record["fronts"].items():
-        lines += [f"## {front}: serves {d['served']}", "",
-                  f"{hp.Verdict[d['verdict']].value[0].upper()}"
-                  f"{hp.Verdict[d['verdict']].value[1:]}: {d['reason']}.", "",
-                  f"Objective: p99 <= {d['objective_p99_ms']:.3g} ms "
-                  f"({d['objective_source']}).", "",
-                  "| candidate | goodput (median) | rounds | vs reviewed | noise | RSS MB | "
-                  "verdict |", "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
-        for c in d["candidates"]:
-            ratio = 1.0 if c["name"] == REVIEWED else d["ratios"].get(c["name"])
-            noise = d["noise"].get(c["name"])
-            verdict = "serves" if c["name"] == d["served"] else d["refused"].get(c["name"], "")
-            lines.append(f"| {c['name']} | {c['goodput']:.0f} | "
-                         f"{', '.join(f'{g:.0f}' for g in c['goodputs']) or 'none'} | "
-                         f"{'-' if ratio is None else f'{ratio:.2f}x'} | "
-                         f"{'' if noise is None else f'+-{noise:.0%}'} | {c['rss_mb']:.0f} | "
-                         f"{verdict} |")
-        lines.append("")
-    lines += ["RSS MiB by process, as each server held it after its rounds:", "",
-              "| process | " + " | ".join(record["memory_mib"]) + " |",
-              "| --- |" + " ---: |" * len(record["memory_mib"])]
-    tables = list(record["memory_mib"].values())
-    for name in sorted(set().union(*tables), key=lambda n: -max(t.get(n, 0) for t in tables)):
-        lines.append(f"| {name} | " + " | ".join(f"{t.get(name, 0):.0f}" for t in tables) + " |")
-    lines += ["| **total** | " + " | ".join(f"{sum(t.values()):.0f}" for t in tables) + " |", ""]
-    if "amx_bf16" in host["flags"]:
-        lines += ["On this AMX host Triton's native OpenVINO backend (the GPU image) runs bf16 "
-                  "whatever a config says (docs/gpu_hosts.md): the bf16 gate below is what "
-                  "holds for it.", ""]
-    for key, gate in record["gates"].items():
-        figures = ", ".join(f"{k} {val:.5f}" for k, val in gate["figures"].items())
-        lines.append(f"Gate {key} vs eager PyTorch: {figures}: "
-                     f"{'FAIL: ' + gate['failure'] if gate['failure'] else 'pass'}")
-    return "\n".join(lines)

@@ -19,6 +19,7 @@ import pytest
 from tmr_client import Client
 
 from core import host_profile as hp
+from core import tune_record as tr
 from core import versions
 from core.families.catalog import find
 from core.families.configs import write_variant
@@ -208,5 +209,5 @@ def test_the_profile_make_setup_tuned_here_fits_this_host() -> None:
     chose (the reviewed configs or a profile)."""
     fits, why = status(REPOSITORY)
     assert fits, why
-    record = hp.read_record(REPOSITORY)
-    assert record is not None and record["host"]["cores"] == hp.Host.current().cores
+    record = tr.read_record(REPOSITORY)
+    assert record is not None and record.host.cores == hp.Host.current().cores

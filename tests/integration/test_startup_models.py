@@ -53,7 +53,8 @@ def health_report(server: TritonServer) -> dict:
 
 
 def on_demand(repository: Path) -> list[str]:
-    return sorted(set(repository_parameters(repository, REVIEWED)) - set(startup_models(repository, REVIEWED)))
+    return sorted(set(repository_parameters(repository, REVIEWED))
+                  - set(startup_models(repository, REVIEWED)))
 
 
 @pytest.mark.timeout(300)
@@ -147,7 +148,8 @@ def test_the_whole_server_holds_within_its_memory_ceiling_under_a_mixed_load(
     whole = total(server_memory(server.process.pid))
     assert whole.rss_mib <= MEMORY_CEILING_MIB, summary(server_memory(server.process.pid))
     reported = health_report(server)["memory"]
-    assert set(reported["by_model"]) == {"tritonserver", *startup_models(server.opts.repository, REVIEWED)}
+    started = startup_models(server.opts.repository, REVIEWED)
+    assert set(reported["by_model"]) == {"tritonserver", *started}
     assert reported["total"]["rss_mib"] == pytest.approx(whole.rss_mib, rel=0.15)
     out = tmr("health", "--url", server.http_url, "--json")
     memory = json.loads(out.stdout)["memory"]

@@ -5,6 +5,7 @@ The tables are this project's measurements: goodput round by round through the r
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from core import host_profile as hp
+from core import tune_record as tr
 from core import variant
 from core.families.catalog import find, served_encoder
 from core.families.configs import write_variant
@@ -261,16 +263,16 @@ def test_an_in_process_variant_has_the_front_run_the_primary_and_keeps_one_encod
 
 def test_the_tuner_times_the_in_process_layout_with_one_front_per_encoder_instance() -> None:
     host = hp.Host("a 16-core bf16 host", ("avx512_bf16",), 16, "bf16")
-    inside = [(fmt, layout) for fmt, _, layout in kinds(host, REVIEWED, MODES["default"])
-              if layout.in_process]
+    inside = [(k.primary, k.layout) for k in kinds(host, REVIEWED, MODES["default"])
+              if k.layout.in_process]
     # OpenVINO at the host's precision and onnxruntime FP32, each inside the fronts
     assert inside == [(fmt, hp.Layout(4, 8, 4, idle_session=False, in_process=True))
                       for fmt in ("openvino", "onnx")]
-    two = {layout for _, _, layout in kinds(replace(host, cores=2), REVIEWED, MODES["quick"])
-           if layout.in_process}
+    two = {k.layout for k in kinds(replace(host, cores=2), REVIEWED, MODES["quick"])
+           if k.layout.in_process}
     assert two == {hp.Layout(2, 2, 2, idle_session=False, in_process=True)}
-    one = {layout for _, _, layout in kinds(replace(host, cores=1), REVIEWED, MODES["quick"])
-           if layout.in_process}
+    one = {k.layout for k in kinds(replace(host, cores=1), REVIEWED, MODES["quick"])
+           if k.layout.in_process}
     assert one == {hp.Layout(1, 1, 2, idle_session=False, in_process=True)}  # never one front
 
 
@@ -286,64 +288,66 @@ def test_the_served_view_routes_startup_and_releases_to_the_profiles_encoder(
     assert "minilm_onnx" not in startup_models(configs, HOST)
 
 
-def record_for(repo: Path, host: hp.Host) -> dict:
-    names = ["embed", "minilm_int8", "minilm_onnx", "minilm_openvino", "minilm_torchscript"]
-    return {"host": {"model": host.model, "flags": list(host.flags), "cores": host.cores},
-            "models": names, "repository_models": hp.model_folders(repo),
-            "reviewed_digest": hp.reviewed_digest(repo, names),
-            "versions": hp.served_versions(repo, names)}
+def record_for(repo: Path, host: hp.Host, profiled: bool = False) -> tr.TuneRecord:
+    """A record as `tmr tune` writes it, fitting `host`, with or without a winner."""
+    names = ("embed", "minilm_int8", "minilm_onnx", "minilm_openvino", "minilm_torchscript")
+    base = replace(BF16_BASE, reviewed=True)
+    choice = tr.FrontChoice("minilm", hp.Verdict.SERVES if profiled
+                            else hp.Verdict.NOTHING_BETTER, "measured", 60.0,
+                            "the standard objective", (base, BF16),
+                            BF16.name if profiled else base.name, {BF16.name: 1.25})
+    return tr.TuneRecord("2026-12-04T01:39", "default", 150.0, host, 2, None, 1536.0, names,
+                         tuple(tr.model_folders(repo)), tr.reviewed_digest(repo, names),
+                         tr.served_versions(repo, names), {"embed": choice})
 
 
 def test_a_profile_is_stale_on_another_cpu_core_count_config_version_or_model(
         configs: Path) -> None:
     host = hp.Host("AMD EPYC", ("avx2", "avx512_bf16"), 2, "bf16")
     record = record_for(configs, host)
-    assert hp.stale_reasons(record, host, configs) == []
-    assert "this host is 'Intel Xeon'" in hp.stale_reasons(
+    assert tr.stale_reasons(record, host, configs) == []
+    assert "this host is 'Intel Xeon'" in tr.stale_reasons(
         record, replace(host, model="Intel Xeon"), configs)[0]
-    assert hp.stale_reasons(record, replace(host, cores=16), configs) == [
+    assert tr.stale_reasons(record, replace(host, cores=16), configs) == [
         "tuned for 2 usable cores, this host has 16"]
     text = (configs / "embed" / "config.pbtxt").read_text()
     (configs / "embed" / "config.pbtxt").write_text(text.replace(
         '"max_tokens" value: { string_value: "256"', '"max_tokens" value: { string_value: "128"'))
-    assert hp.stale_reasons(record, host, configs) == [
+    assert tr.stale_reasons(record, host, configs) == [
         "the reviewed configs changed since it was tuned"]
     (configs / "embed" / "config.pbtxt").write_text(text)
     (configs / "minilm_onnx" / "2").mkdir()
     onnx = (configs / "minilm_onnx" / "config.pbtxt").read_text()
     (configs / "minilm_onnx" / "config.pbtxt").write_text(
         onnx.replace("versions: [ 1 ]", "versions: [ 2 ]"))
-    assert hp.stale_reasons(record, host, configs) == [
+    assert tr.stale_reasons(record, host, configs) == [
         "served versions changed: minilm_onnx v1->v2"]
     (configs / "minilm_onnx" / "config.pbtxt").write_text(onnx)
     shutil.copytree(configs / "minilm_onnx", configs / "mpnet_onnx")
-    assert hp.stale_reasons(record, host, configs) == ["models added since: mpnet_onnx"]
+    assert tr.stale_reasons(record, host, configs) == ["models added since: mpnet_onnx"]
 
 
 def test_a_rollouts_state_and_policy_do_not_make_a_profile_stale(configs: Path) -> None:
     names = ["minilm_onnx"]
-    before = hp.reviewed_digest(configs, names)
+    before = tr.reviewed_digest(configs, names)
     path = configs / "minilm_onnx" / "config.pbtxt"
     path.write_text(path.read_text().replace("versions: [ 1 ]", "versions: [ 1, 2 ]")
                     + 'parameters { key: "rollout" value: { string_value: "{}" } }\n')
-    assert hp.reviewed_digest(configs, names) == before
+    assert tr.reviewed_digest(configs, names) == before
 
 
 def test_an_unreadable_record_says_to_tune_again(tmp_path: Path) -> None:
-    assert hp.read_record(tmp_path) is None
-    (tmp_path / hp.RECORD_FILE).write_text("{not json")
+    assert tr.read_record(tmp_path) is None
+    (tmp_path / tr.RECORD_FILE).write_text("{not json")
     with pytest.raises(hp.ProfileError, match="run `tmr tune` again"):
-        hp.read_record(tmp_path)
+        tr.read_record(tmp_path)
 
 
 def written_profile(repo: Path, host: hp.Host, profiled: bool) -> None:
     """A record as `tmr tune` writes it, fitting `host`, with or without a winner."""
     if profiled:
         profile_openvino(repo)
-    hp.write_record(repo, {**record_for(repo, host), "written_at": "2026-12-04T01:39",
-                           "profiled": ["embed"] if profiled else [],
-                           "fronts": {"embed": {"served": "openvino bf16" if profiled
-                                                else "reviewed", "reason": "measured"}}})
+    tr.write_record(repo, record_for(repo, host, profiled))
 
 
 def test_serve_selects_the_profile_only_where_it_fits(
@@ -380,3 +384,24 @@ def test_serve_refuses_a_stale_profile_with_its_reason_and_exit_2(
     assert main(["serve", "--repository", str(configs), "--no-check"]) == 2
     err = capsys.readouterr().err
     assert "the host profile is stale: tuned for" in err and "`tmr serve --reviewed`" in err
+
+
+def test_the_record_reads_back_as_written(configs: Path) -> None:
+    host = hp.Host("AMD EPYC", ("avx2", "avx512_bf16"), 2, "bf16")
+    record = record_for(configs, host, profiled=True)
+    tr.write_record(configs, record)
+    again = tr.read_record(configs)
+    assert again == record and again.profiled == ["embed"]
+    assert again.fronts["embed"].chosen == BF16
+    assert json.loads((configs / tr.RECORD_FILE).read_text())["fronts"]["embed"]["verdict"] \
+        == "SERVES"
+
+
+def test_a_record_of_an_older_tune_is_unreadable_and_tuned_again(configs: Path) -> None:
+    from server import profile
+
+    (configs / tr.RECORD_FILE).write_text(json.dumps({"host": {"model": "x"}}))
+    with pytest.raises(hp.ProfileError, match="run `tmr tune` again"):
+        tr.read_record(configs)
+    fits, why = profile.status(configs)
+    assert not fits and "unreadable" in why  # `tmr tune --if-stale` measures again
