@@ -147,8 +147,10 @@ def server_states(url: str, model: str) -> tuple[dict, TritonClientError | None]
 
 def version_rows(model_dir: Path, states: dict) -> dict:
     """One model's versions on disk, selected and as the server reports them."""
+    from server.admin_client import ModelState
+
     selected = versions.selected_on_disk(model_dir)
-    ready = sorted(n for n, (s, _) in states.items() if s == "READY")
+    ready = sorted(n for n, (s, _) in states.items() if s == ModelState.READY)
     rows = []
     for version in versions.versions_on_disk(model_dir):
         p = versions.read_provenance(model_dir / str(version)) or {}

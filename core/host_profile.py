@@ -24,7 +24,7 @@ from pathlib import Path
 
 from core.errors import CoreError
 from core.hardware import host_cpu
-from core.settings import EVERY_CORE, LANE_SHARE
+from core.settings import ThreadShare
 
 DEFAULT_MEMORY_BUDGET_MB = 1536.0  # the whole server's RSS, a ceiling (docs/serving.md)
 MIN_MARGIN = 0.02  # a gain under 2% is never taken, however steady the rounds
@@ -79,14 +79,14 @@ def lane_threads(cores: int) -> int:
     return max(1, min(cores // 2, LANE_MAX_THREADS))
 
 
-def in_process_threads(setting: int, cores: int) -> int | None:
+def in_process_threads(setting: ThreadShare, cores: int) -> int | None:
     """The threads of a front's in-process primary for its `in_process_threads` setting
     (core/settings.py) on `cores` usable cores; None: those of one encoder instance."""
-    if setting == EVERY_CORE:
+    if setting.kind == "every_core":
         return cores
-    if setting == LANE_SHARE:
+    if setting.kind == "lane":
         return lane_threads(cores)
-    return setting or None
+    return setting.count if setting.kind == "fixed" else None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from tmr_client import contract
 from tmr_client.contract import (  # noqa: F401  (re-exported for python_backends)
@@ -55,8 +55,31 @@ ENCODER_THREADS = 0
 # and the interactive lanes write them.
 IN_PROCESS_PARAMETER = "primary_in_process"
 IN_PROCESS_THREADS_PARAMETER = "in_process_threads"
-EVERY_CORE = -1  # in_process_threads: every core the process may use
-LANE_SHARE = -2  # in_process_threads: an interactive lane's share (core/host_profile.py)
+
+
+@dataclass(frozen=True)
+class ThreadShare:
+    """How many threads a runtime run in a front's process takes (`in_process_threads`):
+    those of one of the encoder's instances, every usable core, an interactive lane's share
+    (core/host_profile.py lane_threads), or a fixed count; written as "instance",
+    "every_core", "lane" or the count."""
+
+    kind: Literal["instance", "every_core", "lane", "fixed"] = "instance"
+    count: int = 0  # with "fixed"
+
+    @classmethod
+    def parse(cls, raw: str) -> ThreadShare:
+        if raw in ("instance", "every_core", "lane"):
+            return cls(raw)  # type: ignore[arg-type]
+        return cls("fixed", positive_int(raw))
+
+    def __str__(self) -> str:
+        return str(self.count) if self.kind == "fixed" else self.kind
+
+
+INSTANCE_SHARE = ThreadShare()
+EVERY_CORE = ThreadShare("every_core")
+LANE_SHARE = ThreadShare("lane")
 # ModelSettings.cpu_scheduling: its values, and what a front with an interactive lane
 # (the shared path) ships with: bulk work yields to the lane (docs/serving.md#priority-lanes).
 SCHEDULING_PARAMETER = "cpu_scheduling"
@@ -188,9 +211,10 @@ class LadderSettings(ParameterSettings):
     # The front runs its primary encoder's served version in its own process; BLS serves
     # the rest (python_backends/in_process.py). A host profile's choice, never a default.
     primary_in_process: bool = setting(False, written=False)
-    # Its threads: 0 those of one of the encoder's instances, EVERY_CORE, LANE_SHARE (an
-    # interactive lane's: core/host_profile.py in_process_threads), else that many.
-    in_process_threads: int = setting(0, written=False)
+    # Its threads (ThreadShare): one encoder instance's, every core, an interactive lane's
+    # share (core/host_profile.py in_process_threads), or a count.
+    in_process_threads: ThreadShare = setting(  # noqa: RUF009 (a field(); frozen value)
+        INSTANCE_SHARE, ThreadShare.parse, written=False)
 
     @property
     def forced(self) -> int | None:

@@ -48,11 +48,11 @@ def measure(out: Path, seconds: float, models: tuple[str, ...] = (), users: int 
                       == "image_classification" and (not models or {m.front, m.family.name}
                                                      & set(models)))
     with free_port_server(log_path=out / "triton.log", load_all=False, models=models) as server:
-        warm = server_memory(server.process.pid)  # type: ignore[union-attr]
+        warm = server_memory(server.pid)
         run = locust(out, f"http://{server.http_url}", MIXED if images else MIXED[:2],
                      seconds=seconds, count=users, name="mixed",
                      env={"TMR_IMAGE_MODELS": images, "TMR_BULK_ROWS": "16"})
-        loaded = server_memory(server.process.pid)  # type: ignore[union-attr]
+        loaded = server_memory(server.pid)
     return MemoryRun(warm, loaded, seconds,
                      {n: (s.served, s.failures) for n, s in run.stats.items()})
 

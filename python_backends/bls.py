@@ -10,7 +10,7 @@ import numpy as np
 
 from core import messages
 from core.messages import FailureKind
-from python_backends.errors import ChildModelError
+from python_backends.errors import ChildModelError, ErrorCode
 from python_backends.pb import pb_utils
 
 # Child failures that mean "cannot serve now" rather than "broken": the caller may retry
@@ -39,7 +39,8 @@ def child_failure(model: str, message: str) -> ChildModelError:
     """A typed child failure: its kind, and UNAVAILABLE or INTERNAL as its code."""
     kind = messages.kind_of(message)
     return ChildModelError(model, message, kind or FailureKind.OTHER,
-                           "UNAVAILABLE" if kind in UNAVAILABLE_KINDS else "INTERNAL")
+                           ErrorCode.UNAVAILABLE if kind in UNAVAILABLE_KINDS
+                           else ErrorCode.INTERNAL)
 
 
 def bls_infer(model: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str],

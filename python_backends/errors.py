@@ -8,25 +8,36 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from core.messages import FailureKind
+
+
+class ErrorCode(StrEnum):
+    """The Triton error code a failure is answered with: the names of
+    `pb_utils.TritonError`'s codes (python_backends/base.py error_response maps them)."""
+
+    INTERNAL = "INTERNAL"
+    INVALID_ARG = "INVALID_ARG"  # HTTP 400, gRPC INVALID_ARGUMENT
+    UNAVAILABLE = "UNAVAILABLE"  # HTTP 503, gRPC UNAVAILABLE
 
 
 class ModelError(Exception):
     """A per-request failure that is returned to the client, never raised past execute()."""
 
-    code = "INTERNAL"
+    code = ErrorCode.INTERNAL
 
 
 class InvalidInputError(ModelError):
     """The client sent input this model refuses (HTTP 400, gRPC INVALID_ARGUMENT)."""
 
-    code = "INVALID_ARG"
+    code = ErrorCode.INVALID_ARG
 
 
 class UnavailableError(ModelError):
     """The model or one it depends on cannot serve now (HTTP 503, gRPC UNAVAILABLE)."""
 
-    code = "UNAVAILABLE"
+    code = ErrorCode.UNAVAILABLE
 
 
 class ChildModelError(ModelError):
@@ -37,7 +48,7 @@ class ChildModelError(ModelError):
     otherwise."""
 
     def __init__(self, model: str, message: str, kind: FailureKind = FailureKind.OTHER,
-                 code: str = "INTERNAL") -> None:
+                 code: ErrorCode = ErrorCode.INTERNAL) -> None:
         super().__init__(f"model '{model}' failed: {message}")
         self.model = model
         self.child_message = message
@@ -46,4 +57,4 @@ class ChildModelError(ModelError):
 
     @property
     def unavailable(self) -> bool:
-        return self.code == "UNAVAILABLE"
+        return self.code == ErrorCode.UNAVAILABLE

@@ -32,7 +32,7 @@ import numpy as np
 from core import versions
 from core.messages import FailureKind
 from core.variant import REVIEWED, Variant
-from python_backends.errors import ChildModelError
+from python_backends.errors import ChildModelError, ErrorCode
 from python_backends.runners import Runner, RunnerError
 from python_backends.tensor_model import served_runner
 
@@ -99,7 +99,7 @@ class LocalEncoder:
         run = self.run
         if run is None:  # released between the check and the call
             raise ChildModelError(self.name, "in-process encoder was released",
-                                  FailureKind.NOT_READY, "UNAVAILABLE")
+                                  FailureKind.NOT_READY, ErrorCode.UNAVAILABLE)
         try:
             return run(feeds)[self.output]
         except RunnerError as err:  # what the encoder's stub would have answered

@@ -18,6 +18,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypeVar
 
 import numpy as np
@@ -34,18 +35,31 @@ from server import settings
 T = TypeVar("T")
 
 
+class ModelState(StrEnum):
+    """A model version's state in Triton's repository index ("" : listed, never loaded)."""
+
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+    NEVER_LOADED = ""
+
+
+UNLOADED = "unloaded"  # the index's reason for a version unloaded or not (yet) loaded
+
+
 @dataclass(frozen=True)
 class IndexEntry:
     """One row of the repository index: a model (and version, when loaded) and its state."""
 
     name: str
     version: int | None
-    state: str  # READY, UNAVAILABLE, LOADING, UNLOADING, or "" (never loaded)
-    reason: str  # "unloaded" for a version unloaded or not (yet) loaded
+    state: ModelState
+    reason: str  # UNLOADED for a version unloaded or not (yet) loaded
 
     @property
     def unloaded(self) -> bool:
-        return self.state == "UNAVAILABLE" and self.reason == "unloaded"
+        return self.state == ModelState.UNAVAILABLE and self.reason == UNLOADED
 
 
 @dataclass(frozen=True)
@@ -112,17 +126,19 @@ class AdminClient:
         """The repository index (a restricted API)."""
         entries = self._call(self._client.get_model_repository_index, headers=self._admin())
         return [IndexEntry(e["name"], int(e["version"]) if e.get("version") else None,
-                           e.get("state", ""), e.get("reason", "")) for e in entries]
+                           ModelState(e.get("state", "")), e.get("reason", ""))
+                for e in entries]
 
     def ready_models(self) -> list[str]:
         """Sorted names of the models with a READY version."""
-        return sorted({e.name for e in self.index() if e.state == "READY"})
+        return sorted({e.name for e in self.index() if e.state == ModelState.READY})
 
     def idle_models(self) -> list[str]:
         """Sorted names of the repository's models with no READY version (not loaded: on
         demand, core/startup.py)."""
         index = self.index()
-        return sorted({e.name for e in index} - {e.name for e in index if e.state == "READY"})
+        ready = {e.name for e in index if e.state == ModelState.READY}
+        return sorted({e.name for e in index} - ready)
 
     def config(self, model: str) -> mc.ModelConfig:
         """The config the server runs `model` with."""

@@ -231,6 +231,14 @@ class TritonServer(LocalServer):
         except OSError:
             return None
 
+    @property
+    def pid(self) -> int:
+        """The server process's id; ServerStartError before it was started."""
+        if self.process is None:
+            raise ServerStartError(f"the server on port {self.opts.ports.http} was never "
+                                   "started")
+        return self.process.pid
+
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 

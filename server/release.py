@@ -19,7 +19,7 @@ from tmr_client import TritonClientError
 from core import config_edit, versions
 from core.rollout import state_of
 from core.variant import Variant
-from server.admin_client import AdminClient
+from server.admin_client import UNLOADED, AdminClient, ModelState
 from server.errors import ReleaseError
 
 
@@ -52,13 +52,13 @@ def check_candidate(model_dir: Path, version: int) -> None:
                                     "provenance.json (corrupt)")
 
 
-def states_of(admin: AdminClient, model: str) -> dict[int, tuple[str, str]]:
+def states_of(admin: AdminClient, model: str) -> dict[int, tuple[ModelState, str]]:
     """version -> (state, reason) from the repository index."""
     return {e.version: (e.state, e.reason) for e in admin.index()
             if e.name == model and e.version is not None}
 
 
-def index_states(url: str, model: str) -> dict[int, tuple[str, str]]:
+def index_states(url: str, model: str) -> dict[int, tuple[ModelState, str]]:
     """states_of the server at `url`."""
     with AdminClient(url) as admin:
         return states_of(admin, model)
@@ -106,10 +106,10 @@ def wait_serving(target: Target, version: int) -> float:
             states = states_of(admin, target.model)
             state, reason = states.get(version, ("", ""))
             # "unloaded" is the state of a version not (yet) loaded, e.g. before a poll scan.
-            if state == "UNAVAILABLE" and reason and reason != "unloaded":
+            if state == ModelState.UNAVAILABLE and reason and reason != UNLOADED:
                 raise ReleaseError(f"{target.model} version {version} failed to load: {reason}")
-            others = [n for n, (s, _) in states.items() if s == "READY" and n != version]
-            if (state == "READY" and not others
+            others = [n for n, (s, _) in states.items() if s == ModelState.READY and n != version]
+            if (state == ModelState.READY and not others
                     and admin.probe_model(target.model, str(version)).ok):
                 return time.monotonic() - began
             time.sleep(0.25)

@@ -34,7 +34,7 @@ from core.families.catalog import UnknownModelError
 from core.model_config import mc
 from core.variant import Variant
 from server import rollout_judge
-from server.admin_client import AdminClient
+from server.admin_client import UNLOADED, AdminClient, ModelState
 from server.errors import ReleaseError
 from server.prometheus import samples
 from server.release import check_candidate, states_of
@@ -233,11 +233,12 @@ def wait_versions(replicas: list[Replica], model: str, want: set[int], timeout_s
             while True:
                 states = states_of(admin, model)
                 failed = [f"v{n}: {why}" for n, (s, why) in states.items()
-                          if n in want and s == "UNAVAILABLE" and why and why != "unloaded"]
+                          if n in want and s == ModelState.UNAVAILABLE and why
+                          and why != UNLOADED]
                 if failed:
                     raise ReleaseError(f"{model} failed to load on {replica.url}: "
                                        f"{'; '.join(failed)}")
-                ready = {n for n, (s, _) in states.items() if s == "READY"}
+                ready = {n for n, (s, _) in states.items() if s == ModelState.READY}
                 if ready == want and all(admin.probe_model(model, str(n)).ok for n in want):
                     break
                 if time.monotonic() > deadline:

@@ -203,8 +203,7 @@ def example_calls(server: TritonServer) -> list[str]:
 
 def memory_line(server: TritonServer) -> str:
     """What the server holds once its fronts answered, from /proc (core/process_memory)."""
-    assert server.process is not None
-    return f"memory: {summary(server_memory(server.process.pid))}"
+    return f"memory: {summary(server_memory(server.pid))}"
 
 
 def start_watchdog(server: TritonServer, args: ServeOptions) -> Watchdog | None:

@@ -279,8 +279,7 @@ async def memory_round(url: str, front: str, seconds: float = 3.0) -> None:
 
 def memory_by_model(server: TritonServer) -> dict[str, float]:
     """RSS MiB of the server and each model's stubs, once measured."""
-    assert server.process is not None
-    return {name: row.rss_mib for name, row in server_memory(server.process.pid).items()}
+    return {name: row.rss_mib for name, row in server_memory(server.pid).items()}
 
 
 def tune(repository: Path, gate: Gate, mode_name: str = "default",

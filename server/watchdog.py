@@ -31,7 +31,7 @@ from tmr_client import DeadlineExceededError, TritonClientError, UnavailableErro
 from core import messages
 from core.messages import FailureKind
 from core.probes import ProbeTarget
-from server.admin_client import AdminClient, Check, IndexEntry
+from server.admin_client import AdminClient, Check, IndexEntry, ModelState
 from server.prometheus import samples
 
 log = logging.getLogger("tmr.watchdog")
@@ -185,7 +185,7 @@ class Watchdog(threading.Thread):
         return list(self.targets.values())
 
     def _follow(self, admin: AdminClient, entry: IndexEntry) -> None:
-        if entry.state == "READY" and entry.name not in self.targets:
+        if entry.state == ModelState.READY and entry.name not in self.targets:
             found = admin.probe_targets([entry.name])
             if found:
                 self.targets[entry.name] = found[0]

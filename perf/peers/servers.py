@@ -199,10 +199,9 @@ def triton_embed(log_path: Path) -> Iterator[Running]:
     one embedding model is compared with), asked through the text model's front."""
     model = text_model()
     with free_port_server(log_path=log_path, models=(model.family.name,)) as server:
-        assert server.process is not None
         yield Running("embed", f"`{model.front}` on Triton (this project)",
                       f"http://{server.http_url}", kserve(model.front), triton_versions(),
-                      server.process.pid)
+                      server.pid)
 
 
 @contextmanager
@@ -215,10 +214,9 @@ def triton_bare(log_path: Path) -> Iterator[Running]:
     with tempfile.TemporaryDirectory(prefix="tmr-bare-") as tmp:
         repo = build_repository(Path(tmp), [], text_only=True, fixtures=[BARE])
         with free_port_server(repo, log_path) as server:
-            assert server.process is not None
-            yield Running("bare", f"`{BARE}` on Triton: one stub, no BLS hop (the floor)",
+                yield Running("bare", f"`{BARE}` on Triton: one stub, no BLS hop (the floor)",
                           f"http://{server.http_url}", kserve(BARE), triton_versions(),
-                          server.process.pid)
+                          server.pid)
 
 
 def triton_versions() -> dict[str, str]:

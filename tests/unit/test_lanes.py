@@ -24,6 +24,7 @@ from core.settings import (
     LANE_SHARE,
     LadderSettings,
     ModelSettings,
+    ThreadShare,
 )
 from core.versions import config_files, parse_config
 from tests.conftest import REPOSITORY
@@ -74,5 +75,5 @@ def test_a_lane_takes_half_the_cores_so_a_saturated_lane_leaves_the_shared_path_
     assert lane_threads(cores) == threads
     assert in_process_threads(LANE_SHARE, cores) == threads
     assert in_process_threads(EVERY_CORE, cores) == cores
-    assert in_process_threads(0, cores) is None  # those of one encoder instance
-    assert in_process_threads(3, cores) == 3
+    assert in_process_threads(ThreadShare(), cores) is None  # one encoder instance's
+    assert in_process_threads(ThreadShare.parse("3"), cores) == 3
