@@ -224,7 +224,7 @@ class LadderSettings(ParameterSettings):
 
 @dataclass(frozen=True)
 class TextFrontSettings(ParameterSettings):
-    """A text front's input limits (python_backends/tokenization.py) and call grouping."""
+    """A text front's input limits (runtime/tokenization.py) and call grouping."""
 
     max_tokens: int = setting(256, positive_int)  # `tmr add` writes the model's own
     normalize: bool = True  # its encoder L2-normalises (`tmr add` writes the model's own)
@@ -250,7 +250,7 @@ class TextFrontSettings(ParameterSettings):
 @dataclass(frozen=True)
 class ImageFrontSettings(ParameterSettings):
     """An image front's answer (python_backends/classify.py); the preprocessing is the
-    model's own (python_backends/images.py ImageSpec, from its source)."""
+    model's own (runtime/images.py ImageSpec, from its source)."""
 
     top_k: int = setting(5, positive_int)  # classes a request gets unless it asks
 

@@ -1,6 +1,6 @@
 """An eager PyTorch reference for long texts, independent of the served path.
 
-The served `chunk` policy (python_backends/tokenization.py) cuts a text's tokens into
+The served `chunk` policy (runtime/tokenization.py) cuts a text's tokens into
 overlapping windows, the encoder embeds each one, and the front pools them. This module
 computes the same thing another way: Hugging Face's own sliding window
 (`return_overflowing_tokens` with `stride` = the overlap, `max_length` = the model's

@@ -26,7 +26,7 @@ import numpy as np
 from core import versions
 from core.families import family
 from core.families.configs import encoder_spec, parameters_of
-from python_backends.runners import Runner, artifact_runner
+from runtime.runners import Runner, artifact_runner
 
 PERF_ROUNDS = 8  # at least; more until each runner has been timed for PERF_MIN_SECONDS
 PERF_MIN_SECONDS = 2.0

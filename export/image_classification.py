@@ -3,7 +3,7 @@
 An image model's source is a folder whose `source.py` says what only that model knows
 (its network's code, its preprocessing, its data), so the family's code names no model:
 
-    IMAGE                  its preprocessing: python_backends.images.ImageSpec's parameters
+    IMAGE                  its preprocessing: runtime.images.ImageSpec's parameters
     network()              the network in eval mode: forward(pixels [B, C, H, W]) -> logits
     labels()               one name per class
     calibration(spec)      float32 [N, C, H, W]: representative inputs, preprocessed as served
@@ -47,8 +47,8 @@ from export.parity import check_max_abs_diff, max_abs_diff
 from export.quality import Judgement, top1_quality
 from export.signature import signature
 from export.static_int8 import DEFAULT_CONFIG, BatchCalibrationReader, quantize_int8
-from python_backends.images import ImageSpec
-from python_backends.runners import Runner, onnx_runner, torchscript_runner
+from runtime.images import ImageSpec
+from runtime.runners import Runner, onnx_runner, torchscript_runner
 
 log = logging.getLogger(__name__)
 FAMILY = IMAGE_CLASSIFICATION

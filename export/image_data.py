@@ -1,6 +1,6 @@
 """Helpers the image models' sources use for their data (nothing here knows a model).
 
-Images go through the serving path (`python_backends.images`) so an export measures what
+Images go through the serving path (`runtime.images`) so an export measures what
 Triton will compute: photos are JPEG-encoded, decoded by `decode_image` and preprocessed
 by `ImageBatchBuffer`; raw pixel arrays go through `preprocess_into`. Photos come from
 scikit-image's bundled pictures, so nothing is downloaded.
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 
-from python_backends.images import ImageBatchBuffer, ImageSpec, preprocess_into
+from runtime.images import ImageBatchBuffer, ImageSpec, preprocess_into
 
 
 def package_dir(package: str) -> Path:
@@ -54,7 +54,7 @@ def photo(name: str) -> Image.Image:
 def encode_jpeg(image: Image.Image, quality: int = 90) -> bytes:
     """JPEG bytes of an image as a client would send them (alpha composited onto white)."""
     if image.mode not in ("L", "RGB"):
-        from python_backends.images import on_white
+        from runtime.images import on_white
 
         image = on_white(image)
     buffer = io.BytesIO()

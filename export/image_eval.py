@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from python_backends.images import top_k
+from runtime.images import top_k
 
 
 def top1_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:

@@ -23,7 +23,7 @@ import numpy as np
 
 from core.hardware import FP32, host_cpu
 from export.errors import ExportCheckError
-from python_backends.runners import Runner, openvino_runner
+from runtime.runners import Runner, openvino_runner
 
 FORMAT = "openvino"
 

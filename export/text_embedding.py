@@ -44,7 +44,7 @@ from export.quality import Judgement, cosine_quality
 from export.quiet import quiet_export
 from export.signature import signature
 from export.timing import median_ms
-from python_backends.runners import Runner, onnx_runner, torchscript_runner
+from runtime.runners import Runner, onnx_runner, torchscript_runner
 
 log = logging.getLogger(__name__)
 progress_log = logging.getLogger("export.progress")  # shown without -v (cli/export.py)
@@ -177,7 +177,7 @@ def load_tokenizer(facts: ModelFacts) -> Tokenizer:
 
 def encode(tokenizer: Tokenizer, texts: list[str], pad_id: int) -> tuple[np.ndarray, ...]:
     """input_ids and attention_mask, int64 [B, L], padded to the longest text."""
-    from python_backends.tokenization import pad_batch
+    from runtime.tokenization import pad_batch
 
     return pad_batch([e.ids for e in tokenizer.encode_batch(list(texts))], pad_id)
 

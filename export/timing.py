@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from python_backends.runners import Runner
+from runtime.runners import Runner
 
 
 def median_ms(run: Runner, feeds: dict[str, np.ndarray], runs: int = 10, warmup: int = 2) -> float:

@@ -8,7 +8,7 @@ comes closest to the family's warmup length without passing it; for images, the 
 image, as its raw bytes. Its encoders' samples are what the front makes of that input:
 the text's token ids from the front's own tokenizer, padded to the warmup length with the
 tokenizer's pad id (mask 0), or the image preprocessed by the front's own code
-(python_backends/images.py). The files go into the front's `warmup/` folder; each encoder's
+(runtime/images.py). The files go into the front's `warmup/` folder; each encoder's
 `warmup/` is a relative link to it, so the repository holds one copy per model (an
 EfficientNet-Lite0 pixel tensor is 588 KiB).
 
@@ -66,7 +66,7 @@ def text_feeds(repository: Path, model: FamilyModel, texts: list[str],
                length: int = 0) -> dict[str, np.ndarray]:
     """The encoder's inputs for `texts` as the front tokenizes them: token ids and mask,
     padded with the tokenizer's pad id to the longest text, or to `length`."""
-    from python_backends.tokenization import TextEncoder, pad_batch
+    from runtime.tokenization import TextEncoder, pad_batch
 
     tokenizer = TextEncoder(front_artifact(repository, model.front))
     ids, mask = pad_batch(tokenizer.token_ids(texts), tokenizer.pad_id)
@@ -77,7 +77,7 @@ def text_feeds(repository: Path, model: FamilyModel, texts: list[str],
 
 def image_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str, np.ndarray]:
     """The encoder's input for one encoded image as the front preprocesses it."""
-    from python_backends.images import ImageBatchBuffer, ImageSpec
+    from runtime.images import ImageBatchBuffer, ImageSpec
 
     config = versions.read_config_json(repository / model.front)
     pixels = ImageBatchBuffer(ImageSpec.from_config(config), 1).fill([image])
@@ -86,7 +86,7 @@ def image_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str,
 
 def text_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
     """TEXT, and its token ids and mask padded to the family's warmup length."""
-    from python_backends.tokenization import TextEncoder
+    from runtime.tokenization import TextEncoder
 
     length = model.family.serving.warmup.tokens
     texts = client_inputs(model)

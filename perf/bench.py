@@ -123,9 +123,9 @@ class BenchRun:
 
 
 def _worker(onnx_path: str, front: str, batch: int, seconds: float, queue: mp.Queue) -> None:
-    from python_backends.batching import length_buckets
-    from python_backends.runners import onnx_session
-    from python_backends.tokenization import pad_batch
+    from runtime.batching import length_buckets
+    from runtime.runners import onnx_session
+    from runtime.tokenization import pad_batch
 
     session = onnx_session(onnx_path, 1)
     encoder = tokenizer(DEFAULT_REPOSITORY, front)

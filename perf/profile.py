@@ -49,7 +49,7 @@ from server.stamp import run_dir, write_report
 
 INPUTS = goodput.INPUTS / TEXT_EMBEDDING.perf_inputs
 OTHERS = "rest of the machine (perf_analyzer, OS)"
-OWN_CODE = ("python_backends/", "perf/stub_fixtures/", "core/")  # code we wrote, in the stubs
+OWN_CODE = ("python_backends/", "runtime/", "perf/stub_fixtures/", "core/")  # ours, in the stubs
 PY_SPY = Path(sys.executable).parent / "py-spy"  # the venv's, from the dev extra
 
 

@@ -14,7 +14,7 @@ from core.config_edit import Change
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import FamilyModel, catalog, find
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from python_backends.tokenization import TextEncoder
+from runtime.tokenization import TextEncoder
 from server.goodput import input_texts
 
 

@@ -21,11 +21,11 @@ from core.settings import ModelSettings
 from core.variant import REVIEWED, Variant
 from python_backends import bls, diagnostics, metrics
 from python_backends.cpu_priority import lower
-from python_backends.errors import ModelError
 from python_backends.gc_pauses import apply_policy
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BatchFacts, BatchLog
 from python_backends.warmup import WarmupRuns
+from runtime.errors import ModelError
 
 
 class BaseModel:

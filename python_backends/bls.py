@@ -10,8 +10,8 @@ import numpy as np
 
 from core import messages
 from core.messages import FailureKind
-from python_backends.errors import ChildModelError, ErrorCode
 from python_backends.pb import pb_utils
+from runtime.errors import ChildModelError, ErrorCode
 
 # Child failures that mean "cannot serve now" rather than "broken": the caller may retry
 # elsewhere. BLS reports every child failure as INTERNAL, so the kind comes from the

@@ -5,8 +5,8 @@ Each row of IMAGE is an encoded JPEG, PNG or WebP (an animated WebP serves its f
 frame): raw bytes (a binary tensor), its base64 text, or a base64 data URL
 (`data:image/webp;base64,...`, as a browser's canvas writes it); JSON cannot carry bytes.
 A row that starts `data:` is always read as a data URL, whose declared type must agree with
-its bytes (python_backends/image_inputs.py). Every image of a dynamic batch is decoded, checked and
-preprocessed into its row of a buffer allocated once at start (python_backends/images.py);
+its bytes (runtime/image_inputs.py). Every image of a dynamic batch is decoded, checked and
+preprocessed into its row of a buffer allocated once at start (runtime/images.py);
 a bad image fails its own request with INVALID_ARG naming the row, and the rest of the
 batch is served. The batch then goes through the degradation ladder
 (python_backends/front.py) to the encoder, whose logits become the `top_k` best classes
@@ -34,11 +34,11 @@ from core.families.spec import SERVED_BY
 from core.messages import row_ref
 from core.settings import TOP_K, ImageFrontSettings
 from python_backends.base import BaseModel, error_response, input_array, ok_response
-from python_backends.errors import InvalidInputError
 from python_backends.front import ONE_CALL, Prepared, strings_array
 from python_backends.front_warmup import WarmedRouter
-from python_backends.image_inputs import image_bytes
-from python_backends.images import ImageBatchBuffer, ImageSpec, top_k
+from runtime.errors import InvalidInputError
+from runtime.image_inputs import image_bytes
+from runtime.images import ImageBatchBuffer, ImageSpec, top_k
 
 IMAGE_INPUT = IMAGE.name
 ENCODER_INPUT = PIXEL_VALUES.name

@@ -24,7 +24,7 @@ from python_backends.base import BaseModel, ok_response
 from python_backends.front import Prepared, strings_array
 from python_backends.front_warmup import WarmedRouter
 from python_backends.text_model import TextInputs, TextRequest
-from python_backends.tokenization import pad_batch, pool_windows, row_digest
+from runtime.tokenization import pad_batch, pool_windows, row_digest
 
 ENCODER_INPUTS = tuple(t.name for t in ENCODER_TENSORS)  # token ids, attention mask
 

@@ -52,11 +52,11 @@ from python_backends.degradation import (
     ladder,
     throttled,
 )
-from python_backends.errors import ChildModelError, ModelError, UnavailableError
 from python_backends.front_metrics import FrontMetrics
 from python_backends.in_process import LocalEncoder, OnDemand
 from python_backends.rollout_traffic import RolloutTraffic
 from python_backends.routing import Plan, RoutedRequest, plan_batch
+from runtime.errors import ChildModelError, ModelError, UnavailableError
 
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
 VERSION_REFRESH_S = 1.0  # how stale the version in SERVED_BY may be after a release

@@ -30,7 +30,7 @@ from core.startup import repository_parameters, required_models
 from core.versions import served_config
 from python_backends.base import BaseModel, ok_response
 from python_backends.bls import bls_infer, is_loaded
-from python_backends.errors import ModelError
+from runtime.errors import ModelError
 
 NEEDED = "not loaded, yet a loaded front needs it (its front or lane, or its BLS encoder)"
 

@@ -5,7 +5,7 @@ On few cores the path around a fast encoder costs as much as the encoder: a BLS 
 a round trip through Triton's core, the encoder's batcher and a second stub; and each stub
 is a process that holds its own Python, numpy and runtime (about 60 MB before a weight).
 So a front may run an encoder's served version itself, with the same artifact, precision
-and runtime as the encoder's instances (tensor_model.served_runner):
+and runtime as the encoder's instances (runtime/served.py served_runner):
 
 - the primary (`primary_in_process`): an interactive lane always, a host profile where it
   measured faster; loaded at setup and kept;
@@ -32,9 +32,9 @@ import numpy as np
 from core import versions
 from core.messages import FailureKind
 from core.variant import REVIEWED, Variant
-from python_backends.errors import ChildModelError, ErrorCode
-from python_backends.runners import Runner, RunnerError
-from python_backends.tensor_model import served_runner
+from runtime.errors import ChildModelError, ErrorCode
+from runtime.runners import Runner, RunnerError
+from runtime.served import served_runner
 
 RELEASE_AFTER_S = 60.0  # an on-demand encoder goes once level 0 has held this long
 

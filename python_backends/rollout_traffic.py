@@ -29,8 +29,8 @@ from core.rollout import (
     RolloutState,
     to_candidate,
 )
-from python_backends.errors import ChildModelError
 from python_backends.metrics import Counter, CounterFamily, Gauge, Histogram
+from runtime.errors import ChildModelError
 
 Call = Callable[[int], np.ndarray]  # an encoder call pinned to a version
 Agreement = Callable[[np.ndarray, np.ndarray], np.ndarray]  # per-row score of two outputs

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from python_backends.batching import length_buckets
 from python_backends.degradation import Level, ResponseCache
+from runtime.batching import length_buckets
 
 OUT_OF_SERVICE = "out of service"
 

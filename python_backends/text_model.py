@@ -1,5 +1,5 @@
 """The shared front half of the text models: validate, tokenize and fit every request of a
-batch to the model's length (python_backends/tokenization.py), and count its tokens."""
+batch to the model's length (runtime/tokenization.py), and count its tokens."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 from core.families.text_embedding import TEXT
 from core.settings import TextFrontSettings
 from python_backends.base import BaseModel, error_response, input_array
-from python_backends.errors import InvalidInputError
 from python_backends.metrics import Counter, CounterFamily, Histogram
-from python_backends.tokenization import (
+from runtime.errors import InvalidInputError
+from runtime.tokenization import (
     FittedText,
     TextEncoder,
     TextLimits,

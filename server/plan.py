@@ -38,11 +38,10 @@ from pathlib import Path
 import numpy as np
 
 from core import versions
-from core.families.catalog import FamilyModel, find
-from core.families.configs import encoder_spec
+from core.families.catalog import find
 from core.files import write_atomically
 from core.paths import PROJECT_ROOT
-from python_backends.runners import Runner, artifact_runner
+from runtime.served import served_runner
 from server import perf_analyzer
 from server.perf_analyzer import PerfRow, counts, load_rows
 from server.planning import (
@@ -66,27 +65,11 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def served_runner(repository: Path, model: FamilyModel, fmt: str, threads: int) -> Runner:
-    """The format's served version in-process, as its backend runs it (at its config's
-    precision), with its one output named as the family's (TorchScript's suffix dropped)."""
-    fam, folder = model.family, repository / model.encoder(fmt)
-    output = fam.contract.encoder_output.name
-    run = artifact_runner(versions.artifact_file(folder), fam.format(fmt).runtime, threads,
-                          [t.name for t in fam.contract.encoder_inputs],
-                          [output + fam.format(fmt).output_suffix],
-                          precision=encoder_spec(versions.read_config(folder)).precision)
-
-    def call(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {output: next(iter(run(feeds).values()))}
-
-    return call
-
-
 def measure(model_dir: Path, seconds: float = 1.0) -> list[BatchPoint]:
     model = find(model_dir.parent, model_dir.name)
-    fmt = model.family.split_encoder_name(model_dir.name)[1]
-    threads = encoder_spec(versions.read_config(model_dir)).threads
-    forward = served_runner(model_dir.parent, model, fmt, threads)
+    # the model as its reviewed config runs it: runtime/served.py, what its instances run
+    forward = served_runner(versions.read_config_json(model_dir),
+                            model_dir / str(versions.served_version(model_dir)))
     ids_name, mask_name = (t.name for t in model.family.contract.encoder_inputs)
     idle = peak_rss_mb()
     points = []

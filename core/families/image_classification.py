@@ -5,7 +5,7 @@ encoded JPEG, PNG or WebP per row, an animated WebP served as its first frame: r
 in a binary tensor, or in JSON base64 text or a base64 data URL) in; CLASS_IDS, LABELS
 and PROBABILITIES of the `top_k` best classes, and SERVED_BY, out. It decodes, applies
 the EXIF orientation, converts to the model's colour mode, resizes, crops and normalises
-into a preallocated batch buffer (python_backends/images.py), with the labels in its
+into a preallocated batch buffer (runtime/images.py), with the labels in its
 version folder. Encoders: the network's logits for `pixel_values`, as
 ONNX FP32, TorchScript FP32 and ONNX INT8 by static quantization calibrated on the
 model's own representative images; the gate compares top-1 (accuracy where the

@@ -86,7 +86,7 @@ class Format:
 
     @property
     def runtime(self) -> str:
-        """What runs the artifact in-process (python_backends.runners.artifact_runner)."""
+        """What runs the artifact in-process (runtime.runners.artifact_runner)."""
         return self.backend or "pytorch"
 
 

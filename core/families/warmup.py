@@ -9,7 +9,7 @@ Triton's serialized elements: each one's 4-byte little-endian length, then its b
 sample that fails fails the instance, and with it the load.
 
 So the samples are real inputs, never random ones (the text encoders refuse token ids past
-the vocabulary, python_backends/input_limits.py): a typical text, its token ids, a real
+the vocabulary, runtime/input_limits.py): a typical text, its token ids, a real
 image and its preprocessed pixels, written by `export/warmup.py` into the front model's
 `warmup/` folder, which its encoders' `warmup/` folders link to. Each file is named after
 the input it feeds.

@@ -16,9 +16,9 @@ from core.params import IDLE_THREADS_PARAMETER, ORT_THREADS_PARAMETER, parameter
 from core.settings import ENCODER_THREADS, BackendSettings
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
 from python_backends.embed import EmbedModel
-from python_backends.errors import ModelError
 from python_backends.front import Encoder
-from python_backends.runners import onnx_runner
+from runtime.errors import ModelError
+from runtime.runners import onnx_runner
 
 
 class BareEmbedModel(EmbedModel):

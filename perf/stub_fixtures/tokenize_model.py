@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from python_backends.base import BaseModel, ok_response
-from python_backends.batching import split_outputs
 from python_backends.embed import ENCODER_INPUTS
 from python_backends.text_model import TextInputs
-from python_backends.tokenization import pad_batch
+from runtime.batching import split_outputs
+from runtime.tokenization import pad_batch
 
 
 class TokenizeModel(BaseModel):

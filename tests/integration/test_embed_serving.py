@@ -14,7 +14,7 @@ import pytest
 from tmr_client import AsyncClient, Client
 
 from core.families import TEXT_EMBEDDING
-from python_backends.tokenization import TextEncoder, pad_batch
+from runtime.tokenization import TextEncoder, pad_batch
 from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import http_post
 

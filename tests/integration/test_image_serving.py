@@ -25,7 +25,7 @@ from tmr_client import (
     RequestTooLargeError,
 )
 
-from python_backends.images import ImageBatchBuffer, ImageSpec, softmax
+from runtime.images import ImageBatchBuffer, ImageSpec, softmax
 from tests.conftest import REPOSITORY
 from tests.image_samples import (
     animated_webp,

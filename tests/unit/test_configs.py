@@ -31,7 +31,7 @@ from core.families.configs import (
 from core.paths import DEFAULT_REPOSITORY as REPO
 from core.paths import PROJECT_ROOT
 from core.settings import LadderSettings, ParameterSettings
-from python_backends import images
+from runtime import images
 
 CPU_CORES = 2  # this machine's cores: CPU encoders must not oversubscribe them
 MAIN_CONFIGS = sorted(REPO.glob("*/config.pbtxt"))
@@ -224,7 +224,7 @@ def test_onnx_export_graph_names_equal_the_configs(path):
         assert [o.name for o in graph.output] == [t.name for t in cfg.output], export
 
 
-SETTINGS = ParameterSettings.__subclasses__()  # core/settings.py and python_backends.images
+SETTINGS = ParameterSettings.__subclasses__()  # core/settings.py and runtime.images
 assert images.ImageSpec in SETTINGS
 
 
@@ -241,7 +241,8 @@ def keys_read_by_code() -> set[str]:
     `IDLE_THREADS_PARAMETER = "key"`). Other literal dict keys (the families' gates) are
     definitions, not reads."""
     read = {key for cls in SETTINGS for key in cls.parameter_keys()}
-    for _, tree in python_files("core", "python_backends", "server", "export", "perf", "cli"):
+    for _, tree in python_files("core", "runtime", "python_backends", "server", "export", "perf",
+                                "cli"):
         for node in ast.walk(tree):
             values: list[ast.AST] = []
             if isinstance(node, ast.Call):
@@ -269,7 +270,7 @@ def test_every_parameter_a_config_sets_is_read_by_some_code():
 def parameter_calls() -> list[tuple[str, ast.Call]]:
     """Every `parameter(config, key, default, cast)` call of the stub side and core."""
     return [(f"{path.relative_to(PROJECT_ROOT)}:{node.lineno}", node)
-            for path, tree in python_files("core", "python_backends")
+            for path, tree in python_files("core", "runtime", "python_backends")
             for node in ast.walk(tree) if isinstance(node, ast.Call)
             and getattr(node.func, "id", getattr(node.func, "attr", None)) == "parameter"]
 
@@ -300,7 +301,8 @@ def names_used(tree: ast.AST) -> set[str]:
 
 @pytest.mark.parametrize("cls", SETTINGS, ids=lambda c: c.__name__)
 def test_every_settings_class_is_parsed_by_the_stub_side_and_each_field_is_read(cls):
-    stub = set().union(*(names_used(tree) for _, tree in python_files("python_backends")))
+    stub = set().union(*(names_used(tree) for _, tree in python_files("python_backends",
+                                                                      "runtime")))
     core = set().union(*(names_used(tree) for _, tree in python_files("core")))
     assert cls.__name__ in stub, f"no stub code reads {cls.__name__}"
     assert set(cls.parameter_keys()) - (stub | core) == set(), "settings fields no code reads"

@@ -15,10 +15,11 @@ from core.paths import PROJECT_ROOT
 LAYERS: dict[str, set[str]] = {
     "tmr_client": set(),
     "core": {"tmr_client"},
-    "python_backends": {"core"},
-    "export": {"core", "python_backends"},
-    "server": {"tmr_client", "core", "python_backends"},
-    "perf": {"tmr_client", "core", "python_backends", "export", "server"},
+    "runtime": {"core"},  # the library the stubs, export, server and perf run in-process
+    "python_backends": {"core", "runtime"},
+    "export": {"core", "runtime"},
+    "server": {"tmr_client", "core", "runtime"},
+    "perf": {"tmr_client", "core", "runtime", "python_backends", "export", "server"},
     "cli": {"tmr_client", "core", "export", "server"},
 }
 PACKAGES = set(LAYERS) | {"tests"}
@@ -94,7 +95,7 @@ def test_every_declared_edge_is_used():
 
 def test_a_models_source_plugin_imports_only_the_export_layer_and_below():
     """model_repository/*/source/source.py: loaded by path by `tmr export` and `tmr add`."""
-    allowed = {"tmr_client", "core", "python_backends", "export"}
+    allowed = {"tmr_client", "core", "runtime", "export"}
     plugins = sorted((PROJECT_ROOT / "model_repository").glob("*/source/source.py"))
     assert plugins
     wrong = [f"{path.relative_to(PROJECT_ROOT)}:{line} -> {target}"
@@ -126,7 +127,8 @@ def test_the_packages_import_each_other_in_no_cycle():
 def test_the_declared_layers_are_acyclic_and_cover_every_package():
     on_disk = {p.parent.name for p in PROJECT_ROOT.glob("*/__init__.py")}
     assert on_disk == {FOLDERS.get(p, p) for p in PACKAGES}
-    order = ["tmr_client", "core", "python_backends", "export", "server", "perf", "cli"]
+    order = ["tmr_client", "core", "runtime", "python_backends", "export", "server", "perf",
+             "cli"]
     for i, package in enumerate(order):
         assert LAYERS[package] <= set(order[:i]), package
 

@@ -12,7 +12,7 @@ RAW = (
     "_encode (python_backends/embed.py:190);bls_infer (python_backends/bls.py:30);"
     "exec (triton_python_backend_utils.py:9) 30\n"
     "<module> (model.py:1);execute (python_backends/base.py:40);"
-    "token_ids (python_backends/tokenization.py:108) 10\n"
+    "token_ids (runtime/tokenization.py:108) 10\n"
     "garbage line\n"
 )
 

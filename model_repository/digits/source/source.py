@@ -21,7 +21,7 @@ import torch
 
 from export.image_classification import Evaluation
 from export.image_data import package_dir, pixel_inputs
-from python_backends.images import ImageSpec
+from runtime.images import ImageSpec
 
 IMAGE = {"color_mode": "L", "resize": "28", "crop": "28", "value_range": "1",
          "mean": "0.1307", "std": "0.3081", "max_image_bytes": "1048576",

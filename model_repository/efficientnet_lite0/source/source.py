@@ -23,7 +23,7 @@ import torch
 
 from export.image_classification import Evaluation, Sanity
 from export.image_data import package_dir, photo, photo_inputs, views_of
-from python_backends.images import ImageSpec
+from runtime.images import ImageSpec
 
 IMAGE = {"color_mode": "RGB", "resize": "256", "crop": "224", "value_range": "255",
          "mean": "127", "std": "128", "max_image_bytes": "16777216", "max_pixels": "40000000",

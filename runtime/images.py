@@ -21,7 +21,7 @@ Accepted: JPEG, PNG and WebP (lossy, lossless, with alpha), the spec's `image_fo
 animated WebP is served as its first frame, the only one decoded, on its canvas (whose size
 max_pixels limits, read from the header before libwebp allocates it). Other formats are
 named by their first bytes and refused; how a row becomes the bytes decoded here (raw,
-base64 or a data URL) and how a format is named: python_backends/image_inputs.py.
+base64 or a data URL) and how a format is named: runtime/image_inputs.py.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from PIL import ExifTags, Image, ImageOps
 from core.messages import row_ref
 from core.params import ConfigError, one_of, positive_int
 from core.settings import ParameterSettings, setting
-from python_backends.errors import InvalidInputError, ModelError
-from python_backends.image_inputs import describe, either, sniff_format, webp_canvas
+from runtime.errors import InvalidInputError, ModelError
+from runtime.image_inputs import describe, either, sniff_format, webp_canvas
 
 COLOR_MODES = ("L", "RGB")
 ColorMode = Literal["L", "RGB"]

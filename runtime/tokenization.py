@@ -37,7 +37,7 @@ from core.settings import (
     OverlengthPolicy,
     TextFrontSettings,
 )
-from python_backends.errors import InvalidInputError
+from runtime.errors import InvalidInputError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import binascii
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from python_backends.errors import InvalidInputError
+from runtime.errors import InvalidInputError
 
 # Magic numbers of common formats, to say what a refused file is (RIFF, ftyp, markup below).
 MAGIC: tuple[tuple[bytes, str], ...] = (
