@@ -4,7 +4,10 @@ server/plan.py, which take the typed options built here."""
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cli.names import ENCODER, resolve_name
 from cli.options import (
@@ -35,6 +38,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_capacity(verbs)
 
 
+def shown(text_of: Callable[[Any], str]) -> Callable[[Any], int]:
+    """A verb that prints what the server layer's function returns (server/ prints none)."""
+    def run(opts: Any) -> int:
+        print(text_of(opts))
+        return 0
+    return run
+
+
+def check_command(opts: Any) -> int:
+    """The ratios on stdout, each regression on stderr; exit 1 when there is one."""
+    from server.sweep import check_result
+
+    text, problems = check_result(opts)
+    print(text)
+    for problem in problems:
+        print(f"REGRESSION {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
 def verb(verbs: argparse._SubParsersAction, name: str, summary: str, run: object,
          make: object) -> argparse.ArgumentParser:
     parser = verbs.add_parser(name, help=summary, description=summary,
@@ -60,7 +82,7 @@ def add_p99_budget(parser: argparse.ArgumentParser) -> None:
 
 
 def add_sweep(verbs: argparse._SubParsersAction) -> None:
-    from server.sweep import SweepOptions, cmd_sweep
+    from server.sweep import SweepOptions, sweep_report
 
     def make(a: argparse.Namespace) -> SweepOptions:
         url, protocol = parse_url(a.url, a.protocol, "grpc") if a.url else (
@@ -69,7 +91,7 @@ def add_sweep(verbs: argparse._SubParsersAction) -> None:
                        protocol=protocol, p99_budget_ms=ms(a.p99_budget_s),
                        interval_ms=round(ms(a.interval_s)))
 
-    parser = verb(verbs, "sweep", "sweep concurrency for a model", cmd_sweep, make)
+    parser = verb(verbs, "sweep", "sweep concurrency for a model", shown(sweep_report), make)
     add_model(parser, default=text_front(), optional=True,
               help="the model perf_analyzer calls")
     add_server(parser, protocol="grpc", start_own=True)
@@ -83,13 +105,13 @@ def add_sweep(verbs: argparse._SubParsersAction) -> None:
 
 
 def add_compare_and_check(verbs: argparse._SubParsersAction) -> None:
-    from server.sweep import CheckOptions, CompareOptions, cmd_check, cmd_compare
+    from server.sweep import CheckOptions, CompareOptions, compare_text
 
-    parser = verb(verbs, "compare", "B against A, level by level", cmd_compare,
+    parser = verb(verbs, "compare", "B against A, level by level", shown(compare_text),
                   lambda a: options(CompareOptions, a))
     parser.add_argument("a", type=Path, metavar="A", help="the earlier sweep result")
     parser.add_argument("b", type=Path, metavar="B", help="the later sweep result")
-    parser = verb(verbs, "check", "a result against its checked-in baseline", cmd_check,
+    parser = verb(verbs, "check", "a result against its checked-in baseline", check_command,
                   lambda a: options(CheckOptions, a))
     parser.add_argument("result", type=Path, metavar="RESULT", help="a sweep result")
     parser.add_argument("--baseline", type=Path, default=None,
@@ -101,9 +123,10 @@ def add_compare_and_check(verbs: argparse._SubParsersAction) -> None:
 
 
 def add_plan(verbs: argparse._SubParsersAction) -> None:
-    from server.plan import PlanOptions, cmd_plan
+    from server.plan import PlanOptions, plan_report
 
-    parser = verb(verbs, "plan", "derive max/preferred batch and queue delay", cmd_plan,
+    parser = verb(verbs, "plan", "derive max/preferred batch and queue delay",
+                  shown(plan_report),
                   lambda a: options(PlanOptions, a, latency_budget_ms=ms(a.latency_budget_s),
                                     model=resolve_name(a.repository, a.model, ENCODER)))
     add_model(parser, help="the encoder model")
@@ -119,10 +142,10 @@ def add_plan(verbs: argparse._SubParsersAction) -> None:
 
 
 def add_capacity(verbs: argparse._SubParsersAction) -> None:
-    from server.plan import CapacityOptions, cmd_capacity
+    from server.plan import CapacityOptions, capacity_text
 
     parser = verb(verbs, "capacity", "replicas for a target peak, from a measured sweep",
-                  cmd_capacity,
+                  shown(capacity_text),
                   lambda a: options(CapacityOptions, a, p99_budget_ms=ms(a.p99_budget_s)))
     parser.add_argument("result", type=Path, metavar="RESULT",
                         help="a `tmr perf sweep` folder or its sweep.json")

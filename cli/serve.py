@@ -32,9 +32,11 @@ def make_options(args: argparse.Namespace) -> ServeOptions:
 
 
 def serve_command(opts: ServeOptions) -> int:
+    """The server's lines on stdout as they come; its errors are the error boundary's."""
     from server.serve import serve
 
-    return serve(opts)
+    serve(opts, lambda line: print(line, flush=True))
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = run_dir("openai_route")
     result = run(args.concurrency, args.seconds, args.rounds, out)
-    write_report(out, "openai_route", result["markdown"], result)
+    print(write_report(out, "openai_route", result["markdown"], result))
     return 0
 
 

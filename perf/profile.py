@@ -230,8 +230,8 @@ def main() -> None:
             stages = request_stages(server, args.models[0])
             profiles = [profile(server, m, args.concurrency, args.seconds, out)
                         for m in args.models]
-    write_report(out, "profile", f"{served_variant()[1]}\n\n{stages}\n"
-                         + report(profiles, args.concurrency))
+    print(write_report(out, "profile", f"{served_variant()[1]}\n\n{stages}\n"
+                       + report(profiles, args.concurrency)))
 
 
 if __name__ == "__main__":

@@ -204,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             results["sawtooth"] = sawtooth(run, capacity, args.period_s, args.sawtooth_s)
     if runs := {k: v for k, v in results.items() if "levels" in v}:
         plot(runs, out / "scenarios.png")
-    write_report(out, "scenarios", markdown(capacity, results),
-                         {"capacity_rps": capacity, **results})
+    print(write_report(out, "scenarios", markdown(capacity, results),
+                       {"capacity_rps": capacity, **results}))
     return 0
 
 

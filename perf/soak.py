@@ -359,11 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     points, result, capacity, rate = soak(args.minutes, args.sample_s, args.load, out,
                                           control_rounds=args.control_rounds)
     plot(points, out / "soak.png")
-    write_report(out, "soak", markdown(points, result, capacity, rate), {
+    print(write_report(out, "soak", markdown(points, result, capacity, rate), {
         "capacity_rps": capacity, "offered_rps": rate, "passed": result.passed,
         "checks": result.checks, "drift": result.drift,
         "control": asdict(result.control) if result.control else None,
-        "samples": [asdict(p) for p in points]})
+        "samples": [asdict(p) for p in points]}))
     return 0 if result.passed else 1
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from core import rollout, versions
 from core.families import family, served_precision
 from core.host_profile import host_cores, in_process_threads, lane_threads
-from core.messages import FailureKind, degraded_refusal
+from core.messages import degraded_refusal
 from core.params import ConfigError, required
 from core.rollout import RolloutState
 from core.served_by import ServedBy
@@ -42,7 +42,7 @@ from core.settings import ROLLOUT_KEY, LadderSettings, instance_count, request_r
 from core.startup import LANE_PARAMETER
 from core.variant import Variant
 from python_backends.base import BaseModel, error_response
-from python_backends.bls import bls_infer
+from python_backends.channels import BlsChannel, Channel, LocalChannel
 from python_backends.degradation import (
     FALLBACK_LEVEL,
     DegradationPolicy,
@@ -55,7 +55,7 @@ from python_backends.degradation import (
 from python_backends.front_metrics import FrontMetrics
 from python_backends.in_process import LocalEncoder, OnDemand
 from python_backends.rollout_traffic import RolloutTraffic
-from python_backends.routing import Plan, RoutedRequest, plan_batch
+from python_backends.routing import Plan, RoutedRequest, plan_batch, plan_calls
 from runtime.errors import ChildModelError, ModelError, UnavailableError
 
 MEMORY_SAMPLE_S = 0.5  # how stale the memory signal may be
@@ -199,6 +199,7 @@ class FamilyRouter(BaseModel):
         self.metrics.level.set(self.policy.level)
         self.rollout = self._rollout_traffic(repository)
         self.local = self._local_encoders(repository)
+        self.channels = self._channels()
         self.on_demand = OnDemand()
         self.served = ServedVersions(repository, [e.name for e in self.encoders.values()],
                                      self._observe)
@@ -352,84 +353,75 @@ class FamilyRouter(BaseModel):
 
     def _call(self, encoder: Encoder, rows: list, calls: list[list[int]], keys: list[str],
               level: Level) -> tuple[np.ndarray, list[str]]:
-        """One encoder call per group of `calls` (row indices), one after the other
-        (sending them at once lost throughput: docs/benchmarks.md); results in row order,
-        and the version that answered each row. The primary's calls go through its
-        rollout, when one runs: the candidate answers its share of the rows, and calls are
-        shadowed at level 0."""
+        """The batch's encoder calls, planned first as values (routing.plan_calls: the
+        rollout's split and shadowing, when the primary's rollout runs), then made one
+        after the other (at once lost throughput: docs/benchmarks.md); results in row
+        order, and the version that answered each row. A candidate that fails (counted)
+        leaves its rows to the stable version."""
         state = self.rollout.state if encoder == self.encoders["primary"] else None
-        traffic = self.rollout if state is not None else None
+        split = None if state is None else (lambda group: self.rollout.split(state, group))
         served = self.served.current.get(encoder.name, "?")
+        stable_version = int(served) if served.isdigit() else -1
         answered = [served] * len(rows)
-        out: np.ndarray | None = None
-
-        def put(group: list[int], part: np.ndarray) -> None:
-            nonlocal out
-            if out is None:
-                out = np.empty((len(rows), *part.shape[1:]), dtype=part.dtype)
-            out[group] = part
-
-        for group in calls:
-            stable = group
-            if traffic is not None:
-                mask = traffic.split(state, [keys[i] for i in group])
-                canary = [i for i, m in zip(group, mask) if m]
-                stable = [i for i, m in zip(group, mask) if not m]
-                if canary:
-                    part = traffic.answer(state, self._pinned(encoder, canary, rows),
-                                          len(canary))
-                    if part is None:  # the candidate failed (counted): the stable answers
-                        stable = group
-                    else:
-                        put(canary, part)
-                        for i in canary:
-                            answered[i] = str(state.version)
-            if not stable:
-                continue
-            call = self._pinned(encoder, stable, rows)
-            part = call(int(served) if served.isdigit() else -1) if traffic is None \
-                else traffic.stable(state, call, len(stable), may_shadow=level.number == 0)
-            put(stable, part)
+        parts: dict[tuple[int, ...], np.ndarray] = {}
+        for call in plan_calls(calls, keys, split, may_shadow=level.number == 0):
+            run = self._pinned(encoder, call.rows, rows)
+            if state is None:
+                parts[call.rows] = run(stable_version)
+            elif not call.canary:
+                parts[call.rows] = self.rollout.stable(state, run, len(call.rows),
+                                                       may_shadow=call.shadow)
+            else:
+                part = self.rollout.answer(state, run, len(call.rows))
+                if part is None:
+                    parts[call.rows] = self.rollout.stable(state, run, len(call.rows), False)
+                    continue
+                parts[call.rows] = part
+                for i in call.rows:
+                    answered[i] = str(state.version)
         self.policy.observe_success()
-        if out is None:
-            raise ModelError("the router planned no encoder call for a batch with rows")
-        return out, answered
+        return gathered(parts, len(rows)), answered
 
-    def _pinned(self, encoder: Encoder, group: list[int], rows: list
+    def _pinned(self, encoder: Encoder, group: Sequence[int], rows: list
                 ) -> Callable[[int], np.ndarray]:
         """A call of `encoder` over rows `group`, pinned to the version it is given."""
         feeds = self.front.feeds([rows[i] for i in group])
-        return lambda version: self.call_encoder(encoder, feeds, version)
+        return lambda version: self.channels[encoder.name](feeds, version)
 
-    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray],
-                     version: int = -1) -> np.ndarray:
-        """One call of the encoder: in this process where it runs here (a fallback not
-        loaded yet is loaded now: the batch that fails over, or a level reached before
-        the version reader loaded it), else over BLS, pinned to `version` (the served
-        one, as the repository says): during a release Triton may hold two versions, and
-        an unpinned call goes to the newest. A pinned version Triton does not hold yet (a
-        promotion being applied) falls back to an unpinned call."""
-        local = self.local.get(encoder.name)
-        if local is not None and (local.serves(version) or self._load_now(encoder, local)):
-            return local(feeds)
-        try:
-            return bls_infer(encoder.name, feeds, [encoder.output], version)[encoder.output]
-        except ChildModelError as err:
-            if version < 0 or err.kind not in (FailureKind.NOT_FOUND, FailureKind.NOT_READY):
-                raise
-        return bls_infer(encoder.name, feeds, [encoder.output])[encoder.output]
+    def _channels(self) -> dict[str, Channel]:
+        """Each encoder's channel, chosen once: in this process where a LocalEncoder runs
+        it (the fallback loaded on the request path when a batch needs it first), else
+        over BLS (python_backends/channels.py)."""
+        channels: dict[str, Channel] = {}
+        for role, encoder in self.encoders.items():
+            bls = BlsChannel(encoder.name, encoder.output)
+            local = self.local.get(encoder.name)
+            ensure = (lambda: self._load_fallback()) if role == "fallback" else None
+            channels[encoder.name] = bls if local is None else LocalChannel(local, bls, ensure)
+        return channels
 
-    def _load_now(self, encoder: Encoder, local: LocalEncoder) -> bool:
-        """Load an on-demand encoder on the request path: only the fallback, only once
-        its served version is known."""
-        served = self.served.current.get(encoder.name, "?")
-        if encoder != self.encoders["fallback"] or not served.isdigit():
+    def _load_fallback(self) -> bool:
+        """Load the on-demand fallback now, once its served version is known."""
+        fallback = self.encoders["fallback"]
+        served = self.served.current.get(fallback.name, "?")
+        if not served.isdigit():
             return False
         self.on_demand.wanted(FALLBACK_LEVEL, time.monotonic())
-        return local.load(int(served))
+        return self.local[fallback.name].load(int(served))
 
     def _served_by(self, encoder: Encoder, level: Level, version: str) -> ServedBy:
         return ServedBy(encoder.name, version, encoder.precision, level.number)
+
+
+def gathered(parts: dict[tuple[int, ...], np.ndarray], rows: int) -> np.ndarray:
+    """The calls' outputs in row order."""
+    if not parts:
+        raise ModelError("the router planned no encoder call for a batch with rows")
+    first = next(iter(parts.values()))
+    out = np.empty((rows, *first.shape[1:]), dtype=first.dtype)
+    for group, part in parts.items():
+        out[list(group)] = part
+    return out
 
 
 def strings_array(values: list[str]) -> np.ndarray:

@@ -96,3 +96,34 @@ def duplicates(identities: Sequence[Any]) -> tuple[dict[int, int], list[int]]:
         else:
             first[identity] = j
     return copies, list(first.values())
+
+
+@dataclass(frozen=True)
+class EncoderCall:
+    """One encoder call of a batch's plan: its rows (indices into the batch's rows), the
+    side of a rollout that answers them (the stable version, or the candidate), and
+    whether a stable call is shadowed to the candidate too (level 0 of a rollout)."""
+
+    rows: tuple[int, ...]
+    canary: bool = False
+    shadow: bool = False
+
+
+def plan_calls(groups: Sequence[Sequence[int]], keys: Sequence[str],
+               split: Callable[[list[str]], list[bool]] | None,
+               may_shadow: bool) -> list[EncoderCall]:
+    """The calls of a batch, as values: each group of rows (a length bucket) is one call,
+    or during a rollout (`split`: which rows, by their split key, the candidate answers)
+    the candidate's rows then the stable rows, as two calls; the stable calls of a rollout
+    are shadowed when `may_shadow` (level 0). Without a rollout nothing is shadowed."""
+    calls: list[EncoderCall] = []
+    for group in groups:
+        if split is None:
+            calls.append(EncoderCall(tuple(group)))
+            continue
+        mask = split([keys[i] for i in group])
+        canary = tuple(i for i, m in zip(group, mask) if m)
+        stable = tuple(i for i, m in zip(group, mask) if not m)
+        calls += [EncoderCall(rows, side, shadow=not side and may_shadow)
+                  for rows, side in ((canary, True), (stable, False)) if rows]
+    return calls

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 from tmr_client.auth import key_headers
 
 from server.settings import admin_key
+
+LOG = logging.getLogger(__name__)  # progress the CLI may show (tmr --verbose)
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,8 @@ def run(model: str, url: str, concurrency: int, input_data: Path | str, csv_path
     proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=300)
     if proc.returncode == 2 and stability_pct < 100:
         wider = min(100, 2 * stability_pct)
-        print(f"{model} c{concurrency}: unstable within {stability_pct}%; measuring again "
-              f"within {wider}%", file=sys.stderr)
+        LOG.info(f"{model} c{concurrency}: unstable within {stability_pct}%; measuring "
+                 f"again within {wider}%")
         return run(model, url, concurrency, input_data, csv_path, protocol, interval_ms, extra,
                    wider)
     if proc.returncode != 0:

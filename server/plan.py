@@ -29,7 +29,6 @@ import difflib
 import re
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from core.files import write_atomically
 from core.paths import PROJECT_ROOT
 from runtime.served import served_runner
 from server import perf_analyzer
+from server.errors import ServerError
 from server.perf_analyzer import PerfRow, counts, load_rows
 from server.planning import (
     BatchPoint,
@@ -144,28 +144,31 @@ class CapacityOptions:
     headroom: float
 
 
-def cmd_plan(args: PlanOptions) -> int:
+def plan_report(args: PlanOptions) -> str:
+    """`tmr perf plan`: the model measured in-process, the proposal, its diff against the
+    config (written with `write`), and with `check` the proposal served; as text."""
     model_dir = args.repository / args.model
     points = measure(model_dir)
     proposal = plan(points, args.memory_budget_mb, args.latency_budget_ms, args.arrival_rps)
-    print("| batch | ms | seq/s | peak MB |\n| ---: | ---: | ---: | ---: |")
-    for p in points:
-        print(f"| {p.batch} | {p.latency_ms:.1f} | {p.throughput:.0f} | {p.peak_mb:.0f} |")
-    print(f"\n{proposal}\n")
+    lines = ["| batch | ms | seq/s | peak MB |\n| ---: | ---: | ---: | ---: |"]
+    lines += [f"| {p.batch} | {p.latency_ms:.1f} | {p.throughput:.0f} | {p.peak_mb:.0f} |"
+              for p in points]
+    lines.append(f"\n{proposal}\n")
     config_path = model_dir / "config.pbtxt"
     current = config_path.read_text()
     new = proposed_config(current, proposal)
-    print("".join(difflib.unified_diff(current.splitlines(True), new.splitlines(True),
-                                       str(config_path), f"{config_path} (proposed)")))
+    lines.append("".join(difflib.unified_diff(current.splitlines(True), new.splitlines(True),
+                                              str(config_path), f"{config_path} (proposed)")))
     if args.write:
         write_atomically(config_path, new)
-        print(f"written to {config_path}")
+        lines.append(f"written to {config_path}")
     if args.check:
         row, batch = check_with_sweep(args.model, new)
-        print(f"\nthe proposal served, perf_analyzer gRPC at concurrency "
-              f"{proposal.preferred_batch_size}:\n")
-        print(check_table(proposal, args.latency_budget_ms, row.throughput, row.p99_ms, batch))
-    return 0
+        lines.append(f"\nthe proposal served, perf_analyzer gRPC at concurrency "
+                     f"{proposal.preferred_batch_size}:\n")
+        lines.append(check_table(proposal, args.latency_budget_ms, row.throughput,
+                                 row.p99_ms, batch))
+    return "\n".join(lines)
 
 
 def manifest_hpa(path: Path = K8S_TRITON) -> Hpa:
@@ -178,18 +181,21 @@ def manifest_hpa(path: Path = K8S_TRITON) -> Hpa:
     return Hpa(hpa["minReplicas"], hpa["maxReplicas"], int(target), pdb["maxUnavailable"])
 
 
-def cmd_capacity(args: CapacityOptions) -> int:
-    """Print the replicas for the target; 2 when the sweep or the target gives none."""
+class PlanInputError(ServerError):
+    """Raised when a sweep result is missing, or it and the target give no capacity."""
+
+    exit_code = 2
+
+
+def capacity_text(args: CapacityOptions) -> str:
+    """`tmr perf capacity`: the replicas for the target, as text; PlanInputError when the
+    sweep or the target gives none."""
     try:
         meta, rows = load_rows(args.result)
         cap = capacity(rows, args.target_rps, args.p99_budget_ms, args.headroom)
     except FileNotFoundError as exc:
-        print(f"tmr perf capacity: error: no sweep result at {exc.filename}", file=sys.stderr)
-        return 2
+        raise PlanInputError(f"no sweep result at {exc.filename}") from exc
     except CapacityError as exc:
-        print(f"tmr perf capacity: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"{meta.get('model', '?')} over {meta.get('protocol', '?')}, one replica "
-          f"({args.result}):\n")
-    print(capacity_report(cap, manifest_hpa()))
-    return 0
+        raise PlanInputError(str(exc)) from exc
+    return (f"{meta.get('model', '?')} over {meta.get('protocol', '?')}, one replica "
+            f"({args.result}):\n\n{capacity_report(cap, manifest_hpa())}")

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -20,7 +21,6 @@ from tmr_client.core import DEFAULT_MODEL
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.text_embedding import TEXT
 from core.families.warmup import WARMUP_FOLDER, elements
-from core.host_profile import ProfileError
 from core.paths import PROJECT_ROOT
 from core.probes import probe_target
 from core.process_memory import server_memory, summary
@@ -28,6 +28,7 @@ from core.startup import startup_models
 from core.variant import REVIEWED, Variant
 from core.versions import served_config
 from server.admin_client import AdminClient
+from server.errors import ServerError
 from server.fleet import Fleet
 from server.front_door import FrontDoor, FrontDoorError
 from server.launcher import HOME_DIR, ServerStartError, TritonServer
@@ -46,10 +47,21 @@ from server.settings import (
     Ports,
     ServerOptions,
 )
-from server.traces import PHOENIX_PORT, TraceBackend, TraceBackendError
+from server.traces import PHOENIX_PORT, TraceBackend
 from server.watchdog import Watchdog
 
 WATCHDOG_PORT_OFFSET = 100  # metrics 8002 -> watchdog 8102
+Say = Callable[[str], None]  # how the CLI shows a line (server/ prints nothing itself)
+
+
+class ExportsMissingError(ServerStartError):
+    """Raised before start when a model of the repository has no exported version."""
+
+    exit_code = 2
+
+
+class ServerDiedError(ServerError):
+    """Raised when the server exited by itself, not at a stop signal."""
 # The banner's curl example: one text, in KServe v2 JSON, to the default text front.
 TEXT_BODY = json.dumps({"inputs": [{"name": TEXT.name, "datatype": "BYTES", "shape": [1, 1],
                                     "data": ["hello"]}]}, separators=(",", ":"))
@@ -206,7 +218,7 @@ def memory_line(server: TritonServer) -> str:
     return f"memory: {summary(server_memory(server.pid))}"
 
 
-def start_watchdog(server: TritonServer, args: ServeOptions) -> Watchdog | None:
+def start_watchdog(server: TritonServer, args: ServeOptions, say: Say) -> Watchdog | None:
     """The watchdog reloads through the load API, so it runs in explicit mode only."""
     if args.no_watchdog or server.opts.control_mode != "explicit":
         return None
@@ -214,12 +226,12 @@ def start_watchdog(server: TritonServer, args: ServeOptions) -> Watchdog | None:
     watchdog = Watchdog(f"localhost:{server.opts.ports.http}", server.metrics_url,
                         interval_s=5.0, metrics_port=port)
     watchdog.start()
-    print(f"  watchdog    http://localhost:{port}/metrics  (reloads dead or stalled models)",
-          flush=True)
+    say(f"  watchdog    http://localhost:{port}/metrics  (reloads dead or stalled models)")
     return watchdog
 
 
-def start_prometheus(server: TritonServer, args: ServeOptions) -> PrometheusServer | None:
+def start_prometheus(server: TritonServer, args: ServeOptions, say: Say
+                     ) -> PrometheusServer | None:
     """`--prometheus`: the real Prometheus scraping this server and its watchdog, with the
     production rules; its data stays in .triton/prometheus/data between runs."""
     if not getattr(args, "prometheus", False):
@@ -232,10 +244,9 @@ def start_prometheus(server: TritonServer, args: ServeOptions) -> PrometheusServ
     try:
         prometheus.start()
     except PrometheusError as err:
-        print(f"warning: {err}", file=sys.stderr, flush=True)
+        say(f"warning: {err}")
         return None
-    print(f"  prometheus  {prometheus.url}/alerts  (rules: server/prometheus/rules.yml)",
-          flush=True)
+    say(f"  prometheus  {prometheus.url}/alerts  (rules: server/prometheus/rules.yml)")
     return prometheus
 
 
@@ -248,7 +259,7 @@ def door_settings(args: ServeOptions) -> FrontDoorSettings:
                              else 0)
 
 
-def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | None:
+def start_front_door(server: TritonServer, args: ServeOptions, say: Say) -> FrontDoor | None:
     """`--front-door`: nginx with API keys, limits and the 400 mapping (docs/front_door.md)."""
     if not getattr(args, "front_door", False):
         return None
@@ -259,7 +270,7 @@ def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | No
     front_door.start()
     front_door.wait_ready()
     name, key = next(iter(front_door.api_keys.items()))
-    print("\n".join([
+    say("\n".join([
         f"  front door  http://{front_door.http_url}   gRPC {front_door.grpc_url}   "
         f"(clients: {', '.join(front_door.api_keys)}, from {API_KEYS_ENV} or the dev default)",
         f"              {settings.rate_per_minute // 60} requests/s per key, burst "
@@ -267,53 +278,46 @@ def start_front_door(server: TritonServer, args: ServeOptions) -> FrontDoor | No
         f"log {front_door.error_log}",
         f"  curl -s http://{front_door.http_url}/v2/models/{DEFAULT_MODEL}/infer -H "
         f"'{API_KEY_HEADER}: {key}' -d '{TEXT_BODY}' | head -c 200   # as {name}",
-    ]), flush=True)
+    ]))
     return front_door
 
 
-def start_traces(args: ServeOptions) -> TraceBackend | None:
+def start_traces(args: ServeOptions, say: Say) -> TraceBackend | None:
     """`--trace`: Phoenix and the OTLP relay, before the server that sends them spans."""
     if not args.trace:
         return None
     backend = TraceBackend(HOME_DIR / "traces", port=args.trace_port)
     backend.start()
-    print(f"  traces      {backend.url}  (Phoenix: 1 request in {args.trace_rate}, and every "
-          f"request with a traceparent; OTLP {backend.otlp_url})", flush=True)
+    say(f"  traces      {backend.url}  (Phoenix: 1 request in {args.trace_rate}, and every "
+        f"request with a traceparent; OTLP {backend.otlp_url})")
     return backend
 
 
-def serve(args: ServeOptions) -> int:
+def serve(args: ServeOptions, say: Say) -> None:
+    """Serve in the foreground until SIGINT or SIGTERM; `say` shows each line. Raises the
+    server layer's errors (a stale profile: core's ProfileError) for the CLI to report."""
     from dataclasses import replace
 
     from server.profile import select
 
-    try:
-        variant, profile_line = select(args.repository, args.reviewed, args.variant)
-    except ProfileError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(profile_line, flush=True)
+    variant, profile_line = select(args.repository, args.reviewed, args.variant)
+    say(profile_line)
     opts = server_options(replace(args, variant=variant))
     missing = missing_exports(opts.repository)
     if missing:
-        print(f"error: no exported version for {', '.join(missing)}; run `tmr export NAME` "
-              "for its model (or `make setup`) first", file=sys.stderr)
-        return 2
-    try:
-        traces = start_traces(args)
-    except TraceBackendError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        raise ExportsMissingError(f"no exported version for {', '.join(missing)}; run `tmr "
+                                  "export NAME` for its model (or `make setup`) first")
+    traces = start_traces(args, say)
     if traces is not None:
         opts = replace(opts, trace_url=traces.otlp_url, trace_rate=args.trace_rate)
     try:
-        return serve_fleet(args, opts) if args.replicas > 1 else serve_one(args, opts)
+        (serve_fleet if args.replicas > 1 else serve_one)(args, opts, say)
     finally:
         if traces is not None:
             traces.stop()
 
 
-def serve_one(args: ServeOptions, opts: ServerOptions) -> int:
+def serve_one(args: ServeOptions, opts: ServerOptions, say: Say) -> None:
     """One server in the foreground, with what runs beside it, until a signal."""
     server = TritonServer(opts)
     stopping = False
@@ -327,23 +331,17 @@ def serve_one(args: ServeOptions, opts: ServerOptions) -> int:
     try:
         server.start()
         server.wait_ready()
-    except ServerStartError as err:
+        say(banner(server, loaded_models(server)))
+        front_door = start_front_door(server, args, say)
+    except (ServerStartError, FrontDoorError):
         server.stop()
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(banner(server, loaded_models(server)), flush=True)
-    try:
-        front_door = start_front_door(server, args)
-    except FrontDoorError as err:
-        server.stop()
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+        raise
     if not args.no_check:
         for line in example_calls(server):
-            print(line, flush=True)
-    print(memory_line(server), flush=True)
-    watchdog = start_watchdog(server, args)
-    prometheus = start_prometheus(server, args)
+            say(line)
+    say(memory_line(server))
+    watchdog = start_watchdog(server, args, say)
+    prometheus = start_prometheus(server, args, say)
     while not stopping and server.process is not None and server.process.poll() is None:
         time.sleep(0.2)
     if watchdog is not None:
@@ -352,14 +350,16 @@ def serve_one(args: ServeOptions, opts: ServerOptions) -> int:
         prometheus.stop()
     if front_door is not None:  # readiness first: new requests get 503 from now on
         front_door.refuse_new()
-    print("stopping tritonserver (waiting for in-flight requests)...", flush=True)
+    say("stopping tritonserver (waiting for in-flight requests)...")
     code = server.stop()
     if front_door is not None:
-        print(f"stopping the front door: nginx exited with code {front_door.close()}", flush=True)
-    print(f"tritonserver exited with code {code}", flush=True)
+        say(f"stopping the front door: nginx exited with code {front_door.close()}")
+    say(f"tritonserver exited with code {code}")
     if server.stop_report:
-        print(server.stop_report, flush=True)
-    return 0 if stopping else 1
+        say(server.stop_report)
+    if not stopping:
+        raise ServerDiedError(f"tritonserver exited by itself with code {code}; see "
+                              f"{server.log_path}")
 
 
 def fleet_banner(fleet: Fleet) -> str:
@@ -376,7 +376,7 @@ def fleet_banner(fleet: Fleet) -> str:
     return "\n".join(lines)
 
 
-def serve_fleet(args: ServeOptions, opts: ServerOptions) -> int:
+def serve_fleet(args: ServeOptions, opts: ServerOptions, say: Say) -> None:
     """`tmr serve --replicas N`: N replicas behind the front door, supervised."""
     fleet = Fleet(opts, args.replicas, HOME_DIR / "fleet", door_settings(args))
     events: list[str] = []
@@ -385,23 +385,21 @@ def serve_fleet(args: ServeOptions, opts: ServerOptions) -> int:
     signal.signal(signal.SIGHUP, lambda *_: events.append("rolling restart"))
     try:
         fleet.start()
-    except (ServerStartError, FrontDoorError) as err:
+    except (ServerStartError, FrontDoorError):
         fleet.stop()
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(fleet_banner(fleet), flush=True)
+        raise
+    say(fleet_banner(fleet))
     while "stop" not in events:
         for index in fleet.dead():
-            print(f"replica {index} exited with code {fleet.replicas[index].process.poll()}; "
-                  "starting it again", flush=True)
+            say(f"replica {index} exited with code {fleet.replicas[index].process.poll()}; "
+                "starting it again")
             fleet.restart(index)
         if "rolling restart" in events:
             events.remove("rolling restart")
-            print("rolling restart: one replica at a time", flush=True)
+            say("rolling restart: one replica at a time")
             fleet.rolling_restart()
-            print("rolling restart done", flush=True)
+            say("rolling restart done")
         time.sleep(0.2)
-    print("stopping the front door, then every replica...", flush=True)
+    say("stopping the front door, then every replica...")
     codes = fleet.stop()
-    print(f"replicas exited with codes {codes}", flush=True)
-    return 0
+    say(f"replicas exited with codes {codes}")

@@ -77,12 +77,11 @@ def run_dir(kind: str) -> Path:
     return out
 
 
-def write_report(out: Path, name: str, markdown: str, data: Any = None) -> None:
-    """`<name>.md`, stamped, and, with `data`, `<name>.json` in `out`; prints the markdown
-    and where the results are."""
+def write_report(out: Path, name: str, markdown: str, data: Any = None) -> str:
+    """`<name>.md`, stamped, and, with `data`, `<name>.json` in `out`; the markdown and
+    where the results are, for the caller to show."""
     markdown = f"{markdown}\n\n{current_stamp().markdown()}"
     write_atomically(out / f"{name}.md", markdown + "\n")
     if data is not None:
         write_atomically(out / f"{name}.json", json.dumps(data, indent=1, default=float) + "\n")
-    print(markdown)
-    print(f"\nresults in {out}")
+    return f"{markdown}\n\nresults in {out}"

@@ -17,7 +17,6 @@ Product, like `tmr perf plan|capacity` (server/plan.py): users sweep their own s
 from __future__ import annotations
 
 import contextlib
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from server import perf_analyzer
+from server.errors import ServerError
 from server.goodput import INPUTS
 from server.knee import Knee, find_knee, ratios, regressions
 from server.perf_analyzer import PerfRow, load_rows
@@ -160,40 +160,42 @@ class CheckOptions:
     max_p99_ratio: float
 
 
-def cmd_sweep(args: SweepOptions) -> int:
+def sweep_report(args: SweepOptions) -> str:
+    """`tmr perf sweep`: run it, write the report and plot; the report as text."""
     out = run_dir("sweep")
     with server_for(args.url, args.protocol) as (url, _):
         rows = run_sweep(args.model, args.concurrency, url, args.protocol, out,
                          args.interval_ms, args.stability_percentage)
     knee = find_knee(rows, args.p99_budget_ms)
     plot(rows, knee, out, args.model)
-    write_report(out, "sweep", markdown(args.model, args.protocol, rows, knee), {
+    return write_report(out, "sweep", markdown(args.model, args.protocol, rows, knee), {
         "model": args.model, "protocol": args.protocol, "p99_budget_ms": args.p99_budget_ms,
         "rows": [asdict(r) for r in rows], "knee": asdict(knee)})
-    return 0
 
 
-def cmd_compare(args: CompareOptions) -> int:
+def compare_text(args: CompareOptions) -> str:
+    """`tmr perf compare`: B against A, level by level, as a table."""
     _, a = load_rows(args.a)
     _, b = load_rows(args.b)
-    print("| c | throughput B/A | p99 B/A |\n| ---: | ---: | ---: |")
-    for r in ratios(a, b):
-        print(f"| {r.concurrency} | {r.throughput:.2f} | {r.p99:.2f} |")
-    return 0
+    return "\n".join(["| c | throughput B/A | p99 B/A |\n| ---: | ---: | ---: |",
+                      *(f"| {r.concurrency} | {r.throughput:.2f} | {r.p99:.2f} |"
+                        for r in ratios(a, b))])
 
 
-def cmd_check(args: CheckOptions) -> int:
+class CheckInputError(ServerError):
+    """Raised when a result and its baseline share no concurrency level."""
+
+    exit_code = 2
+
+
+def check_result(args: CheckOptions) -> tuple[str, list[str]]:
+    """`tmr perf check`: (each level's ratios as text, the regressions found)."""
     meta, rows = load_rows(args.result)
     baseline_path = args.baseline or BASELINES / f"{meta['model']}_{meta['protocol']}.json"
     _, base = load_rows(baseline_path)
     found = ratios(base, rows)
     if not found:
-        print(f"tmr perf check: error: no concurrency level in common with {baseline_path}",
-              file=sys.stderr)
-        return 2
+        raise CheckInputError(f"no concurrency level in common with {baseline_path}")
     problems = regressions(found, args.min_throughput_ratio, args.max_p99_ratio)
-    for r in found:
-        print(f"c{r.concurrency}: throughput {r.throughput:.2f}x, p99 {r.p99:.2f}x")
-    for p in problems:
-        print(f"REGRESSION {p}", file=sys.stderr)
-    return 1 if problems else 0
+    return "\n".join(f"c{r.concurrency}: throughput {r.throughput:.2f}x, p99 {r.p99:.2f}x"
+                     for r in found), problems

@@ -211,5 +211,5 @@ def run_peers(servers: Sequence[str] = SERVERS, levels: Sequence[int] = LEVELS,
                       best_of(measured[name]), memory[name]) for name, s in running.items()],
         list(levels), seconds, rounds, p99_budget_ms, started, str(out),
         (load_before, os.getloadavg()[0]))
-    write_report(out, "peers", result.report(), asdict(result))
+    print(write_report(out, "peers", result.report(), asdict(result)))
     return result

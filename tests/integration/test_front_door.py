@@ -317,13 +317,14 @@ def test_envsubst_renders_the_template_exactly_as_the_cpu_path_does(door):
 
 
 @pytest.mark.timeout(60)
-def test_tmr_serve_front_door_prints_the_urls_and_serves(triton, capsys, monkeypatch):
+def test_tmr_serve_front_door_prints_the_urls_and_serves(triton, monkeypatch):
     monkeypatch.setenv(API_KEYS_ENV, "carol:carol-key-123456")
     args = argparse.Namespace(front_door=True, front_door_http_port=free_port(),
                               front_door_grpc_port=free_port())
-    door = start_front_door(triton, args)
+    said: list[str] = []
+    door = start_front_door(triton, args, said.append)
     try:
-        printed = capsys.readouterr().out
+        printed = "\n".join(said)
         assert f"front door  http://localhost:{args.front_door_http_port}" in printed
         assert f"gRPC localhost:{args.front_door_grpc_port}" in printed
         assert "x-api-key: carol-key-123456" in printed

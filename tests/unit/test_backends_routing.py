@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from python_backends.degradation import ResponseCache, ladder
-from python_backends.routing import OUT_OF_SERVICE, RoutedRequest, plan_batch
+from python_backends.routing import (
+    OUT_OF_SERVICE,
+    EncoderCall,
+    RoutedRequest,
+    plan_batch,
+    plan_calls,
+)
 
 LEVELS = ladder(small_batch_rows=2)
 
@@ -77,3 +83,28 @@ def test_calls_hold_at_most_the_encoders_rows_and_the_padded_token_bound() -> No
     assert [len(c) for c in by_tokens.calls] == [3, 3, 3, 1]
     smaller = plan_batch(LEVELS[1], requests, ResponseCache(8), 0.25, max_rows=4)
     assert [len(c) for c in smaller.calls] == [2] * 5  # the level's 2 rows win
+
+
+# -- the encoder calls of a batch, as values -------------------------------------------------
+def test_without_a_rollout_each_group_is_one_unshadowed_call() -> None:
+    calls = plan_calls([[0, 1], [2]], ["a", "b", "c"], None, may_shadow=True)
+    assert calls == [EncoderCall((0, 1)), EncoderCall((2,))]
+
+
+def test_a_rollout_splits_each_group_candidate_first_and_shadows_the_stable_at_level_0() -> None:
+    def split(keys: list[str]) -> list[bool]:
+        return [k.startswith("c") for k in keys]
+
+    keys = ["c1", "s1", "s2", "c2"]
+    assert plan_calls([[0, 1], [2, 3]], keys, split, may_shadow=True) == [
+        EncoderCall((0,), canary=True), EncoderCall((1,), shadow=True),
+        EncoderCall((3,), canary=True), EncoderCall((2,), shadow=True)]
+    assert plan_calls([[0, 1]], keys, split, may_shadow=False) == [
+        EncoderCall((0,), canary=True), EncoderCall((1,))]
+
+
+def test_a_group_all_on_one_side_is_one_call() -> None:
+    everyone = plan_calls([[0, 1]], ["x", "y"], lambda ks: [True] * len(ks), may_shadow=True)
+    assert everyone == [EncoderCall((0, 1), canary=True)]
+    nobody = plan_calls([[0, 1]], ["x", "y"], lambda ks: [False] * len(ks), may_shadow=False)
+    assert nobody == [EncoderCall((0, 1))]

@@ -173,11 +173,10 @@ def test_the_hpa_figures_are_read_from_the_triton_manifest() -> None:
 
 def test_tmr_perf_capacity_reads_a_sweep_folder_and_exits_2_on_a_refusal(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from cli.main import build_parser
+    from cli.main import build_parser, run
 
     def main(argv: list[str]) -> int:  # cli.main.main without its logging set-up
-        args = build_parser().parse_args(argv)
-        return args.run(args.make(args))
+        return run(build_parser().parse_args(argv))
 
     folder = tmp_path / "20261130-034600"
     folder.mkdir()

@@ -59,9 +59,9 @@ def test_every_plot_is_saved_through_the_stamp():
     assert bare == []
 
 
-def test_a_report_is_written_as_markdown_and_json_and_printed(tmp_path: Path, capsys) -> None:
-    write_report(tmp_path, "run", "| a |", {"rps": 1.5})
+def test_a_report_is_written_as_markdown_and_json_and_returned(tmp_path: Path) -> None:
+    shown = write_report(tmp_path, "run", "| a |", {"rps": 1.5})
     table, stamp = (tmp_path / "run.md").read_text().split("\n\n")
     assert table == "| a |" and stamp.startswith("_Measured ")
     assert json.loads((tmp_path / "run.json").read_text()) == {"rps": 1.5}
-    assert capsys.readouterr().out.endswith(f"results in {tmp_path}\n")
+    assert shown.startswith("| a |") and shown.endswith(f"results in {tmp_path}")

@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from server.sweep import BASELINES, cmd_check
+from cli.perf import check_command
+from server.sweep import BASELINES
 
 BASELINE = BASELINES / "embed_grpc.json"
 
@@ -14,7 +15,7 @@ BASELINE = BASELINES / "embed_grpc.json"
 def check(result: Path, **thresholds: float) -> int:
     args = argparse.Namespace(result=result, baseline=None, min_throughput_ratio=0.8,
                               max_p99_ratio=1.5, **thresholds)
-    return cmd_check(args)
+    return check_command(args)
 
 
 def test_the_checked_in_baseline_passes_against_itself(capsys) -> None:
