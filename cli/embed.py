@@ -20,8 +20,8 @@ from cli.options import (
     add_call_model,
     add_command,
     add_json,
+    add_queue_timeout,
     add_server,
-    add_timeout,
     options,
     resolve_server,
     text_front,
@@ -66,7 +66,7 @@ def add_call_options(parser: argparse.ArgumentParser, default_model: str | None,
     add_call_model(parser, default_model, default_help)
     parser.add_argument("--priority", type=int, default=None,
                         help="1 (high) or 2 (low, shed first); default: the model's")
-    add_timeout(parser, None, help="how long the request may wait in the server's queue")
+    add_queue_timeout(parser)
 
 
 def make_options(args: argparse.Namespace) -> EmbedOptions:

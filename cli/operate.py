@@ -17,13 +17,14 @@ from cli.options import (
     add_models,
     add_repository,
     add_server,
-    add_timeout,
+    add_wait,
     model_of,
     models_of,
     options,
     resolve_url,
     text_front,
 )
+from core.timeouts import LEVEL_WAIT
 
 LEVELS = ["auto", "0", "1", "2", "3", "4"]
 
@@ -61,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_server(parser)
     add_control_mode(parser)
     add_repository(parser)
-    add_timeout(parser, 30.0, help="how long to wait until the model reports the level")
+    add_wait(parser, LEVEL_WAIT)
 
     parser = add_command(
         sub, "health", "deep health: a real inference through every model", health_command,

@@ -8,7 +8,7 @@ One spelling per concept:
     model       MODEL, positional, in every command that acts on models; --model only in
                 the calls (embed, classify), whose positionals are their inputs
     control     --control-mode explicit|poll (how the server was started)
-    units       seconds (`--timeout-s`, `--p99-budget-s`) and fractions 0..1
+    units       seconds (`--wait-s`, `--queue-timeout-s`, `--p99-budget-s`) and fractions 0..1
                 (`--max-error-fraction`) throughout
     names       each command takes the kind of name it acts on (cli/names.py)
     repository  --repository DIR
@@ -33,6 +33,7 @@ from cli.errors import UsageError
 from core.families import TEXT_EMBEDDING
 from core.families.catalog import UnknownModelError, default_front
 from core.paths import DEFAULT_REPOSITORY
+from core.timeouts import QUEUE_PRIORITY_1, QUEUE_PRIORITY_2, Timeout
 
 URL_ENV = {"http": "TMR_URL", "grpc": "TMR_GRPC_URL"}  # the server's host:port per protocol
 CONTROL_MODES = ("explicit", "poll")
@@ -155,12 +156,22 @@ def add_control_mode(parser: argparse.ArgumentParser) -> None:
                         help="the server's model control mode (default explicit)")
 
 
-def add_timeout(parser: argparse.ArgumentParser, default_s: float | None, *,
-                help: str) -> None:
-    """`--timeout-s SECONDS`."""
-    shown = "none" if default_s is None else f"{default_s:g}"
-    parser.add_argument("--timeout-s", type=float, default=default_s,
-                        help=f"{help} (default {shown})")
+def add_queue_timeout(parser: argparse.ArgumentParser) -> None:
+    """`--queue-timeout-s SECONDS`: a queue timeout (core/timeouts.py); `--timeout-s`, its
+    name before timeouts were named by kind, still works."""
+    parser.add_argument("--queue-timeout-s", "--timeout-s", dest="timeout_s", type=float,
+                        default=None, metavar="SECONDS",
+                        help="how long the request may wait in the server's queue (default: "
+                        f"the model's, {QUEUE_PRIORITY_2.seconds:g} s at priority 2 and "
+                        f"{QUEUE_PRIORITY_1.seconds:g} s at 1; it may only be shorter)")
+
+
+def add_wait(parser: argparse.ArgumentParser, timeout: Timeout) -> None:
+    """`--wait-s SECONDS`: how long a command waits for the state it asked for (a wait of
+    core/timeouts.py); `--timeout-s` still works."""
+    parser.add_argument("--wait-s", "--timeout-s", dest="timeout_s", type=float,
+                        default=timeout.seconds, metavar="SECONDS",
+                        help=f"wait this long: {timeout.bounds} (default {timeout.seconds:g})")
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:

@@ -20,13 +20,13 @@ from cli.options import (
     add_model,
     add_repository,
     add_server,
-    add_timeout,
+    add_wait,
     options,
     resolve_url,
 )
 from core import versions
+from core.timeouts import RELEASE_WAIT
 
-RELEASE_TIMEOUT_S = 90.0  # until the new version answers
 ENCODER_HELP = "the encoder (a model's name or its front resolve to the encoder it serves)"
 
 
@@ -111,7 +111,7 @@ def add_release_options(parser: argparse.ArgumentParser) -> None:
     add_server(parser)
     add_repository(parser)
     add_control_mode(parser)
-    add_timeout(parser, RELEASE_TIMEOUT_S, help="how long to wait for the new version")
+    add_wait(parser, RELEASE_WAIT)
 
 
 def versions_command(args: VersionsOptions) -> int:

@@ -107,3 +107,10 @@ def chunk_request_rows(config: Mapping[str, Any]) -> int:
 def chunks_by_default(config: Mapping[str, Any]) -> bool:
     """The model chunks a long text unless a request says otherwise."""
     return (_parameter(config, OVERLENGTH_POLICY) or DEFAULT_OVERLENGTH_POLICY) == "chunk"
+
+
+# The SDK's own timeouts (core/timeouts.py holds the project's whole table and imports
+# these): each defined here once, where the SDK, which installs alone, can read it.
+NETWORK_TIMEOUT_S = 60.0  # an HTTP socket's timeout when the client has no `timeout=`
+MAX_RETRY_AFTER_S = 30.0  # a longer Retry-After raises instead of being waited out
+READY_WAIT_S = 60.0  # wait_ready()'s default

@@ -41,6 +41,7 @@ from tmr_client.contract import (  # noqa: F401  (re-exported for python_backend
     request_rows,
 )
 
+from core import timeouts
 from core.params import flag, non_negative_int, one_of, parameter, positive_int
 
 S = TypeVar("S", bound="ParameterSettings")
@@ -327,8 +328,10 @@ FRONT_BATCHING = DynamicBatching(
     priority_levels=2,
     default_priority_level=2,
     priority_queue_policy={
-        1: QueuePolicy(default_timeout_microseconds=10_000_000, allow_timeout_override=True),
-        2: QueuePolicy(default_timeout_microseconds=2_000_000, allow_timeout_override=True),
+        1: QueuePolicy(default_timeout_microseconds=timeouts.QUEUE_PRIORITY_1.microseconds,
+                       allow_timeout_override=True),
+        2: QueuePolicy(default_timeout_microseconds=timeouts.QUEUE_PRIORITY_2.microseconds,
+                       allow_timeout_override=True),
     },
 )
 # Every class whose fields are config parameters, for the tests that keep them read.

@@ -25,6 +25,7 @@ from core.repository import set_parameter
 from core.served_by import OUTPUT as SERVED_BY
 from core.served_by import ServedBy
 from core.startup import bls_encoders
+from core.timeouts import LEVEL_WAIT
 from server.admin_client import AdminClient, Check
 
 AUTO = -1
@@ -87,8 +88,8 @@ def observed_level(url: str, model: str = DEFAULT_FRONT) -> Observation:
     return Observation.of_answer(answer[SERVED_BY].reshape(-1)[0].decode())
 
 
-def wait_for_level(url: str, level: int, timeout_s: float = 30.0, consecutive: int = 1,
-                   model: str = DEFAULT_FRONT) -> str:
+def wait_for_level(url: str, level: int, timeout_s: float = LEVEL_WAIT.seconds,
+                   consecutive: int = 1, model: str = DEFAULT_FRONT) -> str:
     """Poll with real requests until `consecutive` answers in a row report `level`
     (AUTO: level 0); the last answer's text. Each front instance keeps its own ladder,
     hence `consecutive`."""

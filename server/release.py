@@ -18,6 +18,7 @@ from tmr_client import TritonClientError
 
 from core import config_edit, versions
 from core.rollout import state_of
+from core.timeouts import RELEASE_WAIT
 from core.variant import Variant
 from server.admin_client import UNLOADED, AdminClient, ModelState
 from server.errors import ReleaseError
@@ -31,7 +32,7 @@ class Target:
     url: str
     variant: Variant  # the configs the server serves (core/variant.py)
     mode: str = "explicit"  # or "poll"
-    timeout_s: float = 90.0
+    timeout_s: float = RELEASE_WAIT.seconds
 
     @property
     def model(self) -> str:

@@ -18,6 +18,7 @@ from tmr_client.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from tmr_client.limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_BODY_BYTES
 
 from core.paths import DEFAULT_REPOSITORY
+from core.timeouts import PROXY_READ
 from core.variant import REVIEWED, Variant
 
 TRITON_VERSION = "2.51.0"
@@ -179,7 +180,7 @@ class FrontDoorSettings:
     max_response_bytes: int = MAX_RESPONSE_BYTES
     client_timeout_s: int = 30  # client header, body and send timeouts
     upstream_connect_timeout_s: int = 5
-    upstream_timeout_s: int = 60  # Triton's answer; high-priority queue timeout is 10 s
+    upstream_timeout_s: int = int(PROXY_READ.seconds)  # Triton's answer (core/timeouts.py)
     # A fleet (server/fleet.py): a request whose replica refuses or drops the connection
     # goes to the next, at most this many replicas in all; a replica that failed is left
     # alone for replica_fail_timeout_s, then tried again with one request.
