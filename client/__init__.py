@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and editors see
     from tmr_client.aio import AsyncClient
-    from tmr_client.core import ClassifyResult, EmbedResult, InferResult, Prediction
     from tmr_client.errors import (
         AccessDeniedError,
         DeadlineExceededError,
@@ -37,16 +36,17 @@ if TYPE_CHECKING:  # what type checkers and editors see
         TritonClientError,
         UnavailableError,
     )
+    from tmr_client.results import ClassifyResult, EmbedResult, InferResult, Prediction
     from tmr_client.retry import NO_RETRY, RetryPolicy
     from tmr_client.sync import Client
 
 _EXPORTS = {
     "AsyncClient": "tmr_client.aio",
     "Client": "tmr_client.sync",
-    "EmbedResult": "tmr_client.core",
-    "ClassifyResult": "tmr_client.core",
-    "InferResult": "tmr_client.core",
-    "Prediction": "tmr_client.core",
+    "EmbedResult": "tmr_client.results",
+    "ClassifyResult": "tmr_client.results",
+    "InferResult": "tmr_client.results",
+    "Prediction": "tmr_client.results",
     "NO_RETRY": "tmr_client.retry",
     "RetryPolicy": "tmr_client.retry",
     **{name: "tmr_client.errors" for name in (

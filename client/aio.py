@@ -1,41 +1,28 @@
 """asyncio client over HTTP (aiohttp) or gRPC (grpc.aio): at most `max_in_flight` chunks
-of a call at a time (one per instance of the model by default)."""
+of a call at a time (one per instance of the model by default).
+
+Everything but the I/O is `ClientBase`'s (tmr_client.core), as for the sync `Client`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from tmr_client.core import (
-    ABANDONED_GRACE_S,
-    DEFAULT_MODEL,
-    Access,
-    Call,
-    CallOptions,
-    ClassifyResult,
-    ClientBase,
-    EmbedResult,
-    InferResult,
-    ModelInfo,
-    Progress,
-    Protocol,
-    Truncate,
-    classify_result,
-    embed_result,
-    infer_result,
-)
-from tmr_client.errors import (
-    AccessDeniedError,
-    ServerUnreachableError,
-    TritonClientError,
-)
-from tmr_client.retry import RetryPolicy
+from tmr_client.calls import Call, Request
+from tmr_client.contract import READY_WAIT_S
+from tmr_client.core import READY_POLL_S, ClientBase
+from tmr_client.deadlines import ABANDONED_GRACE_S
+from tmr_client.errors import AccessDeniedError, TritonClientError
+from tmr_client.model_info import ModelInfo
+from tmr_client.options import CallOptions, Progress, Truncate
+from tmr_client.results import ClassifyResult, EmbedResult, InferResult
 
 
-async def first_error_cancels_all(calls: list[Any]) -> list[Any]:
+async def first_error_cancels_all(calls: list[Awaitable[Any]]) -> list[Any]:
     """The results of `calls` in order; the first failure cancels the others and is raised
     as itself (not wrapped in an ExceptionGroup)."""
     tasks = [asyncio.ensure_future(c) for c in calls]
@@ -53,52 +40,41 @@ async def first_error_cancels_all(calls: list[Any]) -> list[Any]:
 
 
 class AsyncClient(ClientBase):
-    """The asyncio twin of `Client` (same URL rules, keys, `timeout=`, fallback and
-    results); `async with`. Over HTTP a call past its deadline is cancelled."""
+    """The asyncio twin of `Client` (same arguments, URL rules, keys, `timeout=`, fallback
+    and results); `async with`. Over HTTP a call past its deadline is cancelled."""
 
-    def __init__(self, url: str | None = None, protocol: Protocol | None = None,
-                 model: str = DEFAULT_MODEL, retry: RetryPolicy | None = None, *,
-                 timeout: float | None = None, seed: int | None = None,
-                 api_key: str | None = None, admin_key: str | None = None,
-                 max_batch_size: int | None = None, max_in_flight: int | None = None,
-                 lanes: bool = True) -> None:
-        super().__init__(url, protocol, model, retry, seed, aio=True,
-                         access=Access(api_key, admin_key, max_batch_size, max_in_flight,
-                                       lanes), timeout=timeout)
-        self._abandoned: set[asyncio.Task] = set()  # gRPC requests nobody waits for
+    _aio = True
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
+    async def _call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        with self._mapped():
             return await fn(*args, **kwargs)
-        except Exception as exc:  # tritonclient and its transports raise many types
-            raise self._typed(exc) from exc
 
     async def is_ready(self, model: str | None = None) -> bool:
+        """As Client.is_ready."""
+        check, args = self._readiness(model)
         try:
-            if model is None:
-                return bool(await self._call(self._client.is_server_ready,
-                                             headers=self._headers(), **self._control_kwargs()))
-            return bool(await self._call(self._client.is_model_ready, model,
-                                         headers=self._headers(), **self._control_kwargs()))
+            return bool(await self._call(check, *args, **self._control()))
         except TritonClientError:
             return False
 
-    async def wait_ready(self, timeout_s: float = 60.0, model: str | None = None) -> None:
+    async def wait_ready(self, timeout_s: float = READY_WAIT_S,
+                         model: str | None = None) -> None:
+        """As Client.wait_ready: the same error, naming the model when one was asked for."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if await self.is_ready() and (model is None or await self.is_ready(model)):
                 return
-            await asyncio.sleep(0.2)
-        raise ServerUnreachableError(f"server at {self.url} not ready after {timeout_s:.0f} s")
+            await asyncio.sleep(READY_POLL_S)
+        raise self._not_ready(timeout_s, model)
 
     async def metadata(self, model: str | None = None) -> Any:
         return await self._call(self._client.get_model_metadata, model or self.model,
-                                headers=self._headers(), **self._control_kwargs())
+                                **self._control())
 
     async def model_config(self, model: str | None = None) -> Any:
         """The model config: a restricted API, sent with the admin key."""
         return await self._call(self._client.get_model_config, model or self.model,
-                                headers=self._headers(admin=True), **self._control_kwargs())
+                                **self._control(admin=True))
 
     async def info(self, model: str | None = None) -> ModelInfo:
         """As Client.info: from the config, else the metadata; once per model."""
@@ -108,7 +84,7 @@ class AsyncClient(ClientBase):
         return self._infos[model]
 
     async def _read_info(self, model: str) -> ModelInfo:
-        if self.access.max_batch_size is None:
+        if self.access.needs_config:
             try:
                 return self.access.info(await self.model_config(model))
             except AccessDeniedError:
@@ -118,7 +94,7 @@ class AsyncClient(ClientBase):
     async def max_batch_size(self, model: str | None = None) -> int:
         return (await self.info(model)).max_batch
 
-    async def embed(self, texts: list[str], *, model: str | None = None,
+    async def embed(self, texts: Iterable[str | bytes], *, model: str | None = None,
                     priority: int | None = None, timeout_ms: float | None = None,
                     model_version: int | None = None, rollout_key: str | None = None,
                     truncate: Truncate = None, chunk_overlap: int | None = None,
@@ -126,14 +102,12 @@ class AsyncClient(ClientBase):
                     timeout: float | None = None) -> np.ndarray:
         """As Client.embed (`truncate`: True, False, "chunk" or None; `timeout`: the
         call's deadline in seconds, `timeout_ms`: Triton's queue timeout per request)."""
-        result = await self.embed_with_info(texts, model=model, priority=priority,
-                                            timeout_ms=timeout_ms, model_version=model_version,
-                                            rollout_key=rollout_key, truncate=truncate,
-                                            chunk_overlap=chunk_overlap,
-                                            on_progress=on_progress, timeout=timeout)
-        return result.embeddings
+        return (await self.embed_with_info(
+            texts, model=model, priority=priority, timeout_ms=timeout_ms,
+            model_version=model_version, rollout_key=rollout_key, truncate=truncate,
+            chunk_overlap=chunk_overlap, on_progress=on_progress, timeout=timeout)).embeddings
 
-    async def embed_with_info(self, texts: list[str], *, model: str | None = None,
+    async def embed_with_info(self, texts: Iterable[str | bytes], *, model: str | None = None,
                               priority: int | None = None, timeout_ms: float | None = None,
                               model_version: int | None = None, rollout_key: str | None = None,
                               truncate: Truncate = None, chunk_overlap: int | None = None,
@@ -141,23 +115,22 @@ class AsyncClient(ClientBase):
                               timeout: float | None = None) -> EmbedResult:
         """As Client.embed_with_info, the chunks concurrently (bounded); the first
         failed chunk cancels the rest and is raised."""
-        call = self._start_embed(texts, model, truncate, chunk_overlap,
-                                 CallOptions(priority, timeout_ms, model_version, rollout_key,
-                                             timeout), on_progress)
-        answers, ids = await self._send(call)
-        return embed_result(answers, ids)
+        options = CallOptions(model=model, priority=priority, timeout_ms=timeout_ms,
+                              model_version=model_version, rollout_key=rollout_key,
+                              truncate=truncate, chunk_overlap=chunk_overlap,
+                              on_progress=on_progress, timeout=timeout)
+        return await self._send(self._embed_call(texts, options))
 
-    async def classify(self, images: list[bytes | str], *, model: str | None = None,
+    async def classify(self, images: Iterable[bytes | str], *, model: str | None = None,
                        top_k: int | None = None, priority: int | None = None,
                        timeout_ms: float | None = None, model_version: int | None = None,
                        rollout_key: str | None = None, on_progress: Progress | None = None,
                        timeout: float | None = None) -> ClassifyResult:
         """As Client.classify, the chunks concurrently (bounded)."""
-        call = self._start_classify(images, model, top_k,
-                                    CallOptions(priority, timeout_ms, model_version, rollout_key,
-                                                timeout), on_progress)
-        answers, ids = await self._send(call)
-        return classify_result(answers, ids)
+        options = CallOptions(model=model, top_k=top_k, priority=priority,
+                              timeout_ms=timeout_ms, model_version=model_version,
+                              rollout_key=rollout_key, on_progress=on_progress, timeout=timeout)
+        return await self._send(self._classify_call(images, options))
 
     async def infer(self, rows: np.ndarray, input_name: str, outputs: Sequence[str], *,
                     model: str | None = None, priority: int | None = None,
@@ -166,87 +139,72 @@ class AsyncClient(ClientBase):
                     on_progress: Progress | None = None,
                     timeout: float | None = None) -> InferResult:
         """The generic call under embed() and classify() (see Client.infer)."""
-        call = self._start(model, rows, input_name, outputs,
-                           CallOptions(priority, timeout_ms, model_version, timeout=timeout),
-                           on_progress, parameters)
-        answers, ids = await self._send(call)
-        return infer_result(answers, ids, call.wanted)
+        options = CallOptions(model=model, priority=priority, timeout_ms=timeout_ms,
+                              model_version=model_version, parameters=parameters,
+                              on_progress=on_progress, timeout=timeout)
+        return await self._send(self._infer_call(rows, input_name, outputs, options))
 
-    async def _send(self, call: Call) -> tuple[list[Any], list[str]]:
-        """Every chunk of the call, at most `in_flight` at once; (answers, request ids).
-        A priority-1 call goes to its model's interactive lane where one is loaded."""
-        lane = self._lane_of(call)
-        if lane is not None and lane not in self._lanes:
-            self._lanes[lane] = await self.is_ready(lane)
-        call = self._routed(call, bool(lane and self._lanes[lane]))
-        try:
-            info = await self.info(call.model)
-        except TritonClientError as err:
-            if call.expired():
-                raise call.deadline_error() from err
-            raise
-        gate, done = asyncio.Semaphore(info.in_flight), [0]
-        pieces = call.chunks(info)
+    async def _send(self, call: Call) -> Any:
+        """Every chunk of the call, at most `in_flight` at once, answers put together."""
+        call, info = await self._prepare(call)
+        pieces, report = call.chunks(info), call.reporter()
+        gate = asyncio.Semaphore(info.in_flight)
 
         async def send(rows: slice, request_id: str) -> Any:
             async with gate:
-                answer = await self._infer(call, rows, request_id, info)
-            done[0] += rows.stop - rows.start
-            call.progress(done[0])
+                answer = await self._infer(call, self._request(call, rows, request_id, info))
+            report(rows)
             return answer
 
         answers = await first_error_cancels_all([send(r, rid) for r, rid in pieces])
-        return answers, [rid for _, rid in pieces]
+        return call.build(answers, [request_id for _, request_id in pieces])
 
-    async def _infer(self, call: Call, rows: slice, request_id: str, info: ModelInfo) -> Any:
-        inputs, outputs = self._request(call, rows, info)
+    async def _prepare(self, call: Call) -> tuple[Call, ModelInfo]:
+        """As Client._prepare: the call routed, and its model's info."""
+        if (lane := self._lane_to_ask(call)) is not None:
+            self._lanes[lane] = await self.is_ready(lane)
+        call = self._routed(call)
+        with call.deadline_scope():
+            return call, await self.info(call.model)
+
+    async def _infer(self, call: Call, request: Request) -> Any:
+        """One request, tried again as `on_failure` decides."""
         attempt = 0
         while True:
             attempt += 1
             try:
-                return await self._infer_once(call, inputs, outputs, request_id)
+                return await self._infer_once(call, request)
             except TritonClientError as err:
-                if call.expired():
-                    raise call.deadline_error() from err
-                overflow = self._overflow(call, err)
-                if overflow is not None:  # the same request to the lane's front, at once
-                    call = overflow
-                    continue
-                delay = self._retry_delay(attempt, err, call.deadline)
-                if delay is None:
-                    raise
-                await asyncio.sleep(delay)
+                call, delay = self._next_try(call, err, attempt)
+            await asyncio.sleep(delay)
 
-    async def _infer_once(self, call: Call, inputs: list[Any], outputs: list[Any],
-                          request_id: str) -> Any:
-        """One request, within the call's deadline: over gRPC awaited at most the time left
-        and never cancelled (tmr_client.core's doc says why), over HTTP cancelled when the
-        time left runs out."""
-        kwargs = {"outputs": outputs, "headers": self._headers(),
-                  **call.infer_kwargs(request_id)}
-        if self.protocol == "grpc":
-            return await self._grpc_infer(call, inputs, kwargs)
+    async def _http_infer(self, call: Call, request: Request) -> Any:
+        """One try over HTTP, cancelled when the time left runs out."""
+        kwargs = self._infer_kwargs(call, request)
         remaining = call.remaining()
         if remaining is None:
-            return await self._call(self._client.infer, call.model, inputs, **kwargs)
+            return await self._call(self._client.infer, call.model, request.inputs, **kwargs)
         try:
             async with asyncio.timeout(remaining):  # in this task: Retry-After stays visible
-                return await self._call(self._client.infer, call.model, inputs, **kwargs)
+                return await self._call(self._client.infer, call.model, request.inputs,
+                                        **kwargs)
         except TimeoutError as err:
             raise call.deadline_error() from err
 
-    async def _grpc_infer(self, call: Call, inputs: list[Any], kwargs: dict[str, Any]) -> Any:
-        request = asyncio.ensure_future(self._call(
-            self._client.infer, call.model, inputs, client_timeout=call.grpc_deadline(),
-            **kwargs))
+    async def _grpc_infer(self, call: Call, request: Request) -> Any:
+        """One try over gRPC, awaited at most the time left and never cancelled
+        (tmr_client.core's doc says why)."""
+        sent = asyncio.ensure_future(self._call(
+            self._client.infer, call.model, request.inputs,
+            client_timeout=call.deadline.grpc(call.model), **self._infer_kwargs(call, request)))
         try:
-            done, _ = await asyncio.wait({request}, timeout=call.time_left())
+            done, _ = await asyncio.wait({sent}, timeout=call.deadline.left())
         finally:  # past the deadline, or the caller cancelled: the RPC runs to its end
-            if not request.done():
-                self._abandon(request)
+            if not sent.done():
+                self._abandon(sent)
         if not done:
             raise call.deadline_error() from TimeoutError(f"no answer in {call.options.timeout} s")
-        return request.result()
+        return sent.result()
 
     def _abandon(self, request: asyncio.Task) -> None:
         self._abandoned.add(request)
@@ -269,4 +227,3 @@ class AsyncClient(ClientBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-

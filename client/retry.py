@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from tmr_client.contract import MAX_RETRY_AFTER_S
 from tmr_client.errors import TritonClientError
 
 
@@ -21,7 +22,7 @@ class RetryPolicy:
     attempts: int = 3
     base_delay_s: float = 0.05
     max_delay_s: float = 1.0
-    max_retry_after_s: float = 30.0  # a longer Retry-After raises instead of waiting
+    max_retry_after_s: float = MAX_RETRY_AFTER_S  # a longer Retry-After raises, unwaited
 
     def backoff(self, retry_index: int, rng: random.Random) -> float:
         """Full-jitter delay before retry number `retry_index` (0-based)."""

@@ -17,10 +17,10 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from tmr_client.contract import NETWORK_TIMEOUT_S
 from tmr_client.endpoint import Endpoint
 
 RETRY_AFTER = "retry-after"
-NETWORK_TIMEOUT_S = 60.0  # an HTTP socket's timeout when the client has no `timeout=`
 # The asyncio client's last answer, per task: concurrent chunks share one client.
 _AIO_RETRY_AFTER: ContextVar[float | None] = ContextVar("tmr_client_retry_after",
                                                          default=None)

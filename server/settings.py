@@ -155,7 +155,7 @@ def restricted_api_flags(key: str) -> list[str]:
 # the keys come from TMR_API_KEYS ("name:key,name:key"), the dev default otherwise.
 API_KEYS_ENV = "TMR_API_KEYS"
 DEV_API_KEYS = "dev:tmr-dev-key"
-# Request body limits: the SDK's (client/core.py), which keep Triton 2.51's HTTP server
+# Request body limits: the SDK's (client/limits.py), which keep Triton 2.51's HTTP server
 # under the size that kills it. tests/unit/test_front_door.py checks that they hold the
 # largest valid request of every shipped front model: over HTTP, a full batch of the
 # longest texts JSON-escaped (3 MiB and the envelope) or one image of about 2.9 MB as

@@ -1,4 +1,4 @@
-"""python_backends.batching: group requests by shape, run them as one call, split the outputs."""
+"""runtime.batching: group requests by shape, run them as one call, split the outputs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from python_backends.batching import (
+from runtime.batching import (
     concat_feeds,
     group_by_shape,
     length_buckets,

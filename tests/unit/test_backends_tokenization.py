@@ -1,4 +1,4 @@
-"""python_backends.tokenization: limits, text decoding, the overlength policies (reject,
+"""runtime.tokenization: limits, text decoding, the overlength policies (reject,
 truncate, chunk), request options, windows and their pooling, padding, the encoder."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from core.params import ConfigError
-from python_backends.errors import InvalidInputError
-from python_backends.tokenization import (
+from runtime.errors import InvalidInputError
+from runtime.tokenization import (
     FittedText,
     Specials,
     TextEncoder,

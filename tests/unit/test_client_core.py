@@ -1,21 +1,19 @@
-"""tmr_client.core: the request tensor, chunking, per-call options and max_batch_size."""
+"""The SDK's pure parts: the request tensor (tmr_client.shaping), chunking, per-call
+options, the deadline, and the model info read from a config in either wire form."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from tmr_client.core import (
-    ENVELOPE_BYTES,
-    Call,
-    CallOptions,
-    byte_chunks,
-    chunks,
-    default_url,
-    max_batch_size,
-    text_tensor,
-)
+from tmr_client.calls import Call
+from tmr_client.chunking import ENVELOPE_BYTES, byte_chunks, chunks
+from tmr_client.deadlines import Deadline
+from tmr_client.endpoint import default_url
 from tmr_client.errors import InvalidInputError, RequestTooLargeError
 from tmr_client.limits import HTTP_MAX_BODY_BYTES
+from tmr_client.model_info import max_batch_size
+from tmr_client.options import CallOptions
+from tmr_client.shaping import text_tensor
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 
@@ -70,9 +68,9 @@ def test_call_options_infer_kwargs_omits_unset_options():
 
 
 def test_call_options_deadline_comes_from_timeout_not_from_the_queue_timeout():
-    assert CallOptions().deadline() is None
-    assert CallOptions(timeout_ms=1000).deadline() is None  # Triton's, server side
-    assert CallOptions(timeout=2.5).deadline() > 0
+    assert Deadline.after(CallOptions().timeout) == Deadline()
+    assert Deadline.after(CallOptions(timeout_ms=1000).timeout) == Deadline()  # Triton's
+    assert Deadline.after(CallOptions(timeout=2.5).timeout, now=10.0) == Deadline(2.5, 12.5)
 
 
 @pytest.mark.parametrize("bad", [0, -1, "1", True, float("nan")])
@@ -144,7 +142,7 @@ def test_call_options_refuse_what_triton_would_misread(options, message):
 
 
 def test_a_bulk_call_keeps_one_chunk_in_flight_per_instance_of_the_model():
-    from tmr_client.core import DEFAULT_IN_FLIGHT, in_flight_limit, instance_count
+    from tmr_client.model_info import DEFAULT_IN_FLIGHT, in_flight_limit, instance_count
 
     http = {"instance_group": [{"count": 3, "kind": "KIND_CPU"}, {"count": 1}]}
     grpc = model_config_pb2.ModelConfig()
@@ -155,7 +153,7 @@ def test_a_bulk_call_keeps_one_chunk_in_flight_per_instance_of_the_model():
 
 
 def test_a_bulk_call_sends_requests_of_the_models_preferred_batch_over_both_protocols():
-    from tmr_client.core import Access, request_rows
+    from tmr_client.model_info import Access, request_rows
 
     http = {"max_batch_size": 64, "dynamic_batching": {"preferred_batch_size": [8],
                                                        "priority_levels": 2}}
@@ -199,6 +197,6 @@ def test_a_rollout_key_travels_as_a_request_parameter_beside_the_call_s_own():
     call's top_k parameter travels with it."""
     options = CallOptions(rollout_key="user-42")
     assert options.infer_kwargs("r")["parameters"] == {"rollout_key": "user-42"}
-    call = Call("m", np.array([[b"x"]], dtype=np.object_), "IMAGE", ("LABELS",), options,
-                None, parameters={"top_k": 3})
+    call = Call("m", np.array([[b"x"]], dtype=np.object_), "IMAGE", ("LABELS",),
+                CallOptions(rollout_key="user-42", top_k=3))
     assert call.infer_kwargs("r")["parameters"] == {"rollout_key": "user-42", "top_k": 3}

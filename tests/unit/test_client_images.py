@@ -1,11 +1,11 @@
-"""tmr_client.core.image_tensor: the rows of a classify call (encoded bytes, or data URL text)."""
+"""tmr_client.shaping.image_tensor: a classify call's rows (encoded bytes, or data URL text)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from tmr_client.core import image_tensor
 from tmr_client.errors import InvalidInputError
+from tmr_client.shaping import image_tensor
 
 PNG = b"\x89PNG\r\n\x1a\n..."
 DATA_URL = "data:image/webp;base64,UklGRg=="

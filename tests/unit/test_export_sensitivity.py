@@ -21,7 +21,7 @@ from export.sensitivity import (
     mean_cosine_loss,
     onnx_node_for,
 )
-from python_backends.runners import onnx_runner
+from runtime.runners import onnx_runner
 
 WIDTH, HIDDEN, OUTLIER = 16, 64, 40.0
 

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from python_backends.errors import InvalidInputError
-from python_backends.image_inputs import image_bytes
-from python_backends.images import ImageSpec, decode_image, preprocess_into
+from runtime.errors import InvalidInputError
+from runtime.image_inputs import image_bytes
+from runtime.images import ImageSpec, decode_image, preprocess_into
 from tests.image_samples import MUTATIONS, cat, fuzz_seeds, mutate
 
 pytestmark = pytest.mark.timeout(600)

@@ -1,4 +1,4 @@
-"""python_backends.images: limits, hostile bytes, what a row's first bytes say, colour modes,
+"""runtime.images: limits, hostile bytes, what a row's first bytes say, colour modes,
 EXIF, WebP (alpha, animation), data URLs and rows as sent, preprocessing, top-k."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from PIL import Image, ImageFile, WebPImagePlugin
 
 from core.params import ConfigError
-from python_backends.errors import InvalidInputError, ModelError
-from python_backends.image_inputs import (
+from runtime.errors import InvalidInputError, ModelError
+from runtime.image_inputs import (
     base64_min_size,
     data_url_bytes,
     either,
@@ -22,7 +22,7 @@ from python_backends.image_inputs import (
     sniff_format,
     webp_canvas,
 )
-from python_backends.images import (
+from runtime.images import (
     ImageBatchBuffer,
     ImageSpec,
     decode_image,

@@ -8,9 +8,9 @@ import pytest
 
 from core import versions
 from core.paths import DEFAULT_REPOSITORY
-from python_backends.errors import ChildModelError
 from python_backends.in_process import LocalEncoder, OnDemand
-from python_backends.runners import SpikeWatch
+from runtime.errors import ChildModelError
+from runtime.runners import SpikeWatch
 
 
 def test_an_on_demand_encoder_is_not_held_at_rest() -> None:

@@ -1,4 +1,4 @@
-"""python_backends.input_limits: what an encoder graph accepts, read from ONNX graphs."""
+"""runtime.input_limits: what an encoder graph accepts, read from ONNX graphs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from python_backends.input_limits import InputLimitError, InputLimits, limits_of
+from runtime.input_limits import InputLimitError, InputLimits, limits_of
 
 
 def embedding_graph() -> onnx.GraphProto:

@@ -14,8 +14,8 @@ import pytest
 from tmr_client.contract import OVERLENGTH_POLICIES
 
 from core.families.text_embedding import TEXT_EMBEDDING
-from python_backends.errors import InvalidInputError
-from python_backends.tokenization import (
+from runtime.errors import InvalidInputError
+from runtime.tokenization import (
     Specials,
     TextLimits,
     TextOptions,
@@ -196,7 +196,7 @@ TEXT = TEXT_EMBEDDING.contract.front_inputs[0].name
 
 
 def refusal(make) -> str:
-    """The message the front model's own validation writes (python_backends.tokenization)."""
+    """The message the front model's own validation writes (runtime.tokenization)."""
     with pytest.raises(InvalidInputError) as caught:
         make()
     return str(caught.value)

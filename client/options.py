@@ -1,0 +1,104 @@
+"""Per-call options, validated once: what every verb of both clients takes besides its rows.
+
+`embed(texts, model=..., priority=..., timeout=..., truncate=...)` and the other verbs
+build one `CallOptions` from their keywords and hand it on; nothing below the verbs takes
+those keywords one by one. An option a verb does not take stays None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tmr_client import contract
+from tmr_client.deadlines import check_timeout
+from tmr_client.errors import InvalidInputError
+from tmr_client.shaping import is_int_at_least, is_number
+
+Progress = Callable[[int, int], None]  # (rows done, rows in the call), after each chunk
+# What a text over the model's length gets (the front's `truncate` request parameter):
+# True cuts it, False refuses it (400), "chunk" embeds it in windows pooled into one
+# vector; None leaves it to the model's overlength_policy.
+Truncate = bool | contract.OverlengthPolicy | None
+TRUNCATE_CHOICES = contract.OVERLENGTH_POLICIES
+
+# (option, whether a value other than None is valid, the message refusing it)
+CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("priority", lambda v: is_int_at_least(v, 0),
+     "priority must be an integer >= 0 (1 is the highest, 0 the model's default), got {!r}"),
+    ("timeout_ms", lambda v: is_number(v) and v > 0, "timeout_ms must be a number > 0, got {!r}"),
+    ("model_version", lambda v: is_int_at_least(v, 1),
+     "model_version must be an integer >= 1, got {!r}"),
+    ("truncate", lambda v: isinstance(v, bool) or v in TRUNCATE_CHOICES,
+     "truncate must be True, False, None or one of " + ", ".join(TRUNCATE_CHOICES)
+     + "; got {!r}"),
+    ("chunk_overlap", lambda v: is_int_at_least(v, 0),
+     "chunk_overlap must be an integer >= 0, got {!r}"),
+    ("top_k", lambda v: is_int_at_least(v, 1), "top_k must be an integer >= 1, got {!r}"),
+)
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """Per-call options: priority level (1 = highest), Triton's queue timeout per request
+    (`timeout_ms`), pinned version, the key that keeps a caller on one version during a
+    rollout (`rollout_key`), the call's client-side deadline (`timeout`, seconds), the
+    front model (None: the client's), what a text over the model's length gets
+    (`truncate`, with `chunk_overlap` tokens between windows), a classify call's `top_k`,
+    further request `parameters`, and `on_progress(done, total)` after each chunk."""
+
+    priority: int | None = None
+    timeout_ms: float | None = None
+    model_version: int | None = None
+    rollout_key: str | None = None
+    timeout: float | None = None
+    model: str | None = None
+    truncate: Truncate = None
+    chunk_overlap: int | None = None
+    top_k: int | None = None
+    parameters: Mapping[str, Any] | None = None
+    on_progress: Progress | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse what Triton (or the front) would misread, before anything is sent."""
+        for name, valid, message in CHECKS:
+            value = getattr(self, name)
+            if value is not None and not valid(value):
+                raise InvalidInputError(message.format(value))
+        check_timeout(self.timeout)
+
+    def or_timeout(self, timeout: float | None) -> CallOptions:
+        """These options, with `timeout` (the client's) when they name none."""
+        return self if self.timeout is not None else replace(self, timeout=timeout)
+
+    def request_parameters(self) -> dict[str, Any]:
+        """The request parameters the options send (the caller's own `parameters` last)."""
+        named = {contract.ROLLOUT_KEY: None if self.rollout_key is None else str(self.rollout_key),
+                 contract.TRUNCATE: self.truncate,
+                 contract.CHUNK_OVERLAP: _int(self.chunk_overlap),
+                 contract.TOP_K: _int(self.top_k)}
+        return {**{k: v for k, v in named.items() if v is not None}, **(self.parameters or {})}
+
+    def chunks_texts(self, by_default: bool) -> bool:
+        """Whether the texts are cut into windows: `truncate="chunk"`, or the model's
+        policy (`by_default`) when the call says nothing."""
+        truncate = self.request_parameters().get(contract.TRUNCATE)
+        return truncate == "chunk" or (truncate is None and by_default)
+
+    def infer_kwargs(self, request_id: str) -> dict[str, Any]:
+        """tritonclient's infer arguments for these options (Triton's queue timeout in µs)."""
+        kwargs: dict[str, Any] = {"request_id": request_id}
+        if self.priority is not None:
+            kwargs["priority"] = self.priority
+        if self.timeout_ms is not None:
+            kwargs["timeout"] = int(self.timeout_ms * 1000)  # Triton wants microseconds
+        if self.model_version is not None:
+            kwargs["model_version"] = str(self.model_version)
+        if parameters := self.request_parameters():
+            kwargs["parameters"] = parameters
+        return kwargs
+
+
+def _int(value: int | None) -> int | None:
+    return None if value is None else int(value)
