@@ -43,6 +43,8 @@ class EmbedOptions:
     files: list[Path] = field(default_factory=list)  # more texts, one a line; `-`: stdin
     out: Path | None = None  # where to write the vectors (.npy or .jsonl)
     json: bool = False
+    prompt_name: str | None = None  # one of the model's prompts; None: its default
+    dimensions: int | None = None  # one of its Matryoshka sizes; None: its own
 
 
 # `--truncate`: the request parameter's string spellings (true, false and the policies).
@@ -91,7 +93,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="a text over the model's length: cut it (true, truncate), "
                         "refuse it (false, reject) or embed it in windows pooled into one "
                         "vector (chunk); default: the model's overlength_policy")
+    parser.add_argument("--dimensions", type=int, default=None, metavar="N",
+                        help="cut each vector to N values, re-normalised: one of the model's "
+                             "Matryoshka sizes (`tmr add --matryoshka-dims`); default: all")
+    add_prompt_name(parser)
     add_json(parser)
+
+
+def add_prompt_name(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt-name", default=None, metavar="NAME",
+                        help="put the model's prompt NAME before each text (its "
+                             "config_sentence_transformers.json prompts, e.g. query); "
+                             "default: the model's default prompt, if it has one")
 
 
 def read_texts(texts: list[str], files: list[Path], stdin: TextIO) -> list[str]:
@@ -137,7 +150,8 @@ def embed_command(opts: EmbedOptions) -> int:
         task = progress.add_task("embedding", total=len(texts))
         result = client.embed_with_info(
             texts, priority=opts.priority, timeout_ms=timeout_ms(opts.timeout_s),
-            truncate=truncate_policy(opts.truncate),
+            truncate=truncate_policy(opts.truncate), prompt_name=opts.prompt_name,
+            dimensions=opts.dimensions,
             on_progress=lambda done, total: progress.update(task, completed=done, total=total))
     if opts.out is not None:
         write_vectors(opts.out, texts, result.embeddings)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from cli.errors import UsageError
 from cli.options import add_command, add_model, add_repository, options, parse_url
 from core.host_profile import DEFAULT_MEMORY_BUDGET_MB
+from core.variant import REVIEWED, Variant
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -45,6 +46,7 @@ class AddOptions:
     verbose: bool
     primary: str | None = None
     no_tune: bool = False
+    matryoshka_dims: tuple[int, ...] = ()  # smaller sizes its embeddings may be cut to
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,6 +84,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "openvino; default: the family's); `tmr tune` fits it to the host")
     parser.add_argument("--no-tune", action="store_true",
                         help="do not re-tune the host profile afterwards (`tmr tune`)")
+    parser.add_argument("--matryoshka-dims", type=matryoshka_dims, default=(), metavar="N,N",
+                        help="a text model's smaller sizes its embeddings were trained to be "
+                             "cut to (e.g. 256,128), which `dimensions` then accepts; "
+                             "default: the folder's config_sentence_transformers.json, else "
+                             "none")
+
+
+def matryoshka_dims(raw: str) -> tuple[int, ...]:
+    """`--matryoshka-dims 256,128`: positive sizes, largest first."""
+    from core.settings import dims_list
+
+    try:
+        return dims_list(raw)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{raw!r}: sizes are positive integers, comma-"
+                                         f"separated ({err})") from None
 
 
 def _print(result: object) -> None:
@@ -124,6 +142,15 @@ def _logging(verbose: bool) -> None:
         logging.getLogger("export").setLevel(logging.INFO)
 
 
+def primary_variant(args: ExportOptions) -> Variant:
+    """The variant whose primary `--format primary` names: what `tmr serve` serves from
+    the repository on this host (the reviewed configs' when no format says `primary`)."""
+    from export.pipeline import PRIMARY
+    from server.profile import served_variant
+
+    return served_variant(args.repository)[0] if PRIMARY in (args.formats or []) else REVIEWED
+
+
 def export_command(args: ExportOptions) -> int:
     """Export from parsed arguments, a line per format; 0 ok, 1 a check failed. A refused
     request raises (cli/errors.py gives its line and exit code)."""
@@ -136,7 +163,9 @@ def export_command(args: ExportOptions) -> int:
         raise UsageError("name one model, or --all")
     started = time.perf_counter()
     try:
-        models = catalog(args.repository) if args.all else [find(args.repository, args.model)]
+        variant = primary_variant(args)
+        models = (catalog(args.repository, variant) if args.all
+                  else [find(args.repository, args.model, variant)])
         total = sum(len(wanted_formats(m, args.formats)) for m in models)
         with progress_bar() as progress:
             stages = Stages(progress, total)
@@ -166,7 +195,8 @@ def add_model_command(args: AddOptions) -> int:
             stages = Stages(progress, total)
             add_to_repository(args.repository, args.model, args.family, args.source,
                               args.front, args.threads, on_result=stages.result,
-                              primary=args.primary, on_stage=stages.stage)
+                              primary=args.primary, on_stage=stages.stage,
+                              matryoshka_dims=args.matryoshka_dims)
     except ExportCheckError as exc:
         print(f"tmr add failed, nothing was added: {exc}", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ from cli import (
     release,
     rollout,
     serve,
+    tokens,
     tune,
     watchdog,
 )
@@ -30,10 +31,11 @@ GROUPS = {  # how `tmr --help` lists the commands
     "serve": ["serve", "tune", "watchdog"],
     "models & releases": ["export", "add", "versions", "gate", "promote", "rollback", "rollout",
                           "degrade", "health"],
-    "calls": ["embed", "classify"],
+    "calls": ["embed", "tokens", "classify"],
     "perf": ["perf"],
 }
-MODULES = (serve, tune, watchdog, export, release, rollout, operate, embed, classify, perf)
+MODULES = (serve, tune, watchdog, export, release, rollout, operate, embed, tokens, classify,
+           perf)
 
 
 def grouped_commands() -> str:

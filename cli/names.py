@@ -68,7 +68,7 @@ def resolve(repository: Path, name: str, kind: Kind) -> Resolved:
     if kind == FOLDER and is_folder:
         return Resolved(name, name)
     if kind != FRONT and (is_folder or model is not None):
-        return Resolved(served_encoder(repository, name, served_variant()[0]), name)
+        return Resolved(served_encoder(repository, name, served_variant(repository)[0]), name)
     if kind == FRONT and is_folder and model is None:
         return Resolved(name, name)  # a model outside the families: the server decides
     valid = ", ".join(valid_names(repository, kind, models)) or "none"

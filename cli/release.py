@@ -202,8 +202,8 @@ def release_command(args: ReleaseOptions) -> int:
     model_dir = args.repository / args.model
     from server.profile import served_variant
 
-    target = release.Target(model_dir, args.url, served_variant()[0], args.control_mode,
-                            args.timeout_s)
+    variant = served_variant(args.repository)[0]
+    target = release.Target(model_dir, args.url, variant, args.control_mode, args.timeout_s)
     version = (args.version if args.action == "promote"
                else release.rollback_target(model_dir, args.version))
     release.check_candidate(model_dir, version)

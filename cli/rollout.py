@@ -26,6 +26,7 @@ from cli.options import (
     resolve_url,
 )
 from core import rollout, versions
+from core.variant import Variant
 from server import rollout_judge
 from server.profile import served_variant
 from server.settings import Ports
@@ -188,7 +189,7 @@ def rollout_command(opts: RolloutOptions) -> int:
         print(f"{opts.model}: rollout paused (breaches still roll back)")
         return 0
     if opts.action == "abort":
-        state = ctl.abort(model_dir, replicas, "aborted by an operator", served_variant()[0])
+        state = ctl.abort(model_dir, replicas, "aborted by an operator", served(opts))
         print(f"{opts.model}: rollout of v{state.version} aborted; v{state.stable} serves")
         return EXIT[rollout.ABORTED]
     if opts.action == "resume":
@@ -207,9 +208,10 @@ def start(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
         step_timeout_s=opts.step_timeout_s, max_p99_ratio=opts.max_p99_ratio)
     if not (model_dir / "config.pbtxt").exists():
         raise rollout.RolloutError(f"unknown model {opts.model!r}: no {model_dir}/config.pbtxt")
-    ctl.check_start(model_dir, opts.version, served_variant()[0])  # names a running rollout
+    variant = served(opts)
+    ctl.check_start(model_dir, opts.version, variant)  # names a running rollout
     with ctl.controller_lock(model_dir):
-        stable = ctl.check_start(model_dir, opts.version, served_variant()[0])
+        stable = ctl.check_start(model_dir, opts.version, variant)
         if not opts.no_gate:
             from export.gate import run_gate
 
@@ -220,11 +222,16 @@ def start(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
                       "by the gate",
                       file=sys.stderr)
                 return 1
-        controller = ctl.Controller(model_dir, replicas, served_variant()[0], poll_s=opts.poll_s)
+        controller = ctl.Controller(model_dir, replicas, variant, poll_s=opts.poll_s)
         state = controller.start(rollout.RolloutState(**{**state.__dict__, "stable": stable}))
         print(f"{opts.model}: rolling out v{opts.version} beside v{stable}: "
               f"{' -> '.join(s.describe() for s in state.steps)} -> promotion", flush=True)
         return finished(opts.model, state, controller.run(state), model_dir)
+
+
+def served(opts: RolloutOptions) -> Variant:
+    """The config variant `tmr serve` serves from the rollout's repository."""
+    return served_variant(opts.repository)[0]
 
 
 def resume(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
@@ -238,7 +245,7 @@ def resume(opts: RolloutOptions, model_dir: Path, replicas: list) -> int:
     with ctl.controller_lock(model_dir):
         print(f"{opts.model}: resuming the rollout of v{state.version} at "
               f"{state.current.describe()} as its controller", flush=True)
-        controller = ctl.Controller(model_dir, replicas, served_variant()[0], poll_s=opts.poll_s)
+        controller = ctl.Controller(model_dir, replicas, served(opts), poll_s=opts.poll_s)
         return finished(opts.model, state, controller.run(state), model_dir)
 
 

@@ -36,7 +36,15 @@ if TYPE_CHECKING:  # what type checkers and editors see
         TritonClientError,
         UnavailableError,
     )
-    from tmr_client.results import ClassifyResult, EmbedResult, InferResult, Prediction
+    from tmr_client.results import (
+        ClassifyResult,
+        EmbedResult,
+        InferResult,
+        Prediction,
+        SimilarityResult,
+        TokenCount,
+        TokenCounts,
+    )
     from tmr_client.retry import NO_RETRY, RetryPolicy
     from tmr_client.sync import Client
 
@@ -47,6 +55,9 @@ _EXPORTS = {
     "ClassifyResult": "tmr_client.results",
     "InferResult": "tmr_client.results",
     "Prediction": "tmr_client.results",
+    "SimilarityResult": "tmr_client.results",
+    "TokenCount": "tmr_client.results",
+    "TokenCounts": "tmr_client.results",
     "NO_RETRY": "tmr_client.retry",
     "RetryPolicy": "tmr_client.retry",
     **{name: "tmr_client.errors" for name in (
@@ -75,6 +86,9 @@ __all__ = [
     "RetryPolicy",
     "ServerError",
     "ServerUnreachableError",
+    "SimilarityResult",
+    "TokenCount",
+    "TokenCounts",
     "TritonClientError",
     "UnavailableError",
 ]

@@ -19,7 +19,13 @@ from tmr_client.deadlines import ABANDONED_GRACE_S
 from tmr_client.errors import AccessDeniedError, TritonClientError
 from tmr_client.model_info import ModelInfo
 from tmr_client.options import CallOptions, Progress, Truncate
-from tmr_client.results import ClassifyResult, EmbedResult, InferResult
+from tmr_client.results import (
+    ClassifyResult,
+    EmbedResult,
+    InferResult,
+    SimilarityResult,
+    TokenCounts,
+)
 
 
 async def first_error_cancels_all(calls: list[Awaitable[Any]]) -> list[Any]:
@@ -98,6 +104,7 @@ class AsyncClient(ClientBase):
                     priority: int | None = None, timeout_ms: float | None = None,
                     model_version: int | None = None, rollout_key: str | None = None,
                     truncate: Truncate = None, chunk_overlap: int | None = None,
+                    prompt_name: str | None = None, dimensions: int | None = None,
                     on_progress: Progress | None = None,
                     timeout: float | None = None) -> np.ndarray:
         """As Client.embed (`truncate`: True, False, "chunk" or None; `timeout`: the
@@ -105,12 +112,14 @@ class AsyncClient(ClientBase):
         return (await self.embed_with_info(
             texts, model=model, priority=priority, timeout_ms=timeout_ms,
             model_version=model_version, rollout_key=rollout_key, truncate=truncate,
-            chunk_overlap=chunk_overlap, on_progress=on_progress, timeout=timeout)).embeddings
+            chunk_overlap=chunk_overlap, prompt_name=prompt_name, dimensions=dimensions,
+            on_progress=on_progress, timeout=timeout)).embeddings
 
     async def embed_with_info(self, texts: Iterable[str | bytes], *, model: str | None = None,
                               priority: int | None = None, timeout_ms: float | None = None,
                               model_version: int | None = None, rollout_key: str | None = None,
                               truncate: Truncate = None, chunk_overlap: int | None = None,
+                              prompt_name: str | None = None, dimensions: int | None = None,
                               on_progress: Progress | None = None,
                               timeout: float | None = None) -> EmbedResult:
         """As Client.embed_with_info, the chunks concurrently (bounded); the first
@@ -118,8 +127,30 @@ class AsyncClient(ClientBase):
         options = CallOptions(model=model, priority=priority, timeout_ms=timeout_ms,
                               model_version=model_version, rollout_key=rollout_key,
                               truncate=truncate, chunk_overlap=chunk_overlap,
+                              prompt_name=prompt_name, dimensions=dimensions,
                               on_progress=on_progress, timeout=timeout)
         return await self._send(self._embed_call(texts, options))
+
+    async def count_tokens(self, texts: Iterable[str | bytes], *, model: str | None = None,
+                           prompt_name: str | None = None, chunk_overlap: int | None = None,
+                           priority: int | None = None, timeout_ms: float | None = None,
+                           timeout: float | None = None) -> TokenCounts:
+        """As Client.count_tokens."""
+        options = CallOptions(model=model, prompt_name=prompt_name,
+                              chunk_overlap=chunk_overlap, priority=priority,
+                              timeout_ms=timeout_ms, timeout=timeout)
+        return await self._send(self._count_call(texts, options))
+
+    async def similarity(self, source: str | bytes, texts: Iterable[str | bytes], *,
+                         model: str | None = None, prompt_name: str | None = None,
+                         dimensions: int | None = None, truncate: Truncate = None,
+                         priority: int | None = None, timeout_ms: float | None = None,
+                         timeout: float | None = None) -> SimilarityResult:
+        """As Client.similarity: one request."""
+        options = CallOptions(model=model, prompt_name=prompt_name, dimensions=dimensions,
+                              truncate=truncate, priority=priority, timeout_ms=timeout_ms,
+                              timeout=timeout)
+        return await self._send(self._similarity_call(source, texts, options))
 
     async def classify(self, images: Iterable[bytes | str], *, model: str | None = None,
                        top_k: int | None = None, priority: int | None = None,

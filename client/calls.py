@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from tmr_client.chunking import plan
 from tmr_client.deadlines import Deadline
-from tmr_client.errors import DeadlineExceededError, TritonClientError
+from tmr_client.errors import DeadlineExceededError, InvalidInputError, TritonClientError
 from tmr_client.model_info import ModelInfo
 from tmr_client.options import CallOptions
 from tmr_client.shaping import request_for
@@ -45,14 +45,34 @@ class Call:
     deadline: Deadline = field(default_factory=Deadline)
     protocol: str = "http"
     build: Callable[[list[Any], list[str]], Any] = field(default=lambda answers, ids: answers)
+    one_request: bool = False  # all rows in one request (a similarity call), or refused
 
     def chunks(self, info: ModelInfo) -> list[tuple[slice, str]]:
         """(rows, request id) of each request the call makes: at most the model's
         request rows (its preferred batch, else max_batch_size; fewer when its texts are
-        chunked into windows), and never over the protocol's request size limit."""
+        chunked into windows), and never over the protocol's request size limit. A
+        `one_request` call is one request of at most max_batch_size rows."""
+        if self.one_request:
+            return self.single(info)
         chunked = self.options.chunks_texts(info.chunks_by_default)
         return plan(self.rows, info.chunk_rows if chunked else info.request_rows,
                     self.protocol, self.input_name)
+
+    def single(self, info: ModelInfo) -> list[tuple[slice, str]]:
+        """The one request of a `one_request` call; InvalidInputError past the model's
+        max_batch_size (when the client knows it: else the server refuses it) or the
+        protocol's request size."""
+        if info.max_batch_known and len(self.rows) > info.max_batch:
+            raise InvalidInputError(
+                f"{len(self.rows)} rows in one request: over model '{self.model}''s "
+                f"max_batch_size of {info.max_batch} (a similarity call takes at most "
+                f"{info.max_batch - 1} texts besides its source)")
+        pieces = plan(self.rows, len(self.rows), self.protocol, self.input_name)
+        if len(pieces) > 1:
+            raise InvalidInputError(
+                f"the {len(self.rows)} rows do not fit one {self.protocol} request; send "
+                "fewer or shorter texts")
+        return pieces
 
     def request(self, module: ModuleType, rows: slice, request_id: str,
                 info: ModelInfo) -> Request:

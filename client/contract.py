@@ -46,10 +46,29 @@ TRUNCATE = "truncate"
 CHUNK_OVERLAP = "chunk_overlap"
 ROLLOUT_KEY = "rollout_key"  # rows of one key go to one version during a rollout
 TOP_K = "top_k"
+PROMPT_NAME = "prompt_name"  # one of the text model's named prompts, put before each text
+DIMENSIONS = "dimensions"  # the size to cut an embedding to (the model's Matryoshka sizes)
+COUNT_ONLY = "count_only"  # true: tokenize and count, run no encoder (EMBEDDING is [n, 0])
 # What a text over the model's length gets: a request's `truncate`, a model's
 # `overlength_policy` (config parameter).
 OverlengthPolicy = Literal["reject", "truncate", "chunk"]
 OVERLENGTH_POLICIES: tuple[OverlengthPolicy, ...] = get_args(OverlengthPolicy)
+# What each policy does with one text, from a count_only answer (TRUNCATED_TOKENS: what
+# `truncate` drops, WINDOWS: what `chunk` makes, 0 past the windows limit): "fits" when it
+# is within the model's length, else "refused", "truncated" or "chunked".
+Outcome = Literal["fits", "refused", "truncated", "chunked"]
+
+
+def policy_outcome(policy: OverlengthPolicy, truncated_tokens: int, windows: int) -> Outcome:
+    """What `policy` does with a text the front counted (server/nginx/openai.js has the
+    same rule for /v1/tokenize; a unit test keeps them in step)."""
+    if truncated_tokens <= 0:
+        return "fits"
+    if policy == "truncate":
+        return "truncated"
+    return "chunked" if policy == "chunk" and windows > 0 else "refused"
+
+
 # `truncate` also takes a bool, TEI's form (as JSON or as the string "true"/"false"):
 # true cuts the text, false refuses it.
 BOOL_POLICIES: dict[bool, OverlengthPolicy] = {True: "truncate", False: "reject"}

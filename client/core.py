@@ -45,7 +45,12 @@ from tmr_client.calls import Call, Request
 from tmr_client.contract import INTERACTIVE_PRIORITY, LANE_SUFFIX, lane_name
 from tmr_client.deadlines import ABANDONED_GRACE_S, Deadline, check_timeout
 from tmr_client.endpoint import DEFAULT_PORTS, Protocol, default_url, endpoint
-from tmr_client.errors import ServerUnreachableError, TritonClientError, from_exception
+from tmr_client.errors import (
+    InvalidInputError,
+    ServerUnreachableError,
+    TritonClientError,
+    from_exception,
+)
 from tmr_client.failure import Decision, Reroute, Retry, decide
 from tmr_client.model_info import DEFAULT_IN_FLIGHT, Access, ModelInfo, output_names, request_rows
 from tmr_client.options import CallOptions, Progress, Truncate
@@ -54,9 +59,13 @@ from tmr_client.results import (
     EmbedResult,
     InferResult,
     Prediction,
+    SimilarityResult,
+    TokenCounts,
     classify_result,
     embed_result,
     infer_result,
+    similarity_result,
+    token_counts,
 )
 from tmr_client.retry import RetryPolicy
 from tmr_client.shaping import (
@@ -64,9 +73,11 @@ from tmr_client.shaping import (
     EMBED_OUTPUTS,
     IMAGE_INPUT,
     TEXT_INPUT,
+    encode_text,
     image_tensor,
     protocol_module,
     text_tensor,
+    type_name,
 )
 from tmr_client.tracing import trace_headers
 from tmr_client.transport import retry_after, triton_client
@@ -74,8 +85,9 @@ from tmr_client.transport import retry_after, triton_client
 __all__ = [  # what other packages and the clients import from here
     "ABANDONED_GRACE_S", "DEFAULT_MODEL", "DEFAULT_PORTS", "Access", "Call", "CallOptions",
     "ClassifyResult", "ClientBase", "EmbedResult", "InferResult", "ModelInfo", "Prediction",
-    "Progress", "Protocol", "Truncate", "classify_result", "default_url", "embed_result",
-    "image_tensor", "infer_result", "output_names", "request_rows", "text_tensor",
+    "Progress", "Protocol", "SimilarityResult", "TokenCounts", "Truncate", "classify_result",
+    "default_url", "embed_result", "image_tensor", "infer_result", "output_names",
+    "request_rows", "text_tensor",
 ]
 
 DEFAULT_MODEL = "embed"  # the repository's first text-embedding front model
@@ -206,6 +218,19 @@ class ClientBase:
     def _classify_call(self, images: Iterable[bytes | str], options: CallOptions) -> Call:
         return self._start(image_tensor(images), IMAGE_INPUT, CLASSIFY_OUTPUTS, options,
                            classify_result)
+
+    def _count_call(self, texts: Iterable[str | bytes], options: CallOptions) -> Call:
+        return self._start(text_tensor(texts), TEXT_INPUT, EMBED_OUTPUTS,
+                           replace(options, count_only=True), token_counts)
+
+    def _similarity_call(self, source: str | bytes, texts: Iterable[str | bytes],
+                         options: CallOptions) -> Call:
+        first = encode_text(source)
+        if first is None:
+            raise InvalidInputError(f"source is {type_name(source)}, not a str or bytes")
+        rows = np.concatenate([np.array([[first]], dtype=np.object_), text_tensor(texts)])
+        return replace(self._start(rows, TEXT_INPUT, EMBED_OUTPUTS, options,
+                                   similarity_result), one_request=True)
 
     def _infer_call(self, rows: np.ndarray, input_name: str, outputs: Sequence[str],
                     options: CallOptions) -> Call:

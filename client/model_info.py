@@ -32,6 +32,7 @@ class ModelInfo:
     request_rows: int
     chunk_rows: int = 1
     chunks_by_default: bool = False
+    max_batch_known: bool = True  # False: no config and no max_batch_size (1 assumed)
 
 
 def inner(config: Any) -> Any:
@@ -132,4 +133,5 @@ class Access:
         """The model's info from its open metadata: `max_batch_size` rows (else 1)."""
         rows = self.max_batch_size or 1
         return ModelInfo(rows, tuple(output_names(metadata)),
-                         self.max_in_flight or DEFAULT_IN_FLIGHT, rows, rows)
+                         self.max_in_flight or DEFAULT_IN_FLIGHT, rows, rows,
+                         max_batch_known=self.max_batch_size is not None)

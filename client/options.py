@@ -36,6 +36,10 @@ CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("chunk_overlap", lambda v: is_int_at_least(v, 0),
      "chunk_overlap must be an integer >= 0, got {!r}"),
     ("top_k", lambda v: is_int_at_least(v, 1), "top_k must be an integer >= 1, got {!r}"),
+    ("prompt_name", lambda v: isinstance(v, str) and bool(v),
+     "prompt_name must be a non-empty string (one of the model's prompts), got {!r}"),
+    ("dimensions", lambda v: is_int_at_least(v, 1),
+     "dimensions must be an integer >= 1 (one of the model's sizes), got {!r}"),
 )
 
 
@@ -45,8 +49,11 @@ class CallOptions:
     (`timeout_ms`), pinned version, the key that keeps a caller on one version during a
     rollout (`rollout_key`), the call's client-side deadline (`timeout`, seconds), the
     front model (None: the client's), what a text over the model's length gets
-    (`truncate`, with `chunk_overlap` tokens between windows), a classify call's `top_k`,
-    further request `parameters`, and `on_progress(done, total)` after each chunk."""
+    (`truncate`, with `chunk_overlap` tokens between windows), the model's prompt to put
+    before each text (`prompt_name`), the size to cut embeddings to (`dimensions`, one of
+    the model's Matryoshka sizes), whether the texts are only counted (`count_only`), a
+    classify call's `top_k`, further request `parameters`, and `on_progress(done, total)`
+    after each chunk."""
 
     priority: int | None = None
     timeout_ms: float | None = None
@@ -57,6 +64,9 @@ class CallOptions:
     truncate: Truncate = None
     chunk_overlap: int | None = None
     top_k: int | None = None
+    prompt_name: str | None = None
+    dimensions: int | None = None
+    count_only: bool | None = None
     parameters: Mapping[str, Any] | None = None
     on_progress: Progress | None = None
 
@@ -77,7 +87,10 @@ class CallOptions:
         named = {contract.ROLLOUT_KEY: None if self.rollout_key is None else str(self.rollout_key),
                  contract.TRUNCATE: self.truncate,
                  contract.CHUNK_OVERLAP: _int(self.chunk_overlap),
-                 contract.TOP_K: _int(self.top_k)}
+                 contract.TOP_K: _int(self.top_k),
+                 contract.PROMPT_NAME: self.prompt_name,
+                 contract.DIMENSIONS: _int(self.dimensions),
+                 contract.COUNT_ONLY: self.count_only or None}
         return {**{k: v for k, v in named.items() if v is not None}, **(self.parameters or {})}
 
     def chunks_texts(self, by_default: bool) -> bool:

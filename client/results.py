@@ -4,6 +4,8 @@
                      the tokens truncation dropped and its windows
     ClassifyResult   classify(): each image's best classes (Prediction), what served it
     InferResult      infer(): each asked output the model has, by name
+    TokenCounts      count_tokens(): each text's tokens and what each policy does with it
+    SimilarityResult similarity(): the cosine of each text with the source
 
 Each also keeps the model's name and each chunk's model version and request id.
 """
@@ -91,6 +93,76 @@ def embed_result(answers: Sequence[Any], request_ids: list[str]) -> EmbedResult:
         served_by=served_texts(answers), tokens=integers(answers, TOKENS_OUTPUT),
         truncated_tokens=integers(answers, TRUNCATED_OUTPUT),
         windows=integers(answers, WINDOWS_OUTPUT), **identity(answers, request_ids))
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """One text's tokens as the model counts them (special tokens and the prompt
+    included), the tokens `truncate` would drop, and the windows `chunk` would make (1:
+    it fits; 0: over the model's windows per text)."""
+
+    tokens: int
+    truncated_tokens: int
+    windows: int
+
+    @property
+    def fits(self) -> bool:
+        """Within the model's length: every policy embeds it whole."""
+        return self.truncated_tokens == 0
+
+    def outcome(self, policy: contract.OverlengthPolicy) -> contract.Outcome:
+        """"fits", or what `policy` does with it: "refused", "truncated" or "chunked"."""
+        return contract.policy_outcome(policy, self.truncated_tokens, self.windows)
+
+
+@dataclass
+class TokenCounts:
+    """count_tokens(): each text's count, in input order; no encoder ran."""
+
+    counts: list[TokenCount]
+    model_name: str = ""
+    model_versions: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(c.tokens for c in self.counts)
+
+
+def token_counts(answers: Sequence[Any], request_ids: list[str]) -> TokenCounts:
+    """One TokenCounts from the count_only answers of the chunks, in order."""
+    return TokenCounts([TokenCount(*row) for row in zip(
+        integers(answers, TOKENS_OUTPUT), integers(answers, TRUNCATED_OUTPUT),
+        integers(answers, WINDOWS_OUTPUT))], **identity(answers, request_ids))
+
+
+@dataclass
+class SimilarityResult(ServedRows):
+    """similarity(): the cosine of each text's embedding with the source's, in input
+    order, from one request (the source is its first row); `served_by` and `tokens`
+    have the source first."""
+
+    scores: np.ndarray
+    served_by: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    model_name: str = ""
+    model_versions: list[str] = field(default_factory=list)
+    request_ids: list[str] = field(default_factory=list)
+
+
+def cosines(source: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """The cosine of each row of `vectors` with `source` (0 for a zero vector)."""
+    norms = np.linalg.norm(vectors, axis=1) * np.linalg.norm(source)
+    return (vectors @ source / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def similarity_result(answers: Sequence[Any], request_ids: list[str]) -> SimilarityResult:
+    """One SimilarityResult from the one answer of a similarity call."""
+    embedded = embed_result(answers, request_ids)
+    vectors = embedded.embeddings
+    return SimilarityResult(cosines(vectors[0], vectors[1:]), served_by=embedded.served_by,
+                            tokens=embedded.tokens, model_name=embedded.model_name,
+                            model_versions=embedded.model_versions, request_ids=request_ids)
 
 
 @dataclass

@@ -19,7 +19,13 @@ from tmr_client.deadlines import ABANDONED_GRACE_S
 from tmr_client.errors import AccessDeniedError, TritonClientError
 from tmr_client.model_info import ModelInfo
 from tmr_client.options import CallOptions, Progress, Truncate
-from tmr_client.results import ClassifyResult, EmbedResult, InferResult
+from tmr_client.results import (
+    ClassifyResult,
+    EmbedResult,
+    InferResult,
+    SimilarityResult,
+    TokenCounts,
+)
 
 
 class Client(ClientBase):
@@ -102,23 +108,28 @@ class Client(ClientBase):
               priority: int | None = None, timeout_ms: float | None = None,
               model_version: int | None = None, rollout_key: str | None = None,
               truncate: Truncate = None, chunk_overlap: int | None = None,
+              prompt_name: str | None = None, dimensions: int | None = None,
               on_progress: Progress | None = None, timeout: float | None = None) -> np.ndarray:
         """Embeddings of `texts`, (n, dim) float32, in input order. A text over the
         model's length is cut with `truncate=True`, refused with `False`, embedded in
         windows pooled into one vector with `"chunk"` (overlapping by `chunk_overlap`
         tokens, else the model's), and left to the model's policy with None.
+        `prompt_name`: one of the model's prompts before each text (else its default);
+        `dimensions`: one of its Matryoshka sizes to cut the vectors to (re-normalised).
 
         `timeout`: seconds for the whole call, retries and chunks included (else the
         client's); `timeout_ms`: Triton's queue timeout for each request (server side)."""
         return self.embed_with_info(
             texts, model=model, priority=priority, timeout_ms=timeout_ms,
             model_version=model_version, rollout_key=rollout_key, truncate=truncate,
-            chunk_overlap=chunk_overlap, on_progress=on_progress, timeout=timeout).embeddings
+            chunk_overlap=chunk_overlap, prompt_name=prompt_name, dimensions=dimensions,
+            on_progress=on_progress, timeout=timeout).embeddings
 
     def embed_with_info(self, texts: Iterable[str | bytes], *, model: str | None = None,
                         priority: int | None = None, timeout_ms: float | None = None,
                         model_version: int | None = None, rollout_key: str | None = None,
                         truncate: Truncate = None, chunk_overlap: int | None = None,
+                        prompt_name: str | None = None, dimensions: int | None = None,
                         on_progress: Progress | None = None,
                         timeout: float | None = None) -> EmbedResult:
         """Like embed(), plus what served each row, its tokens, the tokens truncation
@@ -127,8 +138,34 @@ class Client(ClientBase):
         options = CallOptions(model=model, priority=priority, timeout_ms=timeout_ms,
                               model_version=model_version, rollout_key=rollout_key,
                               truncate=truncate, chunk_overlap=chunk_overlap,
+                              prompt_name=prompt_name, dimensions=dimensions,
                               on_progress=on_progress, timeout=timeout)
         return self._send(self._embed_call(texts, options))
+
+    def count_tokens(self, texts: Iterable[str | bytes], *, model: str | None = None,
+                     prompt_name: str | None = None, chunk_overlap: int | None = None,
+                     priority: int | None = None, timeout_ms: float | None = None,
+                     timeout: float | None = None) -> TokenCounts:
+        """Each text's tokens as the model counts them (special tokens and the prompt
+        included) and what each overlength policy would do with it (TokenCount.outcome),
+        without running the encoder; bad texts get embed()'s errors."""
+        options = CallOptions(model=model, prompt_name=prompt_name,
+                              chunk_overlap=chunk_overlap, priority=priority,
+                              timeout_ms=timeout_ms, timeout=timeout)
+        return self._send(self._count_call(texts, options))
+
+    def similarity(self, source: str | bytes, texts: Iterable[str | bytes], *,
+                   model: str | None = None, prompt_name: str | None = None,
+                   dimensions: int | None = None, truncate: Truncate = None,
+                   priority: int | None = None, timeout_ms: float | None = None,
+                   timeout: float | None = None) -> SimilarityResult:
+        """The cosine of each text with `source`, embedded together in one request: at
+        most the model's max_batch_size - 1 texts, refused before sending when the
+        client knows the model's config (else by the server)."""
+        options = CallOptions(model=model, prompt_name=prompt_name, dimensions=dimensions,
+                              truncate=truncate, priority=priority, timeout_ms=timeout_ms,
+                              timeout=timeout)
+        return self._send(self._similarity_call(source, texts, options))
 
     def classify(self, images: Iterable[bytes | str], *, model: str | None = None,
                  top_k: int | None = None, priority: int | None = None,

@@ -23,6 +23,7 @@ A field marked `written=False` is a knob with a default that generated configs l
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, TypeVar
@@ -30,7 +31,10 @@ from typing import Any, Literal, TypeVar
 from tmr_client import contract
 from tmr_client.contract import (  # noqa: F401  (re-exported for python_backends)
     CHUNK_OVERLAP,
+    COUNT_ONLY,
+    DIMENSIONS,
     OVERLENGTH_POLICIES,
+    PROMPT_NAME,
     ROLLOUT_KEY,
     TOP_K,
     TRUNCATE,
@@ -224,6 +228,41 @@ class LadderSettings(ParameterSettings):
 
 
 @dataclass(frozen=True)
+class Prompts:
+    """A text model's named prompts, written as a JSON object (name -> prompt text)."""
+
+    items: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, raw: str) -> Prompts:
+        given = json.loads(raw or "{}")
+        if not isinstance(given, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+            raise ValueError(f"prompts must be a JSON object of name -> text, got {raw!r}")
+        return cls(tuple(sorted(given.items())))
+
+    def __str__(self) -> str:
+        return json.dumps(dict(self.items), ensure_ascii=False, sort_keys=True)
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.items]
+
+    def get(self, name: str) -> str | None:
+        return dict(self.items).get(name)
+
+
+NO_PROMPTS = Prompts()
+
+
+def dims_list(raw: str) -> tuple[int, ...]:
+    """Embedding sizes, "256,128": positive, largest first."""
+    sizes = tuple(sorted({positive_int(p.strip()) for p in raw.split(",") if p.strip()},
+                         reverse=True))
+    return sizes
+
+
+@dataclass(frozen=True)
 class TextFrontSettings(ParameterSettings):
     """A text front's input limits (runtime/tokenization.py) and call grouping."""
 
@@ -246,6 +285,15 @@ class TextFrontSettings(ParameterSettings):
     # An encoder call holds at most this many padded tokens (rows x longest row; one row
     # always fits); 0: no bound but the rows. docs/serving.md has the measurement.
     max_batch_tokens: int = setting(0, non_negative_int)
+    # The model's named prompts (sentence-transformers' `prompts`, a JSON object of name ->
+    # text put before each text) and the one a request without `prompt_name` gets ("":
+    # none); `tmr add` writes them from the model's folder.
+    prompts: Prompts = setting(NO_PROMPTS, Prompts.parse,  # noqa: RUF009 (a field())
+                               written=False)
+    default_prompt_name: str = setting("", written=False)
+    # The smaller sizes its embeddings were trained to be cut to (Matryoshka), besides its
+    # own; `tmr add --matryoshka-dims 256,128` writes them. Empty: its own size only.
+    matryoshka_dims: tuple[int, ...] = setting((), dims_list, written=False)
 
 
 @dataclass(frozen=True)

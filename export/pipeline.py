@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from core import config_edit, versions
-from core.families import Family, family
+from core.families import TEXT_EMBEDDING, Family, family
 from core.families.catalog import FamilyModel, UnknownModelError, find
 from core.families.configs import (
     EncoderSpec,
@@ -171,11 +171,13 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
               front: str | None = None, threads: int = 2,
               on_result: Callable[[ExportResult], None] | None = None,
               primary: str | None = None,
-              on_stage: Callable[[str], None] | None = None) -> list[ExportResult]:
+              on_stage: Callable[[str], None] | None = None,
+              matryoshka_dims: Sequence[int] = ()) -> list[ExportResult]:
     """`tmr add`: a new model of a known family, exported, configured and wired to its front
     model (its reviewed primary: `primary`, else the family's; `tmr tune` then fits it to
     the host); run again with the same arguments, it only checks that all is up to date.
-    `on_stage` hears each stage as it starts (`tmr add` prints it).
+    `on_stage` hears each stage as it starts (`tmr add` prints it). `matryoshka_dims`: a
+    text model's smaller sizes (else those its folder declares).
 
     The configs record the source as given, or relative to the repository when it lies
     inside it (an image model keeps its source.py in its front's folder: <front>/source)."""
@@ -203,12 +205,12 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     staging = repository / f".add-{name}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     facts = recipe.facts
+    parameters = front_parameters(fam, facts, matryoshka_dims)
     try:
         for fmt in fam.formats:
             write_encoder(staging, EncoderSpec(fam.name, name, fmt.name, facts.dimension, source,
                                                facts.input_shape))  # FP32: portable
-        write_front(staging, FrontSpec(fam.name, front, name, facts.dimension,
-                                       facts.front_parameters,
+        write_front(staging, FrontSpec(fam.name, front, name, facts.dimension, parameters,
                                        primary=None if primary == fam.serving.primary else primary))
         staged = find(staging, name)
         results = export_model(staging, staged, threads=threads, on_result=on_result,
@@ -220,6 +222,22 @@ def add_model(repository: Path, name: str, family_name: str, source: str,
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return results
+
+
+def front_parameters(fam: Family, facts: Any, matryoshka_dims: Sequence[int]) -> dict[str, str]:
+    """The front config's values of the model: its facts', with `--matryoshka-dims` (a
+    text model's, each under its own size) over what its folder declares."""
+    if not matryoshka_dims:
+        return facts.front_parameters
+    if fam is not TEXT_EMBEDDING:
+        raise AddError(f"--matryoshka-dims is for a {TEXT_EMBEDDING.name} model, not "
+                       f"{fam.name}")
+    sizes = sorted(set(matryoshka_dims), reverse=True)
+    if sizes[0] >= facts.dimension or sizes[-1] < 1:
+        raise AddError(f"--matryoshka-dims {','.join(map(str, sizes))}: each size must be "
+                       f"from 1 to {facts.dimension - 1} (the model's embeddings have "
+                       f"{facts.dimension})")
+    return {**facts.front_parameters, "matryoshka_dims": ",".join(map(str, sizes))}
 
 
 def only_a_source(folder: Path) -> bool:

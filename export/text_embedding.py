@@ -34,6 +34,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from core.families import TEXT_EMBEDDING
+from core.settings import NO_PROMPTS, Prompts
 from core.versions import sha256_file
 from export import onnx_fp32, openvino_format, quantize, sensitivity, torchscript
 from export.corpus import build_corpus, corpus_sha256, parity_batches
@@ -72,10 +73,23 @@ class ModelFacts:
     pooling: str
     normalize: bool
     pad_id: int
+    # sentence-transformers' named prompts and default (config_sentence_transformers.json)
+    prompts: Prompts = NO_PROMPTS
+    default_prompt_name: str = ""
+    matryoshka_dims: tuple[int, ...] = ()  # sizes it was trained to be cut to, if it says
 
     @property
     def front_parameters(self) -> dict[str, str]:
-        return {"max_tokens": str(self.max_tokens), "normalize": str(self.normalize).lower()}
+        """The front config's values of this model; prompts and Matryoshka sizes only where
+        the model has them (a model without them has none)."""
+        values = {"max_tokens": str(self.max_tokens), "normalize": str(self.normalize).lower()}
+        if self.prompts.items:
+            values["prompts"] = str(self.prompts)
+        if self.default_prompt_name:
+            values["default_prompt_name"] = self.default_prompt_name
+        if self.matryoshka_dims:
+            values["matryoshka_dims"] = ",".join(map(str, self.matryoshka_dims))
+        return values
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -113,15 +127,41 @@ def read_facts(folder: Path) -> ModelFacts:
     bert = (read_json(folder / "sentence_bert_config.json")
             if (folder / "sentence_bert_config.json").is_file() else {})
     tokenizer = read_json(folder / "tokenizer.json")
+    st = (read_json(folder / "config_sentence_transformers.json")
+          if (folder / "config_sentence_transformers.json").is_file() else {})
+    prompts, default_prompt = read_prompts(st)
+    dimension = int(pooling.get("word_embedding_dimension") or config["hidden_size"])
     return ModelFacts(
         folder=folder, weights=weights,
         architecture=(config.get("architectures") or [config.get("model_type", "?")])[0],
-        dimension=int(pooling.get("word_embedding_dimension") or config["hidden_size"]),
+        dimension=dimension,
         max_tokens=int(bert.get("max_seq_length") or config["max_position_embeddings"] - 2),
         pooling=modes[0],
         normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules),
         pad_id=int((tokenizer.get("padding") or {}).get("pad_id", config.get("pad_token_id", 0)
-                                                            or 0)))
+                                                            or 0)),
+        prompts=prompts, default_prompt_name=default_prompt,
+        matryoshka_dims=matryoshka_of(st, dimension))
+
+
+def read_prompts(st: dict[str, Any]) -> tuple[Prompts, str]:
+    """The named prompts and the default one of config_sentence_transformers.json."""
+    try:
+        prompts = Prompts.parse(json.dumps(st.get("prompts") or {}))
+    except ValueError as err:
+        raise ExportCheckError("prompts", str(err), "an object of name -> text") from None
+    default = st.get("default_prompt_name") or ""
+    if default and prompts.get(default) is None:
+        raise ExportCheckError("default_prompt_name", default,
+                               f"one of its prompts ({', '.join(prompts.names) or 'none'})")
+    return prompts, default
+
+
+def matryoshka_of(st: dict[str, Any], dimension: int) -> tuple[int, ...]:
+    """The smaller sizes a folder declares its embeddings trained for (`matryoshka_dims`
+    in config_sentence_transformers.json, where a model states it); none otherwise."""
+    sizes = st.get("matryoshka_dims") or st.get("matryoshka_dimensions") or []
+    return tuple(sorted({int(s) for s in sizes if 0 < int(s) < dimension}, reverse=True))
 
 
 class SentenceEmbedder(nn.Module):

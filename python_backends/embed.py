@@ -17,13 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from core import versions
 from core.families.spec import SERVED_BY
 from core.families.text_embedding import EMBEDDING, TOKENS, TRUNCATED_TOKENS, WINDOWS
 from core.families.text_embedding import ENCODER_INPUTS as ENCODER_TENSORS
+from core.params import required
 from python_backends.base import BaseModel, ok_response
 from python_backends.front import Prepared, strings_array
 from python_backends.front_warmup import WarmedRouter
-from python_backends.text_model import TextInputs, TextRequest
+from python_backends.text_model import Counted, TextInputs, TextRequest
 from runtime.tokenization import pad_batch, pool_windows, row_digest
 
 ENCODER_INPUTS = tuple(t.name for t in ENCODER_TENSORS)  # token ids, attention mask
@@ -40,7 +42,9 @@ class TextEmbeddingFront:
     per text) to the answer."""
 
     def __init__(self, model: BaseModel) -> None:
-        self.inputs = TextInputs(model)
+        primary = versions.served_config(model.model_dir.parent / required(
+            model.config, "primary_model"), model.variant)
+        self.inputs = TextInputs(model, int(primary.output[0].dims[-1]))
         self.bucket_waste = self.inputs.settings.length_bucket_waste
         self.max_batch_tokens = self.inputs.settings.max_batch_tokens
         self.normalize = self.inputs.settings.normalize  # chunked texts are pooled as it does
@@ -48,7 +52,9 @@ class TextEmbeddingFront:
     def prepare_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, Prepared]]:
         """Each row keyed by its token ids (the cache, duplicates), and split in a rollout
         by its text, so a chunked text's windows all go to one version."""
-        responses, valid = self.inputs.tokenize_requests(requests)
+        responses, valid, counted = self.inputs.tokenize_requests(requests)
+        for i, request in counted.items():
+            responses[i] = counted_response(request)
         prepared = {}
         for i, r in valid.items():
             rows = r.rows
@@ -79,13 +85,43 @@ class TextEmbeddingFront:
                            pool_windows(part, [len(r) for r in fitted.rows], self.normalize))
             by.append(served_by[start])
             start += n
+        embeddings = cut(np.stack(vectors).astype(np.float32, copy=False),
+                         text.options.dimensions, self.normalize)
         return ok_response({
-            EMBEDDING.name: np.stack(vectors).astype(np.float32, copy=False),
+            EMBEDDING.name: embeddings,
             SERVED_BY.name: strings_array(by),
             TOKENS.name: int_column([f.encoded_tokens for f in text.fitted]),
             TRUNCATED_TOKENS.name: int_column([f.truncated for f in text.fitted]),
             WINDOWS.name: int_column([len(f.rows) for f in text.fitted]),
         })
+
+
+def cut(vectors: np.ndarray, dimensions: int | None, normalize: bool) -> np.ndarray:
+    """The first `dimensions` of each vector (a Matryoshka size), L2-normalised again where
+    the model normalises; as they are with no size asked."""
+    if dimensions is None:
+        return vectors
+    part = np.ascontiguousarray(vectors[:, :dimensions])
+    if normalize:
+        part /= np.maximum(np.linalg.norm(part, axis=1, keepdims=True), 1e-12)
+    return part
+
+
+def counted_response(request: Counted) -> Any:
+    """A COUNT_ONLY request's answer: no vectors (EMBEDDING [n, 0]); TOKENS the tokens of
+    each text as the model counts them, TRUNCATED_TOKENS what `truncate` would drop,
+    WINDOWS the windows `chunk` would make (0: over max_windows_per_text)."""
+    n = request.texts
+    return ok_response({
+        EMBEDDING.name: np.zeros((n, 0), dtype=np.float32),
+        SERVED_BY.name: strings_array([COUNTED_BY] * n),
+        TOKENS.name: int_column([c.tokens for c in request.counts]),
+        TRUNCATED_TOKENS.name: int_column([c.truncated for c in request.counts]),
+        WINDOWS.name: int_column([c.windows for c in request.counts]),
+    })
+
+
+COUNTED_BY = "tokenizer"  # SERVED_BY of a count_only answer: no encoder ran
 
 
 class EmbedModel(WarmedRouter):

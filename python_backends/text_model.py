@@ -15,7 +15,11 @@ from runtime.tokenization import (
     FittedText,
     TextEncoder,
     TextLimits,
+    TextModel,
+    TextOptions,
+    TokenCount,
     check_request_windows,
+    count_text,
     decode_texts,
     fit_text,
     request_options,
@@ -29,15 +33,25 @@ LENGTH_BUCKETS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 3
 
 @dataclass
 class TextRequest:
-    """The valid texts of one request, each fitted to the model's length."""
+    """The valid texts of one request, each fitted to the model's length, and what the
+    request asked (its prompt, the size to cut to)."""
 
     texts: list[str]
     fitted: list[FittedText]
+    options: TextOptions
 
     @property
     def rows(self) -> list[list[int]]:
         """The encoder's rows: one per text, each window of a chunked one."""
         return [row for f in self.fitted for row in f.rows]
+
+
+@dataclass
+class Counted:
+    """A request that only counts its tokens: each text's count."""
+
+    texts: int
+    counts: list[TokenCount]
 
 
 class TokenMetrics:
@@ -55,6 +69,8 @@ class TokenMetrics:
         self.truncated_tokens = Counter("tmr_truncated_tokens_total",
                                         "Tokens truncation dropped", base)
         self.windows = Counter("tmr_chunk_windows_total", "Windows of chunked texts", base)
+        self.counts = Counter("tmr_token_counts_total", "Texts counted without being "
+                              "encoded (count_only: tmr tokens, /v1/tokenize)", base)
         self.encoder_tokens = CounterFamily(
             "tmr_encoder_tokens_total",
             "Tokens of the encoder calls' inputs: real, or padding", base)
@@ -85,33 +101,46 @@ class TextInputs:
     """The TEXT input of a model: its limits and tokenizer (the tokenizer.json of its
     version folder), and `tokenize_requests`, the per-request checks."""
 
-    def __init__(self, model: BaseModel) -> None:
+    def __init__(self, model: BaseModel, dimension: int) -> None:
+        """`dimension`: the model's own embedding size (its encoder's output)."""
         self.model = model  # whose batch facts each batch's texts are counted in
         self.settings = TextFrontSettings.from_parameters(model.config)
         self.limits = TextLimits.of(self.settings)
         self.tokenizer = TextEncoder(model.artifact_path(TOKENIZER_FILE))
         self.metrics = TokenMetrics(model.name)
+        self.text_model = TextModel(model.name, self.settings.prompts,
+                                    self.settings.default_prompt_name,
+                                    (dimension, *self.settings.matryoshka_dims))
 
-    def tokenize_requests(self, requests: list[Any]) -> tuple[list[Any], dict[int, TextRequest]]:
-        """Responses with each invalid request's error filled in, and the valid requests."""
+    def tokenize_requests(self, requests: list[Any]
+                          ) -> tuple[list[Any], dict[int, TextRequest], dict[int, Counted]]:
+        """Responses with each invalid request's error filled in, the valid requests, and
+        those that only count their tokens (COUNT_ONLY), counted."""
         responses: list[Any] = [None] * len(requests)
         valid: dict[int, TextRequest] = {}
+        counted: dict[int, Counted] = {}
         for i, request in enumerate(requests):
             try:
                 options = request_options(request.parameters(), self.limits,
-                                          self.tokenizer.specials)
+                                          self.tokenizer.specials, self.text_model)
                 raw = input_array(request, TEXT_INPUT)
                 texts = decode_texts(raw, self.limits, TEXT_INPUT)
-                ids = self.tokenizer.token_ids(texts)
+                ids, prefix = self.tokenizer.prompted_ids(texts, options.prompt)
+                if options.count_only:
+                    counted[i] = Counted(len(texts), [count_text(
+                        r, self.tokenizer.specials, self.limits, options, j, TEXT_INPUT,
+                        prefix) for j, r in enumerate(ids)])
+                    self.metrics.counts.inc(len(texts))
+                    continue
                 fitted = [fit_text(r, self.tokenizer.specials, self.limits, options, j,
-                                   TEXT_INPUT) for j, r in enumerate(ids)]
+                                   TEXT_INPUT, prefix) for j, r in enumerate(ids)]
                 check_request_windows(fitted, self.limits)
             except InvalidInputError as err:
                 responses[i] = error_response(err)
                 continue
-            valid[i] = TextRequest(texts, fitted)
+            valid[i] = TextRequest(texts, fitted, options)
             for f in fitted:
                 self.metrics.text(f)
             self.model.batch.batch_size += len(texts)
             self.model.batch.input_bytes += sum(map(len, raw.flat))
-        return responses, valid
+        return responses, valid, counted

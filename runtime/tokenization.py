@@ -31,10 +31,15 @@ import numpy as np
 from core.messages import row_ref
 from core.settings import (
     CHUNK_OVERLAP,
+    COUNT_ONLY,
+    DIMENSIONS,
+    NO_PROMPTS,
     OVERLENGTH_POLICIES,
+    PROMPT_NAME,
     TRUNCATE,
     TRUNCATE_VALUES,
     OverlengthPolicy,
+    Prompts,
     TextFrontSettings,
 )
 from runtime.errors import InvalidInputError
@@ -65,22 +70,45 @@ class TextLimits:
 
 @dataclass(frozen=True)
 class TextOptions:
-    """What one request asks of its overlong texts: the policy and the windows' overlap."""
+    """What one request asks: its overlong texts' policy and the windows' overlap, the
+    prompt put before each text, the size its embeddings are cut to, and whether it only
+    counts tokens."""
 
     policy: OverlengthPolicy
     overlap: int
+    prompt: str = ""  # the text of the prompt named (or the model's default); "": none
+    dimensions: int | None = None  # None: the model's own size
+    count_only: bool = False
 
 
-def request_options(parameters: str | None, limits: TextLimits, specials: Specials
-                    ) -> TextOptions:
-    """The request's `truncate` and `chunk_overlap` parameters (KServe request
-    parameters, as the stub's `request.parameters()` JSON), else the model's."""
+@dataclass(frozen=True)
+class TextModel:
+    """What a text front knows of its model besides its limits: its prompts and the sizes
+    its embeddings may be cut to (its own first)."""
+
+    name: str = "model"
+    prompts: Prompts = NO_PROMPTS
+    default_prompt_name: str = ""
+    sizes: tuple[int, ...] = ()
+
+
+def request_options(parameters: str | None, limits: TextLimits, specials: Specials,
+                    model: TextModel = TextModel()) -> TextOptions:
+    """The request's parameters (KServe request parameters, as the stub's
+    `request.parameters()` JSON): `truncate` and `chunk_overlap`, else the model's;
+    `prompt_name`, else the model's default prompt; `dimensions`; `count_only`."""
     try:
         given = json.loads(parameters or "{}")
     except ValueError:
         given = {}
     if not isinstance(given, dict):
         given = {}
+    return TextOptions(request_policy(given, limits), request_overlap(given, limits, specials),
+                       request_prompt(given, model), request_dimensions(given, model),
+                       request_count_only(given))
+
+
+def request_policy(given: Mapping[str, Any], limits: TextLimits) -> OverlengthPolicy:
     policy: Any = limits.overlength
     if TRUNCATE in given:
         raw = given[TRUNCATE]
@@ -91,6 +119,10 @@ def request_options(parameters: str | None, limits: TextLimits, specials: Specia
             raise InvalidInputError(
                 f"parameter {TRUNCATE!r} must be true, false, or one of "
                 f"{', '.join(OVERLENGTH_POLICIES)}; got {json.dumps(raw)}")
+    return policy
+
+
+def request_overlap(given: Mapping[str, Any], limits: TextLimits, specials: Specials) -> int:
     overlap = limits.chunk_overlap
     if CHUNK_OVERLAP in given:
         raw = given[CHUNK_OVERLAP]
@@ -100,7 +132,45 @@ def request_options(parameters: str | None, limits: TextLimits, specials: Specia
                 f"parameter {CHUNK_OVERLAP!r} must be an integer from 0 to {width - 1} "
                 f"(a window holds {width} tokens of text); got {json.dumps(raw)}")
         overlap = raw
-    return TextOptions(policy, overlap)
+    return overlap
+
+
+def request_prompt(given: Mapping[str, Any], model: TextModel) -> str:
+    """The prompt text the request names (`prompt_name`), else the model's default."""
+    name = given.get(PROMPT_NAME, model.default_prompt_name or None)
+    if name is None:
+        return ""
+    prompt = model.prompts.get(name) if isinstance(name, str) else None
+    if prompt is None:
+        known = ", ".join(model.prompts.names)
+        raise InvalidInputError(
+            f"parameter {PROMPT_NAME!r} names no prompt of model '{model.name}': got "
+            f"{json.dumps(name)}; " + (f"its prompts: {known}" if known else
+                                       "it has no prompts"))
+    return prompt
+
+
+def request_dimensions(given: Mapping[str, Any], model: TextModel) -> int | None:
+    """The size the request asks its embeddings cut to: one of the model's sizes."""
+    raw = given.get(DIMENSIONS)
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw not in model.sizes:
+        sizes = ", ".join(map(str, model.sizes))
+        trained = ("" if len(model.sizes) > 1 else
+                   " (it declares no Matryoshka sizes: `tmr add --matryoshka-dims`)")
+        raise InvalidInputError(
+            f"parameter {DIMENSIONS!r} must be one of model '{model.name}''s sizes: "
+            f"{sizes}{trained}; got {json.dumps(raw)}")
+    return None if raw == model.sizes[0] else raw
+
+
+def request_count_only(given: Mapping[str, Any]) -> bool:
+    raw = given.get(COUNT_ONLY, False)
+    if not isinstance(raw, bool):
+        raise InvalidInputError(f"parameter {COUNT_ONLY!r} must be true or false; got "
+                                f"{json.dumps(raw)}")
+    return raw
 
 
 @dataclass(frozen=True)
@@ -161,17 +231,23 @@ def windows_needed(length: int, width: int, overlap: int) -> int:
 
 
 def fit_text(ids: list[int], specials: Specials, limits: TextLimits, options: TextOptions,
-             index: int, name: str = "TEXT") -> FittedText:
+             index: int, name: str = "TEXT", prefix: int = 0) -> FittedText:
     """Enforce `max_tokens` on one tokenized text (special tokens included) by the
-    request's policy; a text with no tokens of its own is refused whatever the policy."""
+    request's policy; a text with no tokens of its own is refused whatever the policy.
+    The first `prefix` tokens of its body are a prompt: they count toward the limit,
+    truncation keeps them, and every window of a chunked text starts with them."""
     body = specials.body(ids)
-    if not body:
+    if len(body) <= prefix:
         raise InvalidInputError(
             f"{row_ref(name, index)} has no tokens once tokenized (only characters the "
             "tokenizer drops, such as control or zero-width characters); send text")
     if len(ids) <= limits.max_tokens:
         return FittedText([ids], len(ids))
     width = limits.max_tokens - specials.count
+    if prefix and width - prefix < 1:
+        raise InvalidInputError(
+            f"{row_ref(name, index)}: the prompt is {prefix} tokens, which leaves no room "
+            f"for text in the model's {limits.max_tokens} tokens")
     if options.policy == "reject" or width < 1:
         raise InvalidInputError(
             f"{row_ref(name, index)} is {len(ids)} tokens, over the limit of "
@@ -179,14 +255,43 @@ def fit_text(ids: list[int], specials: Specials, limits: TextLimits, options: Te
             "cut it or truncate=chunk to embed it in windows)")
     if options.policy == "truncate":
         return FittedText([specials.frame(ids, body[:width])], len(ids), len(body) - width)
-    needed = windows_needed(len(body), width, options.overlap)
+    text, width = body[prefix:], width - prefix
+    overlap = min(options.overlap, width - 1)
+    needed = windows_needed(len(text), width, overlap)
     if needed > limits.max_windows_per_text:
         raise InvalidInputError(
             f"{row_ref(name, index)} is {len(ids)} tokens: {needed} windows of {width} "
-            f"text tokens overlapping by {options.overlap}, over the limit of "
+            f"text tokens overlapping by {overlap}, over the limit of "
             f"{limits.max_windows_per_text} windows per text")
-    return FittedText([specials.frame(ids, body[a:b])
-                       for a, b in window_spans(len(body), width, options.overlap)], len(ids))
+    return FittedText([specials.frame(ids, [*body[:prefix], *text[a:b]])
+                       for a, b in window_spans(len(text), width, overlap)], len(ids))
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """One text's tokens as the model counts them (special tokens and prompt included)
+    and what each overlength policy would do with it, without encoding it."""
+
+    tokens: int
+    truncated: int  # tokens `truncate` would drop (0: it fits)
+    windows: int  # windows `chunk` would make (1: it fits; 0: over max_windows_per_text)
+
+
+def count_text(ids: list[int], specials: Specials, limits: TextLimits, options: TextOptions,
+               index: int, name: str = "TEXT", prefix: int = 0) -> TokenCount:
+    """What fit_text would do under each policy; the same refusals for a text with no
+    tokens of its own."""
+    body = specials.body(ids)
+    if len(body) <= prefix:
+        fit_text(ids, specials, limits, options, index, name, prefix)  # raises its error
+    if len(ids) <= limits.max_tokens:
+        return TokenCount(len(ids), 0, 1)
+    width = limits.max_tokens - specials.count - prefix
+    if width < 1:
+        return TokenCount(len(ids), len(body) - prefix, 0)
+    needed = windows_needed(len(body) - prefix, width, min(options.overlap, width - 1))
+    return TokenCount(len(ids), len(body) - prefix - width,
+                      needed if needed <= limits.max_windows_per_text else 0)
 
 
 def check_request_windows(fitted: Sequence[FittedText], limits: TextLimits) -> None:
@@ -277,6 +382,22 @@ class TextEncoder:
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         return [enc.ids for enc in self.tokenizer.encode_batch(list(texts))]
+
+    def prompted_ids(self, texts: Sequence[str], prompt: str
+                     ) -> tuple[list[list[int]], int]:
+        """Each text with `prompt` before it, tokenized as sentence-transformers does
+        (prompt + text, one string), and how many tokens of each body are the prompt's."""
+        if not prompt:
+            return self.token_ids(texts), 0
+        own = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+        ids = self.token_ids([prompt + t for t in texts])
+        lead = self.specials.lead
+        if all(row[lead:lead + len(own)] == own for row in ids):
+            return ids, len(own)
+        # a prompt whose last token merges with the text's first: frame them apart
+        bare = self.token_ids(texts)
+        return [self.specials.frame(row, [*own, *self.specials.body(row)]) for row in bare], \
+            len(own)
 
 
 def specials_of(tokenizer: Any) -> Specials:

@@ -1,13 +1,14 @@
-"""The models the OpenAI-compatible route serves, for the front door's njs (openai.js).
+"""The models the OpenAI-compatible routes serve, for the front door's njs (openai.js).
 
     python -m server.openai_models [--repository DIR] > server/nginx/openai_models.json
 
-Every text-embedding model of the repository, under its name (`tmr add NAME`), its front
-model's name and the names its front config lists in the `openai_names` parameter
-(comma-separated, e.g. the Hugging Face id). The CPU dev server writes the table of the
-repository it serves into the front door's runtime folder; compose and Kubernetes mount
-the committed `server/nginx/openai_models.json`, which a unit test keeps equal to the
-repository's.
+Every text-embedding model of the repository (/v1/embeddings, /v1/tokenize,
+/v1/similarity) and every image-classification one (/v1/classify), under its name
+(`tmr add NAME`), its front model's name and the names its front config lists in the
+`openai_names` parameter (comma-separated, e.g. the Hugging Face id). The CPU dev
+server writes the table of the repository it serves into the front door's runtime
+folder; compose and Kubernetes mount the committed `server/nginx/openai_models.json`,
+which a unit test keeps equal to the repository's.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any
 
 from tmr_client.core import request_rows
 
-from core.families import TEXT_EMBEDDING
+from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
 from core.families.catalog import catalog
 from core.families.configs import parameters_of
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
-from core.settings import chunk_request_rows, chunks_by_default
+from core.settings import TextFrontSettings, chunk_request_rows, chunks_by_default
 from core.versions import read_config
 
 COMMITTED = PROJECT_ROOT / "server" / "nginx" / "openai_models.json"
@@ -32,26 +33,42 @@ CREATED = 1_764_460_800  # 2025-11-30: what /v1/models reports as `created` (no 
 
 
 def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
-    """{"created", "models": [{"id", "names", "front", "lane", "dimensions", "request_rows",
-    "chunk_rows", "chunks_by_default", "in_flight"}]}: `request_rows` is the rows of one
-    request to the front (its preferred batch, else max_batch_size), as the SDK cuts a
-    bulk call, and `chunk_rows` the rows of one when its texts are chunked."""
-    models = []
+    """{"created", "models": [text models], "classifiers": [image models]}. A text model:
+    {"id", "names", "front", "lane", "dimensions", "sizes" (its own first, then its
+    Matryoshka sizes), "prompts" (names), "default_prompt_name", "max_tokens",
+    "max_batch", "request_rows", "chunk_rows", "chunks_by_default", "in_flight"}:
+    `request_rows` is the rows of one request to the front (its preferred batch, else
+    max_batch_size), as the SDK cuts a bulk call, and `chunk_rows` the rows of one when
+    its texts are chunked. An image model: {"id", "names", "front", "lane", "max_batch",
+    "request_rows", "in_flight"}."""
+    texts, images = [], []
     for model in catalog(repository):
-        if model.family is not TEXT_EMBEDDING or not model.front:
+        if not model.front or model.family not in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION):
             continue
         config = read_config(repository / model.front)
+        body = as_json(config)
         extra = [n.strip() for n in parameters_of(config).get("openai_names", "").split(",")]
-        names = list(dict.fromkeys([model.base, model.front, *filter(None, extra)]))
-        models.append({"id": model.base, "names": names, "front": model.front,
-                       "lane": model.lane,  # where x-priority 1 goes (core/families/lanes.py)
-                       "dimensions": int(config.output[0].dims[-1]),
-                       "request_rows": request_rows(config),
-                       "chunk_rows": chunk_request_rows(as_json(config)),
-                       "chunks_by_default": chunks_by_default(as_json(config)),
-                       # chunks of one request in flight at once: one per front instance
-                       "in_flight": max(1, sum(g.count for g in config.instance_group))})
-    return {"created": CREATED, "models": models}
+        common = {"id": model.base,
+                  "names": list(dict.fromkeys([model.base, model.front, *filter(None, extra)])),
+                  "front": model.front,
+                  "lane": model.lane,  # where x-priority 1 goes (core/families/lanes.py)
+                  "max_batch": int(config.max_batch_size),
+                  "request_rows": request_rows(config),
+                  # chunks of one request in flight at once: one per front instance
+                  "in_flight": max(1, sum(g.count for g in config.instance_group))}
+        if model.family is IMAGE_CLASSIFICATION:
+            images.append(common)
+            continue
+        settings = TextFrontSettings.from_parameters(body)
+        dimensions = int(config.output[0].dims[-1])
+        texts.append({**common, "dimensions": dimensions,
+                      "sizes": [dimensions, *settings.matryoshka_dims],
+                      "prompts": settings.prompts.names,
+                      "default_prompt_name": settings.default_prompt_name,
+                      "max_tokens": settings.max_tokens,
+                      "chunk_rows": chunk_request_rows(body),
+                      "chunks_by_default": chunks_by_default(body)})
+    return {"created": CREATED, "models": texts, "classifiers": images}
 
 
 def as_json(config: Any) -> dict[str, Any]:

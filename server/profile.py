@@ -72,16 +72,16 @@ def select(repository: Path, reviewed: bool = False,
 
 
 @functools.cache
-def served_variant() -> tuple[Variant, str]:
-    """What `tmr serve` serves on this host (select over the repository): (its variant,
-    the line saying why), read once per process. The release commands act on it, every
-    benchmark and `tmr perf plan --check` measure it, and a copy of the repository carries
-    its configs/host.pbtxt. Where $TMR_CONFIG_NAME is set (the test suite sets it empty:
-    the reviewed configs), that variant instead."""
+def served_variant(repository: Path = DEFAULT_REPOSITORY) -> tuple[Variant, str]:
+    """What `tmr serve` serves from `repository` on this host (select over it): (its
+    variant, the line saying why), read once per process and repository. The release
+    commands act on it, every benchmark and `tmr perf plan --check` measure it, and a copy
+    of the repository carries its configs/host.pbtxt. Where $TMR_CONFIG_NAME is set (the
+    test suite sets it empty: the reviewed configs), that variant instead."""
     pinned = Variant.from_environment()
     if pinned is not None:
         return pinned, f"serving {pinned.describe()} (${VARIANT_ENV})"
-    return select(DEFAULT_REPOSITORY)
+    return select(repository)
 
 
 def describe(repository: Path) -> str:

@@ -32,7 +32,7 @@ def free_port_server(repository: Path = DEFAULT_REPOSITORY, log_path: Path | Non
     and stop it. It loads every model, or with `load_all=False` those `tmr serve` loads at
     start (core.startup), or with `models` those `tmr serve --models` loads."""
     ports = Ports(*free_ports(3))
-    variant = served_variant()[0]
+    variant = served_variant(repository)[0]
     load = ALL_MODELS if load_all and not models else tuple(
         startup_models(repository, variant, wanted=models))
     return TritonServer(ServerOptions(repository=repository, ports=ports, load_models=load,

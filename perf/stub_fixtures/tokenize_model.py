@@ -19,10 +19,10 @@ class TokenizeModel(BaseModel):
     """Validates and tokenizes a dynamic batch; no model call."""
 
     def setup(self, args: dict[str, str]) -> None:
-        self.inputs = TextInputs(self)
+        self.inputs = TextInputs(self, 0)  # no encoder: no embedding size
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
-        responses, valid = self.inputs.tokenize_requests(requests)
+        responses, valid, _ = self.inputs.tokenize_requests(requests)
         if valid:
             flat = [row for req in valid.values() for row in req.rows]
             feeds = dict(zip(ENCODER_INPUTS, pad_batch(flat, self.inputs.tokenizer.pad_id)))

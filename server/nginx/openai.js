@@ -1,17 +1,18 @@
-// The OpenAI-compatible embeddings route of the front door (njs): POST /v1/embeddings,
-// GET /v1/models and /v1/models/{id}. A request is checked here, cut into chunks of the
-// model's request rows (its preferred batch, else max_batch_size), sent to the
-// text-embedding front model's KServe route as concurrent subrequests (so priorities,
-// degradation and versions all apply), and the answers are put back together in
-// OpenAI's shape. The models come from
-// `openai_models`, a JSON file preloaded by nginx (server/openai_models.py writes it from
-// the repository). Pure functions are exported for tests/unit/test_openai_njs.py.
+// The OpenAI-style routes of the front door (njs): POST /v1/embeddings, /v1/tokenize,
+// /v1/similarity and /v1/classify, GET /v1/models and /v1/models/{id} (docs/openai.md).
+// A request is checked here, cut into chunks of the model's request rows (its preferred
+// batch, else max_batch_size), sent to the front model's KServe route as concurrent
+// subrequests (so priorities, degradation and versions all apply), and the answers are
+// put back together in OpenAI's shape. The models come from `openai_models`, a JSON file
+// preloaded by nginx (server/openai_models.py writes it from the repository). Pure
+// functions are exported for tests/unit/test_openai_njs.py.
 
 // The text-embedding family's input tensor (core/families/text_embedding.py; a unit test
 // keeps the two in step), and how a front model's message names one of its rows:
 // core.messages.row_ref, "TEXT[3]" (the unit test feeds this the producer's real messages).
 const TEXT_INPUT = "TEXT";
-const ROW_REF = new RegExp(TEXT_INPUT + "\\[(\\d+)\\]", "g");
+const IMAGE_INPUT = "IMAGE";  // the image-classification family's (core/families)
+const ROW_REF = new RegExp("(?:" + TEXT_INPUT + "|" + IMAGE_INPUT + ")\\[(\\d+)\\]", "g");
 const MAX_INPUTS = 2048;
 const MAX_USER_CHARS = 256;
 const PRIORITIES = {"1": 1, "high": 1, "2": 2, "standard": 2};
@@ -22,6 +23,8 @@ const TRUNCATE_CHOICES = ["reject", "truncate", "chunk"];
 // The per-text counts the front returns beside EMBEDDING, summed into `usage`.
 const COUNTS = {TOKENS: "prompt_tokens", TRUNCATED_TOKENS: "truncated_tokens",
                 WINDOWS: "windows"};
+// The image front's outputs /v1/classify reads (client/contract.py's names).
+const CLASS_OUTPUTS = ["CLASS_IDS", "LABELS", "PROBABILITIES"];
 const LANGCHAIN_HINT = "this server takes text only and does not decode another " +
     "tokenizer's ids; LangChain users: set check_embedding_ctx_length=False on " +
     "OpenAIEmbeddings so it sends the texts";
@@ -41,9 +44,9 @@ function failure(status, message, param, code) {
                                             param, code)};
 }
 
-function modelTable(table) {
+function modelTable(models) {
     const byName = {};
-    table.models.forEach((model) => {
+    models.forEach((model) => {
         model.names.forEach((name) => {
             byName[name] = model;
         });
@@ -56,9 +59,11 @@ function isTokenIds(item) {
         (Array.isArray(item) && item.length > 0 && typeof item[0] === "number");
 }
 
-// The request's extension fields `truncate` and `chunk_overlap` as the front model's
-// request parameters, or {error: failure(...)}.
-function textParameters(body) {
+// The request's extension fields as the front model's request parameters, or
+// {error: failure(...)}: `truncate` and `chunk_overlap`, and with `model` given (a text
+// model's row of the table) `prompt_name` (one of its prompts) and `dimensions` (one of
+// its sizes; its own size is sent as nothing).
+function textParameters(body, model) {
     const parameters = {};
     if (body.truncate !== undefined && body.truncate !== null) {
         if (typeof body.truncate !== "boolean" && TRUNCATE_CHOICES.indexOf(body.truncate) < 0) {
@@ -75,12 +80,38 @@ function textParameters(body) {
         }
         parameters.chunk_overlap = body.chunk_overlap;
     }
+    if (model === undefined) {
+        return {parameters: parameters};
+    }
+    if (body.prompt_name !== undefined && body.prompt_name !== null) {
+        const prompts = model.prompts || [];
+        if (typeof body.prompt_name !== "string" || prompts.indexOf(body.prompt_name) < 0) {
+            return {error: failure(400, "prompt_name names no prompt of " + model.id + ": got " +
+                                        JSON.stringify(body.prompt_name) + "; " +
+                                        (prompts.length ? "its prompts: " + prompts.join(", ") :
+                                         "it has no prompts"), "prompt_name")};
+        }
+        parameters.prompt_name = body.prompt_name;
+    }
+    if (body.dimensions !== undefined && body.dimensions !== null) {
+        const sizes = model.sizes || [model.dimensions];
+        if (!Number.isInteger(body.dimensions) || sizes.indexOf(body.dimensions) < 0) {
+            return {error: failure(400, "dimensions must be one of " + model.id + "'s sizes: " +
+                                        sizes.join(", ") + (sizes.length > 1 ? "" :
+                                        " (its embeddings are not trained to be cut: it " +
+                                        "declares no Matryoshka sizes)") + "; got " +
+                                        JSON.stringify(body.dimensions), "dimensions")};
+        }
+        if (body.dimensions !== model.dimensions) {
+            parameters.dimensions = body.dimensions;
+        }
+    }
     return {parameters: parameters};
 }
 
-// The checked request, {model, texts, format, priority, user, parameters}, or
-// {error: failure(...)}.
-function parseRequest(text, table, priorityHeader) {
+// The body as a JSON object, the model it names (from `models`, the table's rows of one
+// family; `what` says which in the 404) and the priority header, or {error: failure(...)}.
+function parseCommon(text, models, priorityHeader, what) {
     let body;
     try {
         body = JSON.parse(text);
@@ -96,56 +127,11 @@ function parseRequest(text, table, priorityHeader) {
     if (typeof body.model !== "string") {
         return {error: failure(400, "model must be a string", "model")};
     }
-    const model = modelTable(table)[body.model];
+    const model = modelTable(models)[body.model];
     if (model === undefined) {
-        const known = table.models.map((m) => m.id).join(", ");
+        const known = models.map((m) => m.id).join(", ") || "none";
         return {error: failure(404, "The model '" + body.model + "' does not exist; served " +
-                                    "embedding models: " + known, "model", "model_not_found")};
-    }
-    let input = body.input;
-    if (input === undefined || input === null) {
-        return {error: failure(400, "you must provide an input parameter", "input")};
-    }
-    if (typeof input === "string" || isTokenIds(input)) {
-        input = [input];
-    }
-    if (!Array.isArray(input) || input.length === 0) {
-        return {error: failure(400, "input must be a non-empty string or a non-empty array " +
-                                    "of strings", "input")};
-    }
-    if (input.length > MAX_INPUTS) {
-        return {error: failure(400, "input has " + input.length + " items, over the limit " +
-                                    "of " + MAX_INPUTS + " per request", "input")};
-    }
-    for (let i = 0; i < input.length; i++) {
-        if (isTokenIds(input[i])) {
-            return {error: failure(400, "input[" + i + "] is an array of token ids; " +
-                                        LANGCHAIN_HINT, "input")};
-        }
-        if (typeof input[i] !== "string") {
-            return {error: failure(400, "input[" + i + "] is " + typeOf(input[i]) +
-                                        ", not a string", "input")};
-        }
-        if (input[i].length === 0) {
-            return {error: failure(400, "input[" + i + "] is an empty string; every input " +
-                                        "must have text", "input")};
-        }
-    }
-    const format = body.encoding_format === undefined || body.encoding_format === null ?
-        "float" : body.encoding_format;
-    if (format !== "float" && format !== "base64") {
-        return {error: failure(400, "encoding_format must be \"float\" or \"base64\", got " +
-                                    JSON.stringify(format), "encoding_format")};
-    }
-    if (body.dimensions !== undefined && body.dimensions !== null &&
-            body.dimensions !== model.dimensions) {
-        return {error: failure(400, "dimensions must be " + model.dimensions + " for " +
-                                    body.model + " (its embeddings are not trained to be " +
-                                    "truncated), got " + JSON.stringify(body.dimensions),
-                               "dimensions")};
-    }
-    if (body.user !== undefined && body.user !== null && typeof body.user !== "string") {
-        return {error: failure(400, "user must be a string", "user")};
+                                    what + " models: " + known, "model", "model_not_found")};
     }
     let priority = null;
     if (priorityHeader) {
@@ -155,12 +141,149 @@ function parseRequest(text, table, priorityHeader) {
                                         JSON.stringify(priorityHeader), "x-priority")};
         }
     }
-    const extension = textParameters(body);
+    return {body: body, model: model, priority: priority};
+}
+
+// `input` as a non-empty list of non-empty strings (`param` names it in errors), or
+// {error: failure(...)}; `most` items at most.
+function parseTexts(input, param, most) {
+    if (input === undefined || input === null) {
+        return {error: failure(400, "you must provide an " + param + " parameter", param)};
+    }
+    if (typeof input === "string" || isTokenIds(input)) {
+        input = [input];
+    }
+    if (!Array.isArray(input) || input.length === 0) {
+        return {error: failure(400, param + " must be a non-empty string or a non-empty " +
+                                    "array of strings", param)};
+    }
+    if (input.length > most) {
+        return {error: failure(400, param + " has " + input.length + " items, over the " +
+                                    "limit of " + most + " per request", param)};
+    }
+    for (let i = 0; i < input.length; i++) {
+        if (isTokenIds(input[i])) {
+            return {error: failure(400, param + "[" + i + "] is an array of token ids; " +
+                                        LANGCHAIN_HINT, param)};
+        }
+        if (typeof input[i] !== "string") {
+            return {error: failure(400, param + "[" + i + "] is " + typeOf(input[i]) +
+                                        ", not a string", param)};
+        }
+        if (input[i].length === 0) {
+            return {error: failure(400, param + "[" + i + "] is an empty string; every " +
+                                        "input must have text", param)};
+        }
+    }
+    return {texts: input};
+}
+
+// The checked request, {model, texts, format, priority, user, parameters}, or
+// {error: failure(...)}.
+function parseRequest(text, table, priorityHeader) {
+    const common = parseCommon(text, table.models, priorityHeader, "embedding");
+    if (common.error) {
+        return common;
+    }
+    const body = common.body;
+    const input = parseTexts(body.input, "input", MAX_INPUTS);
+    if (input.error) {
+        return input;
+    }
+    const format = body.encoding_format === undefined || body.encoding_format === null ?
+        "float" : body.encoding_format;
+    if (format !== "float" && format !== "base64") {
+        return {error: failure(400, "encoding_format must be \"float\" or \"base64\", got " +
+                                    JSON.stringify(format), "encoding_format")};
+    }
+    if (body.user !== undefined && body.user !== null && typeof body.user !== "string") {
+        return {error: failure(400, "user must be a string", "user")};
+    }
+    const extension = textParameters(body, common.model);
     if (extension.error) {
         return extension;
     }
-    return {model: model, texts: input, format: format, priority: priority,
+    return {model: common.model, texts: input.texts, format: format, priority: common.priority,
             user: (body.user || "").slice(0, MAX_USER_CHARS), parameters: extension.parameters};
+}
+
+// POST /v1/tokenize: {model, input, prompt_name?, chunk_overlap?} checked as the
+// embeddings route checks them; the front counts (`count_only`), no encoder runs.
+function parseTokenize(text, table, priorityHeader) {
+    const common = parseCommon(text, table.models, priorityHeader, "embedding");
+    if (common.error) {
+        return common;
+    }
+    const input = parseTexts(common.body.input, "input", MAX_INPUTS);
+    if (input.error) {
+        return input;
+    }
+    if (common.body.dimensions !== undefined) {
+        return {error: failure(400, "dimensions has no meaning when counting tokens",
+                               "dimensions")};
+    }
+    const extension = textParameters(common.body, common.model);
+    if (extension.error) {
+        return extension;
+    }
+    extension.parameters.count_only = true;
+    return {model: common.model, texts: input.texts, priority: common.priority,
+            parameters: extension.parameters};
+}
+
+// POST /v1/similarity, TEI's body: {model, inputs: {source_sentence, sentences},
+// prompt_name?, dimensions?, truncate?}: one request of the source and the sentences, so
+// at most the model's max_batch_size - 1 sentences.
+function parseSimilarity(text, table, priorityHeader) {
+    const common = parseCommon(text, table.models, priorityHeader, "embedding");
+    if (common.error) {
+        return common;
+    }
+    const inputs = common.body.inputs;
+    if (inputs === null || typeof inputs !== "object" || Array.isArray(inputs)) {
+        return {error: failure(400, "inputs must be an object: {\"source_sentence\": " +
+                                    "\"...\", \"sentences\": [\"...\"]}", "inputs")};
+    }
+    if (typeof inputs.source_sentence !== "string" || inputs.source_sentence.length === 0) {
+        return {error: failure(400, "inputs.source_sentence must be a non-empty string",
+                               "inputs.source_sentence")};
+    }
+    const most = Math.max(1, (common.model.max_batch || 2) - 1);
+    const sentences = parseTexts(inputs.sentences, "inputs.sentences", most);
+    if (sentences.error) {
+        return sentences;
+    }
+    const extension = textParameters(common.body, common.model);
+    if (extension.error) {
+        return extension;
+    }
+    return {model: common.model, texts: [inputs.source_sentence].concat(sentences.texts),
+            priority: common.priority, parameters: extension.parameters};
+}
+
+// POST /v1/classify: {model, input: base64 or data URL string(s), top_k?} for an image
+// model; the image front decodes and checks each image.
+function parseClassify(text, table, priorityHeader) {
+    const common = parseCommon(text, table.classifiers || [], priorityHeader,
+                               "image-classification");
+    if (common.error) {
+        return common;
+    }
+    const input = parseTexts(common.body.input, "input", MAX_INPUTS);
+    if (input.error) {
+        return input;
+    }
+    const parameters = {};
+    const topK = common.body.top_k;
+    if (topK !== undefined && topK !== null) {
+        if (!Number.isInteger(topK) || topK < 1) {
+            return {error: failure(400, "top_k must be an integer >= 1; got " +
+                                        JSON.stringify(topK), "top_k")};
+        }
+        parameters.top_k = topK;
+    }
+    return {model: common.model, texts: input.texts, priority: common.priority,
+            parameters: parameters};
 }
 
 function typeOf(value) {
@@ -202,13 +325,16 @@ async function inWaves(tasks, limit) {
     return results;
 }
 
-// The KServe v2 request of one chunk: the texts, binary EMBEDDING and the JSON counts
-// back; the priority and the request's text parameters (truncate, chunk_overlap).
-function kserveBody(texts, priority, parameters) {
+// The KServe v2 request of one chunk: the rows under `input` (TEXT by default), the
+// `outputs` as [name, binary] pairs (by default binary EMBEDDING and the JSON counts);
+// the priority and the request's parameters (truncate, chunk_overlap, ...).
+function kserveBody(texts, priority, parameters, input, outputs) {
+    const wanted = outputs || [["EMBEDDING", true]].concat(
+        Object.keys(COUNTS).map((name) => [name, false]));
     const request = {
-        inputs: [{name: TEXT_INPUT, datatype: "BYTES", shape: [texts.length, 1], data: texts}],
-        outputs: [{name: "EMBEDDING", parameters: {binary_data: true}}].concat(
-            Object.keys(COUNTS).map((name) => ({name: name, parameters: {binary_data: false}}))),
+        inputs: [{name: input || TEXT_INPUT, datatype: "BYTES", shape: [texts.length, 1],
+                  data: texts}],
+        outputs: wanted.map((o) => ({name: o[0], parameters: {binary_data: o[1]}})),
     };
     const given = Object.assign({}, parameters || {});
     if (priority !== null) {
@@ -218,6 +344,75 @@ function kserveBody(texts, priority, parameters) {
         request.parameters = given;
     }
     return JSON.stringify(request);
+}
+
+// Each output of a JSON answer's header, by name: its data.
+function outputsOf(header) {
+    const found = {};
+    header.outputs.forEach((output) => {
+        found[output.name] = output.data;
+    });
+    return found;
+}
+
+// What `policy` does with a text the front counted: client/contract.py policy_outcome.
+function policyOutcome(policy, truncated, windows) {
+    if (truncated <= 0) {
+        return "fits";
+    }
+    if (policy === "truncate") {
+        return "truncated";
+    }
+    return policy === "chunk" && windows > 0 ? "chunked" : "refused";
+}
+
+// /v1/tokenize's rows of one chunk's JSON answer, numbered from `offset`.
+function countRows(answer, offset, maxTokens) {
+    const out = outputsOf(answer);
+    return out.TOKENS.map((tokens, i) => {
+        const truncated = out.TRUNCATED_TOKENS[i];
+        const windows = out.WINDOWS[i];
+        const policies = {};
+        TRUNCATE_CHOICES.forEach((p) => {
+            policies[p] = policyOutcome(p, truncated, windows);
+        });
+        return {object: "token_count", index: offset + i, tokens: tokens,
+                max_tokens: maxTokens, truncated_tokens: truncated, windows: windows,
+                policies: policies};
+    });
+}
+
+// /v1/classify's rows of one chunk's JSON answer, numbered from `offset`: the best class,
+// then every class asked for (top_k), best first.
+function classRows(answer, offset) {
+    const out = outputsOf(answer);
+    const width = answer.outputs.filter((o) => o.name === "LABELS")[0].shape[1];
+    const rows = [];
+    for (let i = 0; i * width < out.LABELS.length; i++) {
+        const classes = [];
+        for (let j = i * width; j < (i + 1) * width; j++) {
+            classes.push({class_id: out.CLASS_IDS[j], label: out.LABELS[j],
+                          probability: out.PROBABILITIES[j]});
+        }
+        rows.push({object: "classification", index: offset + i, label: classes[0].label,
+                   class_id: classes[0].class_id, probability: classes[0].probability,
+                   top_k: classes});
+    }
+    return rows;
+}
+
+// The cosine of each row after the first with the first.
+function cosines(rows) {
+    const norm = (v) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
+    const source = rows[0];
+    const sourceNorm = norm(source);
+    return rows.slice(1).map((v) => {
+        let dot = 0;
+        for (let j = 0; j < v.length; j++) {
+            dot += v[j] * source[j];
+        }
+        return dot / Math.max(norm(v) * sourceNorm, 1e-12);
+    });
 }
 
 // {embeddings: [row, ...], counts} of one chunk's answer, each row a float array or
@@ -251,17 +446,19 @@ function decodeAnswer(buffer, headerLength, rows, dimensions, format) {
     return {embeddings: embeddings, counts: counts};
 }
 
-// Triton's error for one chunk, in OpenAI's shape; row indexes made the request's own.
-function upstreamFailure(status, text, offset) {
+// Triton's error for one chunk, in OpenAI's shape; row indexes made the request's own
+// (`rowName(i)`, by default input[offset + i]).
+function upstreamFailure(status, text, offset, rowName, param) {
     let message = text;
     try {
         message = JSON.parse(text).error || text;
     } catch (e) {
         // not JSON: keep the text
     }
-    message = message.replace(ROW_REF, (m, i) => "input[" + (offset + Number(i)) + "]");
+    const name = rowName || ((i) => "input[" + (offset + i) + "]");
+    message = message.replace(ROW_REF, (m, i) => name(Number(i)));
     if (status === 400) {
-        return failure(400, message, "input");
+        return failure(400, message, param || "input");
     }
     if (status === 429 || status === 503 || status === 502 || status === 504) {
         return failure(503, message || "the inference server is unavailable; retry later");
@@ -282,29 +479,60 @@ function respond(r, result) {
     r.return(result.status, result.body);
 }
 
-async function embeddings(r) {
+// The routes: each parses its body (a pure function), then serves the checked request.
+const ROUTES = {
+    "/v1/embeddings": [parseRequest, serveEmbeddings],
+    "/v1/tokenize": [parseTokenize, serveTokenize],
+    "/v1/similarity": [parseSimilarity, serveSimilarity],
+    "/v1/classify": [parseClassify, serveClassify],
+};
+
+async function route(r) {
     try {
-        await serveEmbeddings(r);
+        const found = ROUTES[r.uri];
+        if (r.method !== "POST") {
+            r.headersOut["Allow"] = "POST";
+            respond(r, {status: 405, body: errorBody("use POST for " + r.uri,
+                                                     "invalid_request_error", null,
+                                                     "method_not_allowed")});
+            return;
+        }
+        const request = found[0](r.requestText || "", loadedTable(), r.headersIn["x-priority"]);
+        if (request.error) {
+            respond(r, request.error);
+            return;
+        }
+        await found[1](r, request);
     } catch (e) {
         r.error("openai.js: " + e.stack);
         respond(r, failure(500, "internal error of the front door's OpenAI route: " + e.message));
     }
 }
 
-async function serveEmbeddings(r) {
-    if (r.method !== "POST") {
-        r.headersOut["Allow"] = "POST";
-        respond(r, {status: 405, body: errorBody("use POST for /v1/embeddings",
-                                                 "invalid_request_error", null,
-                                                 "method_not_allowed")});
-        return;
+// Send `parts` of the request's rows to its front (priority 1 to the front's interactive
+// lane where it has one, core/families/lanes.py), each body made by `bodyOf(texts)`:
+// {replies} or {error: failure(...)} naming the request's own rows.
+async function sendParts(r, request, parts, bodyOf, rowName) {
+    const model = request.model;
+    const target = request.priority === 1 && model.lane ? model.lane : model.front;
+    const replies = await inWaves(parts.map((part) => () => r.subrequest(
+        "/_triton_plain/v2/models/" + target + "/infer",
+        {method: "POST", body: bodyOf(request.texts.slice(part[0], part[1]))})),
+        model.in_flight);
+    const failed = replies.findIndex((x) => x !== undefined && x.status !== 200);
+    if (failed === -1) {
+        return {replies: replies};
     }
-    const request = parseRequest(r.requestText || "", loadedTable(),
-                                 r.headersIn["x-priority"]);
-    if (request.error) {
-        respond(r, request.error);
-        return;
-    }
+    return {error: upstreamFailure(replies[failed].status, replies[failed].responseText || "",
+                                   parts[failed][0], rowName)};
+}
+
+function binaryParts(reply, rows, dimensions, format) {
+    const headerLength = Number(reply.headersOut["Inference-Header-Content-Length"]);
+    return decodeAnswer(reply.responseBuffer, headerLength, rows, dimensions, format);
+}
+
+async function serveEmbeddings(r, request) {
     r.variables.openai_user = request.user;
     const model = request.model;
     const truncate = request.parameters.truncate;
@@ -312,27 +540,18 @@ async function serveEmbeddings(r) {
         ((truncate === undefined) && model.chunks_by_default === true);
     const parts = chunks(request.texts.length,
                          chunked ? model.chunk_rows || 1 : model.request_rows);
-    // Priority 1 goes to the front's interactive lane where it has one (core/families/lanes.py).
-    const target = request.priority === 1 && model.lane ? model.lane : model.front;
-    const replies = await inWaves(parts.map((part) => () => r.subrequest(
-        "/_triton_plain/v2/models/" + target + "/infer",
-        {method: "POST", body: kserveBody(request.texts.slice(part[0], part[1]),
-                                          request.priority, request.parameters)})),
-        model.in_flight);
-    const failed = replies.findIndex((x) => x !== undefined && x.status !== 200);
-    if (failed !== -1) {
-        respond(r, upstreamFailure(replies[failed].status, replies[failed].responseText || "",
-                                   parts[failed][0]));
+    const sent = await sendParts(r, request, parts, (texts) => kserveBody(
+        texts, request.priority, request.parameters));
+    if (sent.error) {
+        respond(r, sent.error);
         return;
     }
+    const dimensions = request.parameters.dimensions || model.dimensions;
     const data = [];
     const usage = {prompt_tokens: 0, total_tokens: 0, truncated_tokens: 0, windows: 0};
     for (let p = 0; p < parts.length; p++) {
-        const reply = replies[p];
-        const headerLength = Number(reply.headersOut["Inference-Header-Content-Length"]);
-        const answer = decodeAnswer(reply.responseBuffer, headerLength,
-                                    parts[p][1] - parts[p][0], model.dimensions,
-                                    request.format);
+        const answer = binaryParts(sent.replies[p], parts[p][1] - parts[p][0], dimensions,
+                                   request.format);
         Object.keys(answer.counts).forEach((key) => {
             usage[key] += answer.counts[key];
         });
@@ -346,8 +565,74 @@ async function serveEmbeddings(r) {
         usage: Object.assign(usage, {total_tokens: usage.prompt_tokens})})});
 }
 
+async function serveTokenize(r, request) {
+    const parts = chunks(request.texts.length, request.model.request_rows);
+    const counts = Object.keys(COUNTS).map((name) => [name, false]);
+    const sent = await sendParts(r, request, parts, (texts) => kserveBody(
+        texts, request.priority, request.parameters, TEXT_INPUT, counts));
+    if (sent.error) {
+        respond(r, sent.error);
+        return;
+    }
+    let data = [];
+    for (let p = 0; p < parts.length; p++) {
+        data = data.concat(countRows(JSON.parse(sent.replies[p].responseText), parts[p][0],
+                                     request.model.max_tokens));
+    }
+    const total = data.reduce((a, row) => a + row.tokens, 0);
+    respond(r, {status: 200, body: JSON.stringify({
+        object: "list", data: data, model: request.model.id,
+        usage: {prompt_tokens: total, total_tokens: total}})});
+}
+
+// The similarity request's rows by their own names: the source, then the sentences.
+function similarityRow(i) {
+    return i === 0 ? "inputs.source_sentence" : "inputs.sentences[" + (i - 1) + "]";
+}
+
+async function serveSimilarity(r, request) {
+    const n = request.texts.length;
+    const sent = await sendParts(r, request, [[0, n]], (texts) => kserveBody(
+        texts, request.priority, request.parameters), similarityRow);
+    if (sent.error) {
+        respond(r, sent.error);
+        return;
+    }
+    const dimensions = request.parameters.dimensions || request.model.dimensions;
+    const answer = binaryParts(sent.replies[0], n, dimensions, "float");
+    const data = cosines(answer.embeddings).map((score, i) => ({
+        object: "similarity", index: i, score: score}));
+    respond(r, {status: 200, body: JSON.stringify({
+        object: "list", data: data, model: request.model.id,
+        usage: {prompt_tokens: answer.counts.prompt_tokens,
+                total_tokens: answer.counts.prompt_tokens}})});
+}
+
+async function serveClassify(r, request) {
+    const parts = chunks(request.texts.length, request.model.request_rows);
+    const outputs = CLASS_OUTPUTS.map((name) => [name, false]);
+    const sent = await sendParts(r, request, parts, (texts) => kserveBody(
+        texts, request.priority, request.parameters, IMAGE_INPUT, outputs));
+    if (sent.error) {
+        respond(r, sent.error);
+        return;
+    }
+    let data = [];
+    for (let p = 0; p < parts.length; p++) {
+        data = data.concat(classRows(JSON.parse(sent.replies[p].responseText), parts[p][0]));
+    }
+    respond(r, {status: 200, body: JSON.stringify({
+        object: "list", data: data, model: request.model.id,
+        usage: {images: data.length}})});
+}
+
 function modelObject(model, created) {
     return {id: model.id, object: "model", created: created, owned_by: "tmr"};
+}
+
+// Every model the routes serve: the text models, then the image models.
+function allModels(table) {
+    return table.models.concat(table.classifiers || []);
 }
 
 function models(r) {
@@ -355,16 +640,17 @@ function models(r) {
     const id = r.uri.replace(/^\/v1\/models\/?/, "");
     if (id === "") {
         respond(r, {status: 200, body: JSON.stringify({
-            object: "list", data: table.models.map((m) => modelObject(m, table.created))})});
+            object: "list", data: allModels(table).map((m) => modelObject(m, table.created))})});
         return;
     }
-    const model = modelTable(table)[decodeURIComponent(id)];
+    const model = modelTable(allModels(table))[decodeURIComponent(id)];
     respond(r, model === undefined ?
         failure(404, "The model '" + decodeURIComponent(id) + "' does not exist", "model",
                 "model_not_found") :
         {status: 200, body: JSON.stringify(modelObject(model, table.created))});
 }
 
-export default {embeddings, models, parseRequest, textParameters, chunks, kserveBody,
-                decodeAnswer,
-                upstreamFailure, failure, errorBody, TEXT_INPUT, TRUNCATE_CHOICES};
+export default {route, models, parseRequest, parseTokenize, parseSimilarity, parseClassify,
+                textParameters, chunks, kserveBody, decodeAnswer, countRows, classRows,
+                cosines, policyOutcome, upstreamFailure, similarityRow, failure, errorBody,
+                TEXT_INPUT, IMAGE_INPUT, TRUNCATE_CHOICES};

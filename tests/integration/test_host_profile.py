@@ -89,8 +89,10 @@ def runtime_calls(server: TritonServer, model: str) -> float:
 
 @pytest.fixture
 def served_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI reads the configs the host serves (the suite reads the reviewed ones)."""
-    monkeypatch.delenv(VARIANT_ENV)
+    """The CLI reads the configs this server serves, the host profile (the suite pins the
+    reviewed ones; the test's repository has the profile's configs but no tuning record,
+    from which `tmr serve` would choose)."""
+    monkeypatch.setenv(VARIANT_ENV, HOST.name)
 
 
 def test_the_profile_serves_the_hosts_precision_and_matches_eager_pytorch(profiled) -> None:

@@ -138,14 +138,18 @@ def test_dimensions_equal_to_the_models_own_are_accepted(door):
      r"input\[0\] is an array of token ids; .*check_embedding_ctx_length=False"),
     ({"input": [7]}, openai.BadRequestError, r"input\[0\] is an array of token ids"),
     ({"input": "x", "dimensions": 128}, openai.BadRequestError,
-     r"dimensions must be 384 for minilm \(its embeddings are not trained to be truncated\)"),
+     r"dimensions must be one of minilm's sizes: 384 \(its embeddings are not trained to "
+     r"be cut: it declares no Matryoshka sizes\); got 128"),
+    ({"input": "x", "extra_body": {"prompt_name": "query"}}, openai.BadRequestError,
+     r'prompt_name names no prompt of minilm: got "query"; it has no prompts'),
     ({"input": "x", "encoding_format": "int8"}, openai.BadRequestError,
      r'encoding_format must be "float" or "base64", got "int8"'),
     ({"input": ["x"] * 2049}, openai.BadRequestError,
      r"input has 2049 items, over the limit of 2048 per request"),
     ({"input": "x", "model": "text-embedding-3-small"}, openai.NotFoundError,
      r"The model 'text-embedding-3-small' does not exist; served embedding models: minilm"),
-], ids=["empty", "empty in a list", "token ids", "one token id", "dimensions", "format",
+], ids=["empty", "empty in a list", "token ids", "one token id", "dimensions", "prompt",
+        "format",
         "2049 inputs", "unknown model"])
 def test_bad_requests_get_the_openai_clients_typed_errors(door, options, error, message):
     with client(door) as c, pytest.raises(error, match=message) as info:
@@ -261,8 +265,28 @@ def test_a_body_over_the_limit_gets_413_in_openais_shape(door):
     ({"model": MODEL, "input": "x", "user": 5}, {}, "/v1/embeddings", 400,
      "user must be a string"),
     ({"model": MODEL, "input": "x"}, {}, "/v1/completions", 404, "no such route"),
+    (b"{", {}, "/v1/tokenize", 400, "the request body is not valid JSON"),
+    ({"model": MODEL, "input": [""]}, {}, "/v1/tokenize", 400, "input[0] is an empty string"),
+    ({"model": MODEL, "input": [3]}, {}, "/v1/tokenize", 400, "array of token ids"),
+    ({"model": "nope", "input": "x"}, {}, "/v1/tokenize", 404, "served embedding models"),
+    ({"model": MODEL, "input": "x", "prompt_name": "q"}, {}, "/v1/tokenize", 400,
+     "it has no prompts"),
+    ({"model": MODEL, "inputs": {"source_sentence": "a", "sentences": ["b"] * 64}}, {},
+     "/v1/similarity", 400, "inputs.sentences has 64 items, over the limit of 63"),
+    ({"model": MODEL, "inputs": {"source_sentence": "", "sentences": ["b"]}}, {},
+     "/v1/similarity", 400, "inputs.source_sentence must be a non-empty string"),
+    ({"model": MODEL, "inputs": {"source_sentence": "a", "sentences": "b"},
+      "dimensions": 100}, {}, "/v1/similarity", 400, "dimensions must be one of minilm's"),
+    ({"model": MODEL, "input": "x"}, {}, "/v1/classify", 404,
+     "served image-classification models: digits, efficientnet_lite0"),
+    ({"model": "efficientnet_lite0", "input": ["", "x"]}, {}, "/v1/classify", 400,
+     "input[0] is an empty string"),
+    ({"model": "efficientnet_lite0", "input": "x", "top_k": "3"}, {}, "/v1/classify", 400,
+     "top_k must be an integer >= 1"),
 ], ids=["bad JSON", "not an object", "no model", "no input", "bad priority", "bad user",
-        "unknown route"])
+        "unknown route", "tokenize JSON", "tokenize empty", "tokenize ids",
+        "tokenize model", "tokenize prompt", "similarity limit", "similarity source",
+        "similarity size", "classify text model", "classify empty", "classify top_k"])
 def test_malformed_requests_get_precise_errors_in_openais_shape(door, body, headers, path,
                                                                 status, message):
     got, answer = post(door, body, headers, path)
@@ -364,3 +388,74 @@ def test_the_openai_doc_snippets_run_as_written(door):
             assert len(json.loads(out)["data"]) == 2
         else:
             assert out.split()[0] in ("2", "384"), out
+
+
+# -- /v1/tokenize, /v1/similarity, /v1/classify ---------------------------------------------
+
+
+def test_tokenize_counts_as_the_sdk_and_says_what_each_policy_does(door, triton):
+    texts = ["short", "word " * 300]
+    status, answer = post(door, {"model": MODEL, "input": texts}, path="/v1/tokenize")
+    assert status == 200, answer
+    with Client(triton.grpc_url, protocol="grpc") as c:
+        counts = c.count_tokens(texts).counts
+    rows = answer["data"]
+    assert [r["tokens"] for r in rows] == [c.tokens for c in counts] == [3, 302]
+    assert rows[0]["policies"] == {"reject": "fits", "truncate": "fits", "chunk": "fits"}
+    assert rows[1]["policies"] == {"reject": "refused", "truncate": "truncated",
+                                   "chunk": "chunked"}
+    assert (rows[1]["truncated_tokens"], rows[1]["max_tokens"]) == (302 - 256, 256)
+    assert rows[1]["windows"] == counts[1].windows == 2
+    assert answer["usage"]["prompt_tokens"] == 305
+    assert 'client=alice "POST /v1/tokenize HTTP/1.1" 200' in door.access_log.read_text()
+
+
+def test_similarity_is_the_cosine_of_the_sdks_embeddings(door, triton):
+    source, sentences = TEXTS[0], TEXTS[1:]
+    status, answer = post(door, {"model": ALIAS, "inputs": {"source_sentence": source,
+                                                            "sentences": sentences}},
+                          path="/v1/similarity")
+    assert status == 200, answer
+    vectors, _ = sdk(triton, [source, *sentences])
+    want = vectors[1:] @ vectors[0] / (np.linalg.norm(vectors[1:], axis=1)
+                                       * np.linalg.norm(vectors[0]))
+    got = [row["score"] for row in answer["data"]]
+    assert [row["index"] for row in answer["data"]] == list(range(len(sentences)))
+    assert np.allclose(got, want, atol=1e-4)
+    with Client(triton.http_url) as c:
+        result = c.similarity(source, sentences)
+    assert np.allclose(result.scores, want, atol=1e-4)
+    assert len(result.request_ids) == 1  # one request
+
+
+def test_classify_takes_base64_and_data_urls_as_the_sdk_classifies(door, triton):
+    from tests.image_samples import cat, encode
+
+    jpeg = encode(cat(), "JPEG", quality=90)
+    raw = base64.b64encode(jpeg).decode()
+    url = "data:image/jpeg;base64," + raw
+    status, answer = post(door, {"model": "efficientnet_lite0", "input": [raw, url],
+                                 "top_k": 3}, {"x-priority": "high"}, path="/v1/classify")
+    assert status == 200, answer
+    with Client(triton.http_url, model="efficientnet_lite0") as c:
+        want = c.classify([jpeg], top_k=3).predictions[0]
+    for row in answer["data"]:
+        assert [k["class_id"] for k in row["top_k"]] == [p.class_id for p in want]
+        assert row["label"] == want[0].label
+        assert abs(row["probability"] - want[0].probability) < 1e-5
+    assert answer["usage"] == {"images": 2}
+    status, answer = post(door, {"model": "efficientnet_lite0", "input": [raw, "bm90IGFu"]},
+                          path="/v1/classify")
+    assert status == 400 and answer["error"]["param"] == "input", answer
+    assert "input[1]" in answer["error"]["message"]
+    assert_serving(door.upstreams[0][0])
+
+
+@pytest.mark.parametrize("path", ["/v1/tokenize", "/v1/similarity", "/v1/classify"])
+def test_the_new_routes_need_a_key_and_take_post_only(door, path):
+    status, answer = http_post(door.http_url, path, b"{}", {})
+    assert status == 401 and json.loads(answer)["error"]["code"] == "invalid_api_key"
+    status, answer = http_post(door.http_url, path, None,
+                               {"Authorization": f"Bearer {door.api_keys['alice']}"},
+                               method="GET")
+    assert status == 405 and json.loads(answer)["error"]["code"] == "method_not_allowed"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             stop_cleanly(server)
 
 
+# Triton ends a request's span when it releases the request, after the response has left:
+# the client, with the answer in hand, may close its own span a moment before that.
+RELEASE_SLACK = timedelta(milliseconds=50)
+
+
 def started(span: dict[str, Any]) -> datetime:
     return datetime.fromisoformat(span["start_time"])
 
@@ -109,7 +114,8 @@ def test_a_client_span_reaches_the_encoder_through_the_front_door(
     computes = [s for s in stack.backend.spans(trace_id) if s["name"] == "compute"]
     assert len(computes) >= 2  # the front's execution and the encoder's
     for outer, inner in ((client_span, request), (request, front), (front, encoder)):
-        assert started(outer) <= started(inner) and ended(inner) <= ended(outer), \
+        assert started(outer) <= started(inner) and ended(inner) <= ended(outer) + (
+            RELEASE_SLACK if outer is client_span else timedelta()), \
             (outer["name"], inner["name"])
 
 

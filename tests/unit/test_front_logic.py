@@ -13,6 +13,7 @@ import pytest
 from google.protobuf import json_format
 
 from core.paths import DEFAULT_REPOSITORY
+from core.variant import REVIEWED
 from core.versions import read_config
 from python_backends.classify import ImageClassificationFront
 from python_backends.embed import TextEmbeddingFront
@@ -34,7 +35,8 @@ def model_of(name: str) -> SimpleNamespace:
         return folder / (config.get("default_model_filename") or default)
 
     return SimpleNamespace(config=config, name=name, artifact_path=artifact_path,
-                           batch=BatchFacts())
+                           batch=BatchFacts(), model_dir=DEFAULT_REPOSITORY / name,
+                           variant=REVIEWED)
 
 
 def members() -> list[str]:

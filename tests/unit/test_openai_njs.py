@@ -24,9 +24,16 @@ from runtime.tokenization import (
 )
 from server.front_door import NGINX_DIR
 
-TABLE = {"created": 1, "models": [{"id": "minilm", "names": ["minilm", "embed", "alias/x"],
-                                   "front": "embed", "dimensions": 4, "request_rows": 2,
-                                   "in_flight": 2}]}
+TABLE = {"created": 1,
+         "models": [{"id": "minilm", "names": ["minilm", "embed", "alias/x"],
+                     "front": "embed", "dimensions": 4, "request_rows": 2, "in_flight": 2,
+                     "max_batch": 4},
+                    {"id": "e5", "names": ["e5"], "front": "e5", "dimensions": 4,
+                     "sizes": [4, 2], "prompts": ["passage", "query"], "max_tokens": 16,
+                     "request_rows": 2, "in_flight": 1, "max_batch": 3}],
+         "classifiers": [{"id": "lite", "names": ["lite", "efficientnet"], "front": "lite",
+                          "lane": "lite_interactive", "request_rows": 4, "in_flight": 1,
+                          "max_batch": 16}]}
 
 
 def njs(expression: str) -> Any:
@@ -81,7 +88,9 @@ def test_the_priority_header_maps_to_tritons_levels(header, priority):
     ({"model": "minilm", "input": ["a"] * 2049}, 400, "input",
      "input has 2049 items, over the limit of 2048 per request"),
     ({"model": "minilm", "input": "x", "dimensions": 3}, 400, "dimensions",
-     "dimensions must be 4 for minilm"),
+     "dimensions must be one of minilm's sizes: 4 (its embeddings are not trained to be cut"),
+    ({"model": "minilm", "input": "x", "prompt_name": "query"}, 400, "prompt_name",
+     'prompt_name names no prompt of minilm: got "query"; it has no prompts'),
     ({"model": "minilm", "input": "x", "encoding_format": "hex"}, 400, "encoding_format",
      'got "hex"'),
 ], ids=lambda v: str(v)[:30])
@@ -243,3 +252,127 @@ def test_the_committed_models_table_is_the_repositorys():
 
     assert COMMITTED.read_text() == render(), (
         "run: python -m server.openai_models > server/nginx/openai_models.json")
+
+
+def parsed(route: str, body: Any, priority: str | None = None) -> dict:
+    return njs(f"openai.{route}({json.dumps(json.dumps(body))}, table, "
+               f"{json.dumps(priority)})")
+
+
+def test_a_prompt_and_a_matryoshka_size_of_the_model_become_request_parameters():
+    got = parse({"model": "e5", "input": "x", "prompt_name": "query", "dimensions": 2})
+    assert got["parameters"] == {"prompt_name": "query", "dimensions": 2}
+    # its own size is no cut: nothing is sent
+    assert parse({"model": "e5", "input": "x", "dimensions": 4})["parameters"] == {}
+
+
+@pytest.mark.parametrize(("extension", "param", "message"), [
+    ({"prompt_name": "doc"}, "prompt_name",
+     'prompt_name names no prompt of e5: got "doc"; its prompts: passage, query'),
+    ({"prompt_name": 3}, "prompt_name", "got 3"),
+    ({"dimensions": 3}, "dimensions", "dimensions must be one of e5's sizes: 4, 2; got 3"),
+    ({"dimensions": "2"}, "dimensions", 'got "2"'),
+])
+def test_an_unknown_prompt_or_size_is_a_400_naming_the_models_own(extension, param, message):
+    status, error = error_of(parse({"model": "e5", "input": "x", **extension}))
+    assert (status, error["param"]) == (400, param) and message in error["message"]
+
+
+def test_tokenize_asks_the_front_to_count_only():
+    got = parsed("parseTokenize", {"model": "e5", "input": ["a", "b"], "prompt_name": "query"})
+    assert got["texts"] == ["a", "b"]
+    assert got["parameters"] == {"prompt_name": "query", "count_only": True}
+
+
+@pytest.mark.parametrize(("route", "body", "status", "param", "message"), [
+    ("parseTokenize", {"model": "e5", "input": []}, 400, "input", "non-empty"),
+    ("parseTokenize", {"model": "e5", "input": [""]}, 400, "input", "input[0] is an empty"),
+    ("parseTokenize", {"model": "e5", "input": [1]}, 400, "input", "token ids"),
+    ("parseTokenize", {"model": "nope", "input": "a"}, 404, "model", "served embedding"),
+    ("parseTokenize", {"model": "e5", "input": "a", "prompt_name": "x"}, 400, "prompt_name",
+     "its prompts: passage, query"),
+    ("parseTokenize", {"model": "e5", "input": "a", "dimensions": 2}, 400, "dimensions",
+     "no meaning"),
+    ("parseSimilarity", {"model": "e5", "inputs": ["a"]}, 400, "inputs", "must be an object"),
+    ("parseSimilarity", {"model": "e5", "inputs": {"sentences": ["a"]}}, 400,
+     "inputs.source_sentence", "non-empty string"),
+    ("parseSimilarity", {"model": "e5", "inputs": {"source_sentence": "a", "sentences": []}},
+     400, "inputs.sentences", "non-empty"),
+    ("parseSimilarity", {"model": "e5", "inputs": {"source_sentence": "a",
+                                                    "sentences": ["b", "c", "d"]}},
+     400, "inputs.sentences", "3 items, over the limit of 2"),
+    ("parseSimilarity", {"model": "e5", "inputs": {"source_sentence": "a", "sentences": ["b"]},
+                         "dimensions": 3}, 400, "dimensions", "4, 2"),
+    ("parseSimilarity", {"model": "lite", "inputs": {}}, 404, "model", "served embedding"),
+    ("parseClassify", {"model": "minilm", "input": "x"}, 404, "model",
+     "served image-classification models: lite"),
+    ("parseClassify", {"model": "lite", "input": [None]}, 400, "input", "input[0] is null"),
+    ("parseClassify", {"model": "lite", "input": "x", "top_k": 0}, 400, "top_k", ">= 1"),
+    ("parseClassify", {"model": "lite"}, 400, "input", "provide an input"),
+], ids=lambda v: str(v)[:40])
+def test_the_new_routes_refuse_bad_bodies_in_openais_shape(route, body, status, param, message):
+    got_status, error = error_of(parsed(route, body))
+    assert (got_status, error["param"]) == (status, param)
+    assert message in error["message"]
+
+
+def test_similarity_sends_the_source_first_and_names_rows_by_their_own_names():
+    got = parsed("parseSimilarity", {"model": "e5", "prompt_name": "query", "inputs": {
+        "source_sentence": "s", "sentences": ["a", "b"]}})
+    assert got["texts"] == ["s", "a", "b"] and got["parameters"] == {"prompt_name": "query"}
+    text = json.dumps({"error": "TEXT[0] is empty; TEXT[2] too"})
+    result = njs(f"openai.upstreamFailure(400, {json.dumps(text)}, 0, openai.similarityRow)")
+    assert json.loads(result["body"])["error"]["message"] == (
+        "inputs.source_sentence is empty; inputs.sentences[1] too")
+
+
+def test_classify_takes_an_image_models_name_or_alias_and_top_k():
+    got = parsed("parseClassify", {"model": "efficientnet", "input": "data:image/png;base64,AA",
+                                   "top_k": 3}, "high")
+    assert got["model"]["front"] == "lite" and got["priority"] == 1
+    assert got["parameters"] == {"top_k": 3} and got["texts"] == ["data:image/png;base64,AA"]
+    body = json.loads(njs("openai.kserveBody(['x'], 1, {top_k: 3}, openai.IMAGE_INPUT, "
+                          "[['LABELS', false]])"))
+    assert body["inputs"][0]["name"] == "IMAGE" and body["outputs"] == [
+        {"name": "LABELS", "parameters": {"binary_data": False}}]
+
+
+@pytest.mark.parametrize(("truncated", "windows"), [(0, 1), (5, 2), (5, 0), (1, 1)])
+def test_the_routes_policy_outcomes_are_the_sdks(truncated, windows):
+    from tmr_client.contract import policy_outcome
+
+    for policy in OVERLENGTH_POLICIES:
+        assert njs(f"openai.policyOutcome({json.dumps(policy)}, {truncated}, {windows})") == \
+            policy_outcome(policy, truncated, windows)
+
+
+def test_a_count_answer_becomes_rows_with_each_policys_outcome():
+    answer = {"outputs": [{"name": "TOKENS", "data": [5, 40]},
+                          {"name": "TRUNCATED_TOKENS", "data": [0, 24]},
+                          {"name": "WINDOWS", "data": [1, 3]}]}
+    rows = njs(f"openai.countRows({json.dumps(answer)}, 2, 16)")
+    assert rows[0] == {"object": "token_count", "index": 2, "tokens": 5, "max_tokens": 16,
+                       "truncated_tokens": 0, "windows": 1,
+                       "policies": {"reject": "fits", "truncate": "fits", "chunk": "fits"}}
+    assert rows[1]["policies"] == {"reject": "refused", "truncate": "truncated",
+                                   "chunk": "chunked"}
+
+
+def test_a_class_answer_becomes_each_images_best_class_and_its_top_k():
+    answer = {"outputs": [
+        {"name": "CLASS_IDS", "shape": [2, 2], "data": [7, 1, 3, 4]},
+        {"name": "LABELS", "shape": [2, 2], "data": ["cat", "dog", "car", "bus"]},
+        {"name": "PROBABILITIES", "shape": [2, 2], "data": [0.5, 0.25, 0.75, 0.125]}]}
+    rows = njs(f"openai.classRows({json.dumps(answer)}, 8)")
+    assert [(r["index"], r["label"], r["class_id"], r["probability"]) for r in rows] == [
+        (8, "cat", 7, 0.5), (9, "car", 3, 0.75)]
+    assert rows[1]["top_k"] == [{"class_id": 3, "label": "car", "probability": 0.75},
+                                {"class_id": 4, "label": "bus", "probability": 0.125}]
+
+
+def test_cosines_are_of_each_row_with_the_first():
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(4, 6)).round(3)
+    got = np.array(njs(f"openai.cosines({json.dumps(rows.tolist())})"))
+    want = rows[1:] @ rows[0] / (np.linalg.norm(rows[1:], axis=1) * np.linalg.norm(rows[0]))
+    assert np.allclose(got, want, atol=1e-9)
