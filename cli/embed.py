@@ -8,7 +8,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 from tmr_client.contract import TRUNCATE_VALUES, OverlengthPolicy
@@ -28,10 +28,13 @@ from cli.options import (
 )
 from core.paths import DEFAULT_REPOSITORY
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
-class EmbedOptions:
-    """What `tmr embed` was asked for."""
+class TextCallOptions:
+    """What every text command was asked for: the texts, the server, the front model, the
+    priority and the queue timeout."""
 
     texts: list[str]
     url: str
@@ -39,6 +42,12 @@ class EmbedOptions:
     model: str
     priority: int | None
     timeout_s: float | None
+
+
+@dataclass(frozen=True)
+class EmbedOptions(TextCallOptions):
+    """What `tmr embed` was asked for."""
+
     truncate: str | None = None  # a TRUNCATE_CHOICES spelling or None (the model's policy)
     files: list[Path] = field(default_factory=list)  # more texts, one a line; `-`: stdin
     out: Path | None = None  # where to write the vectors (.npy or .jsonl)
@@ -71,20 +80,29 @@ def add_call_options(parser: argparse.ArgumentParser, default_model: str | None,
     add_queue_timeout(parser)
 
 
-def make_options(args: argparse.Namespace) -> EmbedOptions:
+def text_call_options(kind: type[T], args: argparse.Namespace) -> T:
+    """A text command's options: the server it calls and the front model, resolved."""
     url, protocol = resolve_server(args.url, args.protocol)
-    return options(EmbedOptions, args, url=url, protocol=protocol,
+    return options(kind, args, url=url, protocol=protocol,
                    model=resolve_name(DEFAULT_REPOSITORY, args.model, FRONT, strict=False))
+
+
+def make_options(args: argparse.Namespace) -> EmbedOptions:
+    return text_call_options(EmbedOptions, args)
+
+
+def add_texts(parser: argparse.ArgumentParser, each: str) -> None:
+    """A text command's inputs: TEXT arguments, then --file PATH (repeatable)."""
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help=f"the texts, {each} (or --file)")
+    parser.add_argument("--file", dest="files", action="append", type=Path, default=[],
+                        metavar="PATH", help="read texts from PATH, one a line (`-`: stdin); "
+                                             "repeatable, after the TEXT arguments")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = add_command(sub, "embed", "embed texts through the running server",
                          embed_command, make_options)
-    parser.add_argument("texts", nargs="*", metavar="TEXT",
-                        help="the texts, one vector each (or --file)")
-    parser.add_argument("--file", dest="files", action="append", type=Path, default=[],
-                        metavar="PATH", help="read texts from PATH, one a line (`-`: stdin); "
-                                             "repeatable, after the TEXT arguments")
+    add_texts(parser, "one vector each")
     parser.add_argument("--out", type=Path, default=None, metavar="PATH",
                         help="write the vectors to PATH: .npy (one row per text, float32) "
                              "or .jsonl (one {\"text\", \"embedding\"} a line)")

@@ -11,41 +11,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tmr_client.contract import OVERLENGTH_POLICIES
-from tmr_client.core import Protocol
 
-from cli.embed import add_call_options, add_prompt_name, read_texts, timeout_ms
-from cli.names import FRONT, resolve_name
-from cli.options import add_command, add_json, options, resolve_server, text_front
-from core.paths import DEFAULT_REPOSITORY
+from cli.embed import (
+    TextCallOptions,
+    add_call_options,
+    add_prompt_name,
+    add_texts,
+    read_texts,
+    text_call_options,
+    timeout_ms,
+)
+from cli.options import add_command, add_json, text_front
 
 
 @dataclass(frozen=True)
-class TokensOptions:
+class TokensOptions(TextCallOptions):
     """What `tmr tokens` was asked for."""
 
-    texts: list[str]
-    url: str
-    protocol: Protocol
-    model: str
-    priority: int | None
-    timeout_s: float | None
     files: list[Path] = field(default_factory=list)
     prompt_name: str | None = None
     json: bool = False
 
 
-def make_options(args: argparse.Namespace) -> TokensOptions:
-    url, protocol = resolve_server(args.url, args.protocol)
-    return options(TokensOptions, args, url=url, protocol=protocol,
-                   model=resolve_name(DEFAULT_REPOSITORY, args.model, FRONT, strict=False))
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     parser = add_command(sub, "tokens", "count texts' tokens as the served model does",
-                         tokens_command, make_options)
-    parser.add_argument("texts", nargs="*", metavar="TEXT", help="the texts (or --file)")
-    parser.add_argument("--file", dest="files", action="append", type=Path, default=[],
-                        metavar="PATH", help="read texts from PATH, one a line (`-`: stdin)")
+                         tokens_command, lambda a: text_call_options(TokensOptions, a))
+    add_texts(parser, "one count each")
     add_call_options(parser, text_front())
     add_prompt_name(parser)
     add_json(parser)

@@ -13,10 +13,14 @@ from tmr_client import NO_RETRY, Client, InvalidInputError, ModelNotFoundError
 from tests.integration.helpers import assert_serving, http_post
 
 
-def text_body(data: list, shape: list[int] | None = None, datatype: str = "BYTES") -> bytes:
+def text_body(data: list, shape: list[int] | None = None, datatype: str = "BYTES",
+              **parameters: object) -> bytes:
     shape = shape or [len(data), 1]
-    return json.dumps({"inputs": [{"name": "TEXT", "datatype": datatype, "shape": shape,
-                                   "data": data}]}).encode()
+    body: dict = {"inputs": [{"name": "TEXT", "datatype": datatype, "shape": shape,
+                              "data": data}]}
+    if parameters:
+        body["parameters"] = parameters
+    return json.dumps(body).encode()
 
 
 HTTP_CASES = [
@@ -35,6 +39,22 @@ HTTP_CASES = [
      r"unknown model: 'no_such_model' is not found"),
     ("unknown version", "/v2/models/embed/versions/9/infer", text_body(["a"]), 404,
      r"unknown model: 'embed' version 9 is not found"),
+    ("unknown prompt", "/v2/models/embed/infer", text_body(["a"], prompt_name="query"), 400,
+     r"parameter 'prompt_name' names no prompt of model 'embed': got \"query\"; it has no "
+     r"prompts"),
+    ("prompt not a string", "/v2/models/embed/infer", text_body(["a"], prompt_name=3), 400,
+     r"names no prompt of model 'embed': got 3"),
+    ("undeclared dimensions", "/v2/models/embed/infer", text_body(["a"], dimensions=128), 400,
+     r"parameter 'dimensions' must be one of model 'embed''s sizes: 384 \(it declares no "
+     r"Matryoshka sizes"),
+    ("dimensions not a number", "/v2/models/embed/infer", text_body(["a"], dimensions="384"),
+     400, r"got \"384\""),
+    ("count_only not a bool", "/v2/models/embed/infer", text_body(["a"], count_only="yes"), 400,
+     r"parameter 'count_only' must be true or false"),
+    ("empty text counted", "/v2/models/embed/infer", text_body([" "], count_only=True), 400,
+     r"TEXT\[0\] is empty"),
+    ("huge text counted", "/v2/models/embed/infer",
+     text_body(["x" * 140000], count_only=True), 400, r"over the limit of 131072 bytes"),
     # Triton 2.51 answers a body it cannot parse with 500, not 400 (DESIGN.md).
     ("malformed JSON", "/v2/models/embed/infer", b'{"inputs": [', 500,
      r"failed to parse the request JSON buffer"),
@@ -164,3 +184,14 @@ def test_sdk_refuses_non_text_items_before_anything_is_sent(triton, protocol) ->
     assert model_counts(triton.http_url, "embed").inference_count == before
     with Client(url, protocol=protocol) as client:
         assert client.embed(t for t in ("a generator", "of texts")).shape == (2, 384)
+
+
+def test_a_count_only_request_runs_no_encoder_and_counts_each_text(triton) -> None:
+    status, answer = http_post(triton.http_url, "/v2/models/embed/infer", text_body(
+        ["short", "word " * 300], count_only=True))
+    assert status == 200, answer
+    outputs = {o["name"]: o for o in json.loads(answer)["outputs"]}
+    assert outputs["EMBEDDING"]["shape"] == [2, 0]
+    assert outputs["TOKENS"]["data"] == [3, 302]
+    assert outputs["TRUNCATED_TOKENS"]["data"] == [0, 46]
+    assert outputs["SERVED_BY"]["data"] == ["tokenizer", "tokenizer"]

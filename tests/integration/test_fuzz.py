@@ -52,6 +52,24 @@ def test_random_json_requests_get_a_client_error_or_an_answer(triton, model, inp
     assert status in (200, 400, 404) or client_garbage_500(status, answer), (status, answer[:300])
 
 
+text_parameters = st.dictionaries(
+    st.sampled_from(["prompt_name", "dimensions", "count_only", "truncate", "chunk_overlap",
+                     "top_k", "rollout_key"]), scalars, max_size=4)
+
+
+@FUZZ
+@given(parameters=text_parameters, texts=st.lists(st.text(max_size=30), min_size=1,
+                                                  max_size=4))
+def test_random_request_parameters_get_a_400_or_an_answer(triton, parameters, texts) -> None:
+    """Whatever a client puts in the text front's parameters (prompt_name, dimensions,
+    count_only...), the answer is a 400 naming it or a served request."""
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(texts), 1],
+                        "data": texts}], "parameters": parameters}
+    status, answer = http_post(triton.http_url, "/v2/models/embed/infer",
+                               json.dumps(body).encode())
+    assert status in (200, 400) or client_garbage_500(status, answer), (status, answer[:300])
+
+
 @FUZZ
 @given(declared=st.integers(min_value=0, max_value=2**40), payload=st.binary(max_size=64),
        shape=shapes)

@@ -376,7 +376,8 @@ def test_the_openai_doc_snippets_run_as_written(door):
     import sys
 
     snippets = readme_snippets()
-    assert [lang for lang, _ in snippets] == ["bash", "python", "python", "python"]
+    assert [lang for lang, _ in snippets] == ["bash", "python", "python", "python", "bash",
+                                              "bash"]
     for lang, code in snippets:
         code = code.replace("localhost:8080", door.http_url).replace(
             "tmr-dev-key", door.api_keys["alice"])
