@@ -57,6 +57,8 @@ CASES: dict[str, tuple[list[str] | None, list[str]]] = {
     "health": (["health", "--url", "{url}"], ["health", "nosuch", "--url", "{url}"]),
     "embed": (["embed", "a text", "--url", "{url}"],
               ["embed", "a text", "--model", "nosuch", "--url", "{url}"]),
+    "tokens": (["tokens", "a text", "--url", "{url}"],
+               ["tokens", "a text", "--model", "nosuch", "--url", "{url}"]),
     "classify": (["classify", str(PROJECT_ROOT / "model_repository/efficientnet_lite0/warmup"
                                   "/IMAGE"), "--url", "{url}"],
                  ["classify", "/nonexistent/nosuch.jpg", "--url", "{url}"]),
