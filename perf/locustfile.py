@@ -43,7 +43,7 @@ import gevent
 from locust import FastHttpUser, LoadTestShape, User, constant, constant_throughput, events, task
 
 ENV = os.environ
-MODEL = ENV.get("TMR_MODEL", "embed")
+MODEL = ENV.get("TMR_MODEL", "")  # the front model: the caller names it (perf.subjects)
 ENDPOINT = ENV.get("TMR_ENDPOINT", "kserve")
 PATH = ENV.get("TMR_PATH") or {"kserve": f"/v2/models/{MODEL}/infer",
                                "openai": "/v1/embeddings", "infer": "/infer"}[ENDPOINT]
@@ -54,7 +54,6 @@ USER_RPS = float(ENV.get("TMR_USER_RPS", "5"))
 HIGH_SHARE = float(ENV.get("TMR_HIGH_SHARE", "0.2"))
 STAGES = json.loads(ENV.get("TMR_STAGES", "[]"))
 WINDOW_S = float(ENV.get("TMR_WINDOW_S", "0"))
-DIM = 384  # all-MiniLM-L6-v2's vector
 INPUTS = Path(__file__).resolve().parent / "inputs" / "embed.json"
 BASE = [d["TEXT"]["content"][0] for d in json.loads(INPUTS.read_text())["data"]]
 NONCE, COUNTER = uuid.uuid4().hex[:8], itertools.count()
@@ -125,11 +124,12 @@ def vectors(answer: dict) -> list:
     if ENDPOINT == "infer":
         return [answer["result"]]
     out = next(o for o in answer["outputs"] if o["name"] == "EMBEDDING")
-    return [out["data"][i * DIM:(i + 1) * DIM] for i in range(out["shape"][0])]
+    width = out["shape"][1]  # the model's own size, as its answer declares it
+    return [out["data"][i * width:(i + 1) * width] for i in range(out["shape"][0])]
 
 
 def problem(status: int, answer: dict, rows: int) -> str | None:
-    """None for `rows` finite 384-d vectors, else the failure as Locust records it."""
+    """None for `rows` finite vectors of one size, else the failure as Locust records it."""
     if status != 200:
         message = re.sub(r"^\[request id: [^]]*\] ", "", str(answer.get("error", "")))
         return f"HTTP {status}: {message[:80]}"
@@ -137,8 +137,8 @@ def problem(status: int, answer: dict, rows: int) -> str | None:
         got = vectors(answer)
     except (KeyError, IndexError, TypeError, StopIteration):
         return "malformed answer"
-    good = all(len(v) == DIM and all(math.isfinite(x) for x in v) for v in got)
-    return None if len(got) == rows and good else "not one 384-d vector a row"
+    good = len({len(v) for v in got}) == 1 and all(v and all(map(math.isfinite, v)) for v in got)
+    return None if len(got) == rows and good else "not one vector a row"
 
 
 class Embedder(FastHttpUser):
@@ -277,8 +277,8 @@ class GrpcOpenLoop(User):
         try:
             got = self.client.infer(MODEL, [text], priority=priority,
                                     headers=HEADERS).as_numpy("EMBEDDING")
-            if got.shape != (rows, DIM) or not np.isfinite(got).all():
-                error = ValueError("not one 384-d vector a row")
+            if got.ndim != 2 or got.shape[0] != rows or not got.size or not np.isfinite(got).all():
+                error = ValueError("not one vector a row")
         except self.grpc.InferenceServerException as err:
             error = err
         took_ms = (time.perf_counter() - began) * 1000

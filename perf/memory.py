@@ -14,6 +14,7 @@ from core.families.catalog import catalog
 from core.paths import DEFAULT_REPOSITORY
 from core.process_memory import Usage, server_memory, total
 from perf.locust_run import locust
+from perf.subjects import text_model
 from server.served_copy import free_port_server
 from server.stamp import run_dir
 
@@ -51,7 +52,8 @@ def measure(out: Path, seconds: float, models: tuple[str, ...] = (), users: int 
         warm = server_memory(server.pid)
         run = locust(out, f"http://{server.http_url}", MIXED if images else MIXED[:2],
                      seconds=seconds, count=users, name="mixed",
-                     env={"TMR_IMAGE_MODELS": images, "TMR_BULK_ROWS": "16"})
+                     env={"TMR_IMAGE_MODELS": images, "TMR_BULK_ROWS": "16",
+                          "TMR_MODEL": text_model().front})
         loaded = server_memory(server.pid)
     return MemoryRun(warm, loaded, seconds,
                      {n: (s.served, s.failures) for n, s in run.stats.items()})

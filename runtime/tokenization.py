@@ -379,6 +379,7 @@ class TextEncoder:
         self.tokenizer.no_truncation()
         self.pad_id = padding_id(json.loads(path.read_text(encoding="utf-8")))
         self.specials = specials_of(self.tokenizer)
+        self.prompts: dict[str, list[int]] = {}  # a model's few prompts, tokenized once
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         return [enc.ids for enc in self.tokenizer.encode_batch(list(texts))]
@@ -389,7 +390,9 @@ class TextEncoder:
         (prompt + text, one string), and how many tokens of each body are the prompt's."""
         if not prompt:
             return self.token_ids(texts), 0
-        own = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+        if prompt not in self.prompts:
+            self.prompts[prompt] = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+        own = self.prompts[prompt]
         ids = self.token_ids([prompt + t for t in texts])
         lead = self.specials.lead
         if all(row[lead:lead + len(own)] == own for row in ids):

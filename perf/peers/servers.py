@@ -42,7 +42,6 @@ BARE = "embed_bare"  # the single-stub fixture of perf/fixtures
 LEAKY_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 TEXT_IN = TEXT_EMBEDDING.contract.front_inputs[0].name
 VECTOR_OUT = TEXT_EMBEDDING.contract.front_outputs[0].name
-DIM = 384  # the served model's (all-MiniLM-L6-v2)
 
 
 class PeerStartError(RuntimeError):
@@ -230,8 +229,8 @@ def kserve(model: str) -> dict[str, str]:
 
 def embed_one(url: str, load_env: Mapping[str, str], text: str) -> list[float]:
     """The vector the server at `url` gives for `text`, asked as perf/locustfile.py asks it
-    under `load_env`; ValueError for anything but a 200 with a 384-d vector."""
-    kind, model = load_env.get("TMR_ENDPOINT", "kserve"), load_env.get("TMR_MODEL", "embed")
+    under `load_env`; ValueError for anything but a 200 with a vector."""
+    kind, model = load_env.get("TMR_ENDPOINT", "kserve"), load_env.get("TMR_MODEL", "")
     path = load_env.get("TMR_PATH") or {"kserve": f"/v2/models/{model}/infer",
                                         "openai": "/v1/embeddings", "infer": "/infer"}[kind]
     body = {"openai": {"model": model, "input": [text]}, "infer": {"text": text}}.get(kind) or {
@@ -246,6 +245,6 @@ def embed_one(url: str, load_env: Mapping[str, str], text: str) -> list[float]:
                   next(o["data"] for o in answer["outputs"] if o["name"] == VECTOR_OUT))
     except (OSError, ValueError, KeyError, IndexError, TypeError, StopIteration) as err:
         raise ValueError(f"{url}{path} answered {text!r} with {err!r}") from err
-    if not (isinstance(vector, list) and len(vector) == DIM):
-        raise ValueError(f"{url}{path} answered {text!r} without a {DIM}-d vector")
+    if not (isinstance(vector, list) and vector):
+        raise ValueError(f"{url}{path} answered {text!r} without a vector")
     return vector

@@ -565,19 +565,28 @@ async function serveEmbeddings(r, request) {
         usage: Object.assign(usage, {total_tokens: usage.prompt_tokens})})});
 }
 
-async function serveTokenize(r, request) {
+// Send the request's rows in chunks of its model's request rows, asking for `outputs` as
+// JSON, and return every row of the answers (`rowsOf(answer, offset)`) in order; null once
+// a failure has been answered.
+async function jsonRows(r, request, input, outputs, rowsOf) {
     const parts = chunks(request.texts.length, request.model.request_rows);
-    const counts = Object.keys(COUNTS).map((name) => [name, false]);
     const sent = await sendParts(r, request, parts, (texts) => kserveBody(
-        texts, request.priority, request.parameters, TEXT_INPUT, counts));
+        texts, request.priority, request.parameters, input,
+        outputs.map((name) => [name, false])));
     if (sent.error) {
         respond(r, sent.error);
-        return;
+        return null;
     }
-    let data = [];
-    for (let p = 0; p < parts.length; p++) {
-        data = data.concat(countRows(JSON.parse(sent.replies[p].responseText), parts[p][0],
-                                     request.model.max_tokens));
+    return parts.reduce((data, part, p) => data.concat(
+        rowsOf(JSON.parse(sent.replies[p].responseText), part[0])), []);
+}
+
+async function serveTokenize(r, request) {
+    const data = await jsonRows(r, request, TEXT_INPUT, Object.keys(COUNTS),
+                                (answer, offset) => countRows(answer, offset,
+                                                              request.model.max_tokens));
+    if (data === null) {
+        return;
     }
     const total = data.reduce((a, row) => a + row.tokens, 0);
     respond(r, {status: 200, body: JSON.stringify({
@@ -609,17 +618,9 @@ async function serveSimilarity(r, request) {
 }
 
 async function serveClassify(r, request) {
-    const parts = chunks(request.texts.length, request.model.request_rows);
-    const outputs = CLASS_OUTPUTS.map((name) => [name, false]);
-    const sent = await sendParts(r, request, parts, (texts) => kserveBody(
-        texts, request.priority, request.parameters, IMAGE_INPUT, outputs));
-    if (sent.error) {
-        respond(r, sent.error);
+    const data = await jsonRows(r, request, IMAGE_INPUT, CLASS_OUTPUTS, classRows);
+    if (data === null) {
         return;
-    }
-    let data = [];
-    for (let p = 0; p < parts.length; p++) {
-        data = data.concat(classRows(JSON.parse(sent.replies[p].responseText), parts[p][0]));
     }
     respond(r, {status: 200, body: JSON.stringify({
         object: "list", data: data, model: request.model.id,
