@@ -255,9 +255,8 @@ def fit_text(ids: list[int], specials: Specials, limits: TextLimits, options: Te
             "cut it or truncate=chunk to embed it in windows)")
     if options.policy == "truncate":
         return FittedText([specials.frame(ids, body[:width])], len(ids), len(body) - width)
-    text, width = body[prefix:], width - prefix
-    overlap = min(options.overlap, width - 1)
-    needed = windows_needed(len(text), width, overlap)
+    text = body[prefix:]
+    width, overlap, needed = chunking(len(text), limits, specials, prefix, options.overlap)
     if needed > limits.max_windows_per_text:
         raise InvalidInputError(
             f"{row_ref(name, index)} is {len(ids)} tokens: {needed} windows of {width} "
@@ -265,6 +264,18 @@ def fit_text(ids: list[int], specials: Specials, limits: TextLimits, options: Te
             f"{limits.max_windows_per_text} windows per text")
     return FittedText([specials.frame(ids, [*body[:prefix], *text[a:b]])
                        for a, b in window_spans(len(text), width, overlap)], len(ids))
+
+
+def chunking(length: int, limits: TextLimits, specials: Specials, prefix: int,
+             overlap: int) -> tuple[int, int, int]:
+    """(text tokens a window holds beside the specials and the prompt, the overlap, which
+    never reaches a window's width, the windows `length` text tokens need); fit_text and
+    count_text agree by both asking here. No room (width < 1): no windows."""
+    width = limits.max_tokens - specials.count - prefix
+    if width < 1:
+        return width, 0, 0
+    overlap = min(overlap, width - 1)
+    return width, overlap, windows_needed(length, width, overlap)
 
 
 @dataclass(frozen=True)
@@ -286,10 +297,9 @@ def count_text(ids: list[int], specials: Specials, limits: TextLimits, options: 
         fit_text(ids, specials, limits, options, index, name, prefix)  # raises its error
     if len(ids) <= limits.max_tokens:
         return TokenCount(len(ids), 0, 1)
-    width = limits.max_tokens - specials.count - prefix
+    width, _, needed = chunking(len(body) - prefix, limits, specials, prefix, options.overlap)
     if width < 1:
         return TokenCount(len(ids), len(body) - prefix, 0)
-    needed = windows_needed(len(body) - prefix, width, min(options.overlap, width - 1))
     return TokenCount(len(ids), len(body) - prefix - width,
                       needed if needed <= limits.max_windows_per_text else 0)
 
