@@ -142,6 +142,6 @@ def test_a_stopped_server_is_one_line_naming_it(command: str, stopped_url: str,
 def test_an_unknown_name_is_one_line_naming_it(command: str, stopped_url: str,
                                                repo: Path) -> None:
     argv = filled(CASES[command][1], stopped_url, repo)
-    named = "nosuch" if command not in {"health", "embed", "perf sweep"} else \
+    named = "nosuch" if command not in {"health", "embed", "tokens", "perf sweep"} else \
         stopped_url.removeprefix("http://")  # the server would name it; it is down
     check(argv, command, named)
