@@ -86,6 +86,15 @@ def degrade_command(opts: DegradeOptions) -> int:
     return 0
 
 
+def cpu_policies(by_model: dict) -> str:
+    """Each CPU policy the server's processes run at, and whose (lanes at normal, the
+    shared path yielding: core/cpu_policy.py)."""
+    models: dict[str, list[str]] = {}
+    for name, row in sorted(by_model.items()):
+        models.setdefault(row.get("cpu") or "?", []).append(name)
+    return "; ".join(f"{policy}: {', '.join(names)}" for policy, names in models.items())
+
+
 def health_command(opts: HealthOptions) -> int:
     from tmr_client.errors import ServerUnreachableError
 
@@ -112,4 +121,5 @@ def health_command(opts: HealthOptions) -> int:
         whole = memory["total"]
         print(f"memory: {whole['rss_mib']:,.0f} MiB RSS (PSS {whole['pss_mib']:,.0f}) in "
               f"{whole['processes']} processes; per model: `tmr health --json`")
+        print(f"cpu: {cpu_policies(memory['by_model'])}")
     return 0 if all(c.ok for c in checks) else 1

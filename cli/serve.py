@@ -55,6 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--reviewed", action="store_true",
                         help="serve the reviewed configs (config.pbtxt) even where `tmr tune` "
                         "wrote a host profile that fits this host")
+    parser.add_argument("--bulk-cpu", default=None, metavar="POLICY",
+                        choices=("idle", "nice"),
+                        help="how bulk work (each front's shared path and its encoders) "
+                        "yields the CPU to the interactive lanes: idle (SCHED_IDLE) or nice "
+                        "(nice 10); default: decided on this host from its other processes' "
+                        "load (docs/serving.md#bulk-cpu)")
     parser.add_argument("--log-verbose", type=int, default=0,
                         help="tritonserver's --log-verbose level (0: off)")
     parser.add_argument("--load-all", action="store_true",

@@ -48,27 +48,46 @@ def stub_processes(server_pid: int, proc: Path = Path("/proc")) -> dict[str, lis
     return {model: sorted(pids) for model, pids in stubs.items()}
 
 
+def scheduling(pid: int, proc: Path = Path("/proc")) -> str:
+    """The CPU policy a process runs at, as /proc says: "SCHED_IDLE", "nice N" (N > 0) or
+    "normal"; "" once it is gone."""
+    try:
+        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        nice, policy = int(fields[16]), int(fields[38])  # stat fields 19 and 41
+    except (OSError, IndexError, ValueError):
+        return ""
+    if policy == SCHED_IDLE:
+        return "SCHED_IDLE"
+    return f"nice {nice}" if nice > 0 else "normal"
+
+
+SCHED_IDLE = 5  # the kernel's number for the policy (os.SCHED_IDLE)
+
+
 @dataclass(frozen=True)
 class Usage:
-    """One row of the table: a model's stubs (or the server process), summed."""
+    """One row of the table: a model's stubs (or the server process), summed, and the CPU
+    policy they run at (core/cpu_policy.py)."""
 
     processes: int
     rss_mib: float
     pss_mib: float
+    cpu: str = ""
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> dict[str, float | str]:
         return {"processes": self.processes, "rss_mib": round(self.rss_mib, 1),
-                "pss_mib": round(self.pss_mib, 1)}
+                "pss_mib": round(self.pss_mib, 1), **({"cpu": self.cpu} if self.cpu else {})}
 
 
 def server_memory(server_pid: int, proc: Path = Path("/proc")) -> dict[str, Usage]:
-    """Model (or SERVER) -> its processes, RSS MiB and PSS MiB, sorted by name."""
+    """Model (or SERVER) -> its processes, RSS MiB, PSS MiB and CPU policy, by name."""
     rows = {SERVER: [server_pid]} | stub_processes(server_pid, proc)
     table = {}
     for name, pids in sorted(rows.items()):
         readings = [memory_kb(p, proc) for p in pids]
         table[name] = Usage(len(pids), sum(r for r, _ in readings) / 1024,
-                            sum(p for _, p in readings) / 1024)
+                            sum(p for _, p in readings) / 1024,
+                            ", ".join(sorted({scheduling(p, proc) for p in pids} - {""})))
     return table
 
 

@@ -85,11 +85,11 @@ class ThreadShare:
 INSTANCE_SHARE = ThreadShare()
 EVERY_CORE = ThreadShare("every_core")
 LANE_SHARE = ThreadShare("lane")
-# ModelSettings.cpu_scheduling: its values, and what a front with an interactive lane
-# (the shared path) ships with: bulk work yields to the lane (docs/serving.md#priority-lanes).
+# ModelSettings.cpu_scheduling: its values. "bulk", the default, is the server's bulk CPU
+# policy (core/cpu_policy.py: SCHED_IDLE or nice, decided where the server starts); an
+# interactive lane is written "normal" (docs/serving.md#priority-lanes).
 SCHEDULING_PARAMETER = "cpu_scheduling"
-SCHEDULINGS = ("normal", "idle", "nice")
-SHARED_SCHEDULING = "idle"
+SCHEDULINGS = ("bulk", "normal", "idle", "nice")
 
 
 def instance_count(config: Mapping[str, Any]) -> int:
@@ -164,10 +164,11 @@ class ModelSettings(ParameterSettings):
     gc_policy: str = setting("default", one_of(*GC_POLICIES))  # docs/reliability.md chose it
     # At most one structured batch line per this many seconds; 0 logs every batch.
     batch_log_interval_s: float = setting(10.0, written=False)
-    # The stub's threads yield to normal ones: "idle" (SCHED_IDLE), "nice" (cpu_nice) or
-    # "normal" (python_backends/cpu_priority.py). A front with a lane is written with
-    # SHARED_SCHEDULING, its lane with "normal" (core/families/lanes.py).
-    cpu_scheduling: str = setting("normal", one_of(*SCHEDULINGS), written=False)
+    # The stub's threads: "bulk" (the server's bulk CPU policy, core/cpu_policy.py), or
+    # pinned: "idle" (SCHED_IDLE), "nice" (cpu_nice) or "normal"
+    # (python_backends/cpu_priority.py). An interactive lane is written "normal"
+    # (core/families/lanes.py).
+    cpu_scheduling: str = setting("bulk", one_of(*SCHEDULINGS), written=False)
     cpu_nice: int = setting(10, nice_value, written=False)
 
 
@@ -220,6 +221,10 @@ class LadderSettings(ParameterSettings):
     # share (core/host_profile.py in_process_threads), or a count.
     in_process_threads: ThreadShare = setting(  # noqa: RUF009 (a field(); frozen value)
         INSTANCE_SHARE, ThreadShare.parse, written=False)
+    # An interactive lane's requests per execution; the rest of a batch are refused at once
+    # as a full queue, and the SDK and the front door send them to the front
+    # (core/families/lanes.py). 0: every request (a front).
+    lane_requests: int = setting(0, non_negative_int, written=False)
 
     @property
     def forced(self) -> int | None:

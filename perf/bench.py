@@ -1,26 +1,16 @@
 """`make bench`: the project's benchmark, one run, written to docs/benchmarks.md.
 
-Stages, each announced with its number and elapsed time:
+Stages, each announced with its number and elapsed time: 1. in-process tokenization plus
+onnxruntime, one single-thread process per core, at batch 1-32: the reference for the
+served figures (perf/targets.py); 2. the peers (perf/peers: infinity-emb, the seeds'
+batcher, naive FastAPI, each in its own venv) and the floor `embed_bare`, all under the same
+Locust closed loop (perf/locust_run.py); 3. the ladder: gRPC to each encoder, `embed` over
+gRPC and HTTP, the SDK, the bare fixture, the tokenizer, `embed`'s sweep, the CPU profile;
+4. dynamic batching off; 5. the OpenAI route against KServe through the front door
+(perf/openai_route.py); 6. memory per process, warm and after a mixed load (perf/memory.py).
 
-1. in-process: tokenization plus onnxruntime, one single-thread process per core, summed,
-   at batch 1/4/8/16/32 (length buckets as `embed` cuts them). The reference for the
-   served figures is the best of the batches whose in-process time fits the p99
-   objective (core.paths) (perf/targets.py);
-2. peers (perf/peers): `embed` on Triton, infinity-emb, the seeds' asyncio batcher and
-   naive FastAPI, each in its own venv (`make peers`), and the floor: `embed_bare`, the
-   least serving Triton allows (one stub, no BLS hop); all driven by the same Locust
-   closed loop (perf/locust_run.py) with a new text per request; the peer table and the
-   issue's targets, for `embed` and, to show what any layout could reach here, for the floor;
-3. the ladder: Triton gRPC straight to each encoder; `embed` over gRPC and HTTP; the SDK;
-   the bare fixture and the tokenizer alone; `embed`'s sweep; the CPU profile;
-4. dynamic batching off, for `embed` at c16;
-5. the OpenAI route against the KServe route through the front door (perf/openai_route.py);
-6. memory per process, as `tmr serve` starts the repository, warm and after 60 s of both
-   families' traffic (perf/memory.py); the peers' own memory is in stage 2's table.
-
-Only the part between the GENERATED markers of docs/benchmarks.md is rewritten; the
-reading of the figures below it is kept. Plots: docs/benchmarks_ladder.png and
-docs/benchmarks_sweep.png. Raw results: perf/results/bench-<timestamp>/.
+Only the GENERATED part of docs/benchmarks.md is rewritten. Plots: docs/benchmarks_*.png.
+Raw results: perf/results/bench-<timestamp>/.
 """
 
 from __future__ import annotations

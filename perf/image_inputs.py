@@ -2,16 +2,11 @@
 
     python -m perf.image_inputs [--repository DIR]
 
-Writes files of `perf/inputs/`:
-- `images.json`, the image family's default (core/families/): scikit-image's
-  natural photos as clients send them, JPEG q90 at their own sizes (451x300 to 600x400),
-  and the coffee photo at 1920x1280 (a web upload);
-- `<MODEL>.json` for each image model whose `source/source.py` defines
-  `perf_images(count)`: 64 images of what that model's clients send, as its source
-  defines them; the sweep takes a model's own file over its family's.
-
-Each request is one image (shape [1]); the front model decodes base64 text itself, so
-the same file serves HTTP and gRPC. The files are small enough to commit (< 1 MB).
+Writes `perf/inputs/images.json`, the family's default (scikit-image's photos as clients
+send them, JPEG q90 at their own sizes, and the coffee photo at 1920x1280), and
+`<MODEL>.json` for each image model whose `source/source.py` defines `perf_images(count)`,
+which the sweep takes over its family's. One image a request (shape [1]), base64 text, so
+one file serves HTTP and gRPC; small enough to commit (< 1 MB).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Run perf/locustfile.py headless in Locust's own venv and read back its CSV: one `Stat`
-per request name (phase and priority, or window) and the failures by error.
-
-    run = locust(out, "http://127.0.0.1:8000", ["ClosedLoop"], users=8, seconds=6)
-    run.total.rps, run.total.p99_ms
-
-`make locust` installs the venv (pins in perf/requirements-locust.txt).
+"""Run perf/locustfile.py headless in Locust's own venv (`make locust`) and read back its
+CSV: one `Stat` per request name (phase and priority, or window), failures by error:
+`locust(out, "http://127.0.0.1:8000", ["ClosedLoop"], count=8, seconds=6).total.p99_ms`.
 """
 
 from __future__ import annotations

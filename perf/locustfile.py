@@ -1,30 +1,21 @@
-"""Every HTTP and gRPC load of perf/ as Locust users and one load shape. Runs in its own venv
-(`make locust`), imports no project module; `perf/locust_run.py` starts it and reads its JSON stats.
-
-    .peers/locust/venv/bin/locust -f perf/locustfile.py --host http://localhost:8000 \\
-        --headless -u 24 -r 24 -t 60s --csv perf/results/locust SingleText Bulk
-
-Users (every text is new, a perf input with a unique suffix, so no cache answers):
+"""Every HTTP and gRPC load of perf/ as Locust users and one load shape, in Locust's own venv
+(`make locust`); perf/locust_run.py starts it and reads its JSON stats. Every text is new (a
+perf input with a unique suffix), so no cache answers. Users:
 
 - `ClosedLoop`: one text a request, back to back, no priority (the peers' ladder);
-  `HighClosed` / `LowClosed` the same at priority 1 / 2, TMR_HIGH_USERS / TMR_LOW_USERS each.
-- `SingleText` (priority 1, TMR_SINGLE_RPS a second per user) beside `Bulk` (priority 2,
-  TMR_BULK_ROWS texts a request, back to back): the priority mix.
-- `ImageLoop`: one image a request to one of TMR_IMAGE_MODELS (its perf/inputs/<model>.json,
-  else images.json), back to back: with `ClosedLoop` and `Bulk`, the mixed load of both
-  families (perf/memory.py).
-- `OpenLoop` / `GrpcOpenLoop`: TMR_USER_RPS arrivals a second per user whatever the server
-  does (a greenlet per request), TMR_HIGH_SHARE at priority 1 and the rest at 2, over
-  KServe HTTP or tritonclient's gRPC (TMR_GRPC_HOST). Overload, saw-tooth and soak.
+  `HighClosed` / `LowClosed` at priority 1 / 2, TMR_HIGH_USERS / TMR_LOW_USERS of each.
+- `SingleText` (priority 1, TMR_SINGLE_RPS a second a user, to TMR_P1_HOST / TMR_P1_PATH
+  where set, or by the SDK to TMR_SDK_HOST) and `Bulk` (priority 2, TMR_BULK_ROWS
+  texts a request, back to back): the priority mix, TMR_SINGLE_USERS / TMR_BULK_USERS.
+- `ImageLoop`: one image a request to TMR_IMAGE_MODELS, back to back (perf/memory.py).
+- `OpenLoop` / `GrpcOpenLoop`: TMR_USER_RPS arrivals a second a user whatever the server
+  does, TMR_HIGH_SHARE at priority 1, over KServe HTTP or gRPC (TMR_GRPC_HOST).
 
-`TMR_STAGES` (JSON `[[seconds, requests_per_s, "phase"], ...]`) turns on the `Stages` shape:
-open-loop users enough for each stage's rate, requests named by their phase. `TMR_WINDOW_S`
-names requests by the window they were sent in instead (`w0003`), for the soak's samples.
-Names end in the priority (`overload p1`), so the stats have one entry per phase and priority;
-a failed request goes under its name + FAILED, so a name's latencies are its served ones.
-TMR_ENDPOINT: `kserve` (Triton's /v2 JSON), `openai` (/v1/embeddings) or `infer` (the seeds'
-FastAPI peers); TMR_PATH overrides the route, TMR_HEADERS (JSON) adds headers.
-Locust rounds latencies above 100 ms to 10 ms and above 1 s to 100 ms.
+`TMR_STAGES` (`[[seconds, requests_per_s, "phase"], ...]`) turns on the `Stages` shape;
+`TMR_WINDOW_S` names requests by their window (`w0003`) for the soak. Names end in the
+priority (`overload p1`); a failed request goes under its name + FAILED. TMR_ENDPOINT:
+`kserve`, `openai` or `infer` (the seeds' peers); TMR_PATH overrides the route, TMR_HEADERS
+(JSON) adds headers. Locust rounds latencies over 100 ms to 10 ms, over 1 s to 100 ms.
 """
 
 from __future__ import annotations
@@ -37,7 +28,9 @@ import random
 import re
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import gevent
 from locust import FastHttpUser, LoadTestShape, User, constant, constant_throughput, events, task
@@ -147,9 +140,10 @@ class Embedder(FastHttpUser):
     abstract = True
     rows, priority = 1, 0
     concurrency, network_timeout = 32, 30.0
+    path = PATH
 
     def send(self, rows: int, priority: int) -> None:
-        with self.client.post(PATH, json=body(texts(rows), priority), headers=HEADERS,
+        with self.client.post(self.path, json=body(texts(rows), priority), headers=HEADERS,
                               name=label(priority, rows), catch_response=True) as response:
             try:
                 answer = response.json()
@@ -227,6 +221,22 @@ class SingleText(Steady):
 
     weight, priority = 3, 1
     wait_time = constant_throughput(SINGLE_RPS)
+    fixed_count, host = int(ENV.get("TMR_SINGLE_USERS", "0")), ENV.get("TMR_P1_HOST")
+    path = ENV.get("TMR_P1_PATH") or PATH
+
+    def send(self, rows: int, priority: int) -> None:
+        """Over HTTP, or by the SDK over gRPC to TMR_SDK_HOST, which routes to the lane."""
+        if not ENV.get("TMR_SDK_HOST"):
+            return super().send(rows, priority)
+        if not hasattr(self, "sdk"):
+            from tmr_client import Client
+
+            self.sdk = Client(f"grpc://{ENV['TMR_SDK_HOST']}", model=MODEL, max_batch_size=64)
+        return timed(self, rows, priority, lambda: self.sdk.embed(texts(rows), priority=priority))
+
+    def on_stop(self) -> None:
+        if hasattr(self, "sdk"):
+            self.sdk.close()  # here: a gRPC channel closed at exit under gevent hangs
 
 
 class Bulk(Steady):
@@ -234,6 +244,7 @@ class Bulk(Steady):
 
     weight, priority, rows = 1, 2, BULK_ROWS
     wait_time = constant(0)
+    fixed_count = int(ENV.get("TMR_BULK_USERS", "0"))
 
 
 def arrive(user: User) -> None:
@@ -257,6 +268,22 @@ class OpenLoop(Embedder):
         arrive(self)
 
 
+def timed(user: User, rows: int, priority: int, call: Callable[[], Any]) -> None:
+    """`call()` (its embeddings) timed into Locust's stats under the request's label."""
+    import numpy as np
+
+    name, began, error = label(priority, rows), time.perf_counter(), None
+    try:
+        got = call()
+        if got.ndim != 2 or got.shape[0] != rows or not got.size or not np.isfinite(got).all():
+            error = ValueError("not one vector a row")
+    except Exception as err:  # tritonclient's and the SDK's errors alike
+        error = err
+    user.environment.events.request.fire(
+        request_type="gRPC", name=name + FAILED if error else name, exception=error,
+        response_time=(time.perf_counter() - began) * 1000, response_length=0, context={})
+
+
 class GrpcOpenLoop(User):
     """The open loop over gRPC (tritonclient), to TMR_GRPC_HOST."""
 
@@ -271,27 +298,17 @@ class GrpcOpenLoop(User):
     def send(self, rows: int, priority: int) -> None:
         import numpy as np
 
-        name, began, error = label(priority, rows), time.perf_counter(), None
         text = self.grpc.InferInput("TEXT", [rows, 1], "BYTES")
         text.set_data_from_numpy(np.array([[t.encode()] for t in texts(rows)], dtype=object))
-        try:
-            got = self.client.infer(MODEL, [text], priority=priority,
-                                    headers=HEADERS).as_numpy("EMBEDDING")
-            if got.ndim != 2 or got.shape[0] != rows or not got.size or not np.isfinite(got).all():
-                error = ValueError("not one vector a row")
-        except self.grpc.InferenceServerException as err:
-            error = err
-        took_ms = (time.perf_counter() - began) * 1000
-        self.environment.events.request.fire(
-            request_type="gRPC", name=name + FAILED if error else name, response_time=took_ms,
-            response_length=0, exception=error, context={})
+        timed(self, rows, priority, lambda: self.client.infer(
+            MODEL, [text], priority=priority, headers=HEADERS).as_numpy("EMBEDDING"))
 
     @task
     def embed(self) -> None:
         arrive(self)
 
 
-if ENV.get("TMR_GRPC_HOST"):
+if ENV.get("TMR_GRPC_HOST") or ENV.get("TMR_SDK_HOST"):  # gRPC's waits yield to gevent
     import grpc.experimental.gevent as grpc_gevent
 
     grpc_gevent.init_gevent()

@@ -3,13 +3,10 @@ front door, on the same server, in the same run.
 
     python -m perf.openai_route [--concurrency 1 16] [--seconds 10] [--rounds 3]
 
-A Triton server with the repository and a front door start on free ports. Per
-concurrency level, Locust's closed-loop users (perf/locust_run.py: one new text per
-request, every answer checked) drive `POST /v2/models/<front>/infer` (KServe JSON) and
-`POST /v1/embeddings` (OpenAI JSON, floats) in alternation, `--rounds` times each, so
-both see the same machine. Each route's figure is the median over its rounds; the
-ratios are OpenAI / KServe. The issue's target at c16: throughput >= 0.9x, p99 <= 1.1x.
-Results: perf/results/openai_route-<timestamp>/openai_route.{json,md}, Locust's in locust/.
+Per concurrency, Locust's closed loop (a new text a request, answers checked) drives
+`/v2/models/<front>/infer` and `/v1/embeddings` in alternation, `--rounds` times; each
+figure is the median of its rounds, the ratios OpenAI / KServe (target at c16: throughput
+>= 0.9x, p99 <= 1.1x). Results: perf/results/openai_route-<timestamp>/.
 """
 
 from __future__ import annotations

@@ -2,22 +2,13 @@
 
     .venv/bin/python -m perf.profile [--concurrency 16] [--seconds 8]
 
-On this CPU-bound machine throughput is (cores) / (CPU seconds per request), so the gap
-between two serving paths is the difference of their CPU cost per request. For each
-model, under a perf_analyzer load at the same concurrency, this reads the CPU time
-(utime + stime from /proc) of tritonserver and of every Python stub, grouped by the model
-the stub serves, and divides by the requests served in the same window (Triton's
-`nv_inference_request_success` metric). While the load runs, py-spy samples the front
-model's stubs; the report lists the project functions with the largest inclusive share
-of the samples. Output: `perf/results/profile-<timestamp>/profile.md` plus py-spy's raw stacks.
-
-Before the load, where one request's time goes at concurrency 1: sequential HTTP requests
-of one new text each, and for every model that served them in the window Triton's own
-statistics per request (queue, compute input, compute infer, compute output). The front's
-compute infer holds its tokenization and its encoder call (a BLS hop and the encoder's
-own stages, or the runtime itself when the front runs its primary in process); what the
-client saw beyond the front's total is HTTP and Triton's core. It measures what `tmr serve`
-serves on this host; `TMR_CONFIG_NAME= ` measures the reviewed configs.
+CPU-bound, throughput is cores / CPU seconds per request. Under a perf_analyzer load, this
+reads the CPU time (/proc) of tritonserver and of every stub, by model, per request served
+(`nv_inference_request_success`), while py-spy samples the front's stubs (the project
+functions with the largest inclusive share). Before the load, at concurrency 1, Triton's
+own statistics per request per model (queue, compute input, infer, output) show where one
+request's time goes. It measures what `tmr serve` serves here (`TMR_CONFIG_NAME= `: the
+reviewed configs). Output: `perf/results/profile-<timestamp>/profile.md` and py-spy's stacks.
 """
 
 from __future__ import annotations

@@ -1,21 +1,20 @@
-"""Scenario traffic on the text front that perf_analyzer cannot send (one priority a run,
-stopping at the first rejection): Locust users of perf/locustfile.py (perf/locust_run.py) over
-the KServe HTTP JSON route (`GrpcOpenLoop` reaches the same router and queues; HTTP's statuses
-name the reason as well), with only Triton's standard `priority`.
+"""Scenario traffic on the text front that perf_analyzer cannot send: Locust users of
+perf/locustfile.py over KServe HTTP JSON, with only Triton's standard `priority`.
 
     overload   capacity (closed loop, 16 users, default priority; priority 1 before Locust),
                then 0.7x, 2x and 10x of it open loop, 20% priority 1, `--seconds` each.
     recover    32 closed-loop users at priority 1 and 128 at priority 2 for `--overload-s`,
-               then 4 at the default priority for `--normal-s`, `--gap-s` later; Locust's start
-               (about 1 s) lengthens the gap, and the phase says the one measured.
+               then 4 at the default priority for `--normal-s`, `--gap-s` (+ ~1 s) later.
     sawtooth   open loop, 3x capacity and 0.5x in turn, `--period-s` each, for `--sawtooth-s`:
                level changes per minute against load changes per minute.
+    priority   priority 1 single texts (15% of capacity), then 16 clients of 16-text
+               priority-2 requests, then both, `--seconds` each, priority 1 by each `--p1`
+               (lane: raw HTTP to it, door: the front door's KServe, sdk: the SDK, gRPC).
 
-Per phase and priority: offered rate, goodput, p50/p99 of the served, failures by reason, the
-highest degradation level and the router's refusals (both sampled every 0.25 s beside each
-run; docs/degradation.md); `scenarios.png`: offered, served and failed per second, the level.
+Per phase and priority: offered rate, goodput, p50/p99, failures by reason, the highest
+degradation level and the router's refusals (sampled every 0.25 s); `scenarios.png`.
 
-    .venv/bin/python -m perf.scenarios [--scenario overload|recover|sawtooth|all]
+    .venv/bin/python -m perf.scenarios [--scenario overload|recover|sawtooth|priority|all]
         [--url HOST:PORT --metrics-url URL]    # without --url it starts a server of its own
 """
 
@@ -30,20 +29,27 @@ import threading
 import time
 from bisect import bisect
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate, pairwise
 from pathlib import Path
 from typing import Any
 
+from tmr_client.contract import lane_name
+
+from core.ports import free_ports
 from perf.locust_run import FAILED, LocustRun, capacity_rps, locust
 from perf.subjects import text_model
+from server.front_door import FrontDoor
+from server.launcher import sdk_path
 from server.prometheus import samples
 from server.served_copy import served_copy
+from server.settings import FrontDoorSettings
 from server.stamp import run_dir, save_figure, write_report
 
 OVERLOAD = {"normal": 0.7, "2x": 2.0, "10x": 10.0}  # x measured capacity
-SCENARIOS = ("overload", "recover", "sawtooth")
+SCENARIOS = ("overload", "recover", "sawtooth", "priority")
+P1_ROUTES = ("lane", "door", "sdk")  # how priority 1 reaches the interactive lane
 FRONT = text_model().front  # the repository's text-embedding front model
 Sample = tuple[float, float, float]  # time.time(), highest level, router refusals so far
 Run = Callable[..., dict[str, Any]]  # measured() at one server: (users, name, **kwargs)
@@ -74,10 +80,8 @@ def beside(metrics_url: str, work: Callable[[], LocustRun]) -> tuple[LocustRun, 
 
 def measured(out: Path, host: str, metrics_url: str, users: list[str], name: str,
              **kwargs: Any) -> dict[str, Any]:
-    """Locust's `users` at FRONT (`kwargs` go to locust_run.locust: `stages` for the open
-    loop, 20% priority 1), the level sampled beside them; per stage name (closed loop: the
-    run) and priority a row, samples before the first answer counted in the first stage,
-    after the last in the last. Locust's JSON: first and last answer, answers a second."""
+    """Locust's `users` at FRONT (`kwargs`: locust_run.locust's), the level sampled beside
+    them; a row per stage (closed loop: the run) and priority, answers a second."""
     env, stages = {"TMR_MODEL": FRONT, **kwargs.pop("env", {})}, kwargs.get("stages", [])
     if stages:
         env["TMR_USER_RPS"] = str(max(5.0, max(s[1] for s in stages) / 100))
@@ -97,7 +101,7 @@ def measured(out: Path, host: str, metrics_url: str, users: list[str], name: str
     for before, (t, level, refusals) in pairwise(levels):
         phase = phases[min(bisect(ends, t - began), len(phases) - 1)][2]
         top[phase], refused[phase] = max(top[phase], level), refused[phase] + refusals - before[2]
-    rows = [{"phase": phase or name, "priority": int(s.name.rsplit("p", 1)[1]),
+    rows = [{"phase": phase or name, "priority": int(s.name.rsplit("p", 1)[1].split()[0]),
              "requests": s.requests, "served": s.served, "offered_rps": s.requests / span,
              "goodput_rps": s.served / span, "p50_ms": s.p50_ms, "p99_ms": s.p99_ms,
              "failures": run.failures_of(s.name), "max_level": top[phase],
@@ -129,6 +133,27 @@ def sawtooth(run: Run, capacity: float, period_s: float, seconds: float) -> dict
             f"{(len(stages) - 1) / minutes:.0f}/min, level changes "
             f"{sum(a != b for a, b in pairwise(values)) / minutes:.0f}/min, highest level "
             f"{max(values, default=0.0):.0f}."}
+
+
+def priority(run: Run, capacity: float, seconds: float, route: str,
+             p1: dict[str, str]) -> dict[str, Any]:
+    """Priority 1 alone, the bulk job alone, both (`p1` routes priority 1 by `route`)."""
+    users = max(1, round(0.15 * capacity / 4))  # SingleText: 4 a second a user
+    env = {**p1, "TMR_SINGLE_USERS": str(users), "TMR_BULK_USERS": "16", "TMR_BULK_ROWS": "16"}
+    rows = [{**r, "phase": f"{route}: {name}"} for users_, name, n in (
+        (["SingleText"], "p1 alone", users), (["Bulk"], "bulk alone", 16),
+        (["SingleText", "Bulk"], "mix", users + 16))
+        for r in run(users_, name, seconds=seconds, count=n, env=env)["rows"]]
+    got = {(r["phase"].split(": ")[1], r["priority"]): r for r in rows}
+    a, m, b, bm = map(got.get, [("p1 alone", 1), ("mix", 1), ("bulk alone", 2), ("mix", 2)])
+    if not (a and m and b and bm and a["p99_ms"] and b["goodput_rps"]):
+        return {"rows": rows, "summary": f"Priority via {route}: a phase served nothing, so "
+                                         "there is no ratio to give."}
+    return {"rows": rows, "summary": (
+        f"Priority 1 via {route}: p99 {a['p99_ms']:.0f} ms alone (p50 {a['p50_ms']:.0f}), "
+        f"{m['p99_ms']:.0f} ms under the bulk job: {m['p99_ms'] / a['p99_ms']:.2f}x (target "
+        f"2x); served {m['served'] / max(m['requests'], 1):.1%} (target 99%); the bulk job "
+        f"kept {bm['goodput_rps'] / b['goodput_rps']:.2f} of its rate (target 0.70).")}
 
 
 def plot(runs: dict[str, dict], path: Path) -> None:
@@ -175,11 +200,28 @@ def markdown(capacity: float | None, results: dict[str, dict]) -> str:
     return "\n".join(lines + [f"\n{r['summary']}" for r in results.values() if "summary" in r])
 
 
+@contextlib.contextmanager
+def p1_route(route: str, host: str, grpc: str) -> Iterator[dict]:
+    """Locust's environment sending priority 1 to FRONT's lane: named in the URL (lane),
+    through a front door started for it (door), or by the SDK over gRPC (sdk)."""
+    if route != "door":
+        yield {"TMR_SDK_HOST": grpc, "PYTHONPATH": str(sdk_path())} if route == "sdk" else {
+            "TMR_P1_PATH": f"/v2/models/{lane_name(FRONT)}/infer"}
+        return
+    key, (http_port, grpc_port) = "bench-" + "k" * 16, free_ports(2)
+    settings = FrontDoorSettings(http_port=http_port, grpc_port=grpc_port, rate_per_minute=10**7)
+    with FrontDoor(host.removeprefix("http://"), grpc, settings, {"bench": key}) as door:
+        yield {"TMR_P1_HOST": f"http://{door.http_url}",
+               "TMR_HEADERS": json.dumps({"x-api-key": key})}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=[*SCENARIOS, "all"], default="all")
     parser.add_argument("--url", default=None, help="a running server's HTTP host:port")
     parser.add_argument("--metrics-url", default=None, help="needed with --url")
+    parser.add_argument("--grpc-url", default=None, help="its gRPC host:port, for --p1 sdk")
+    parser.add_argument("--p1", nargs="+", choices=P1_ROUTES, default=list(P1_ROUTES))
     for flag, default in (("--seconds", 10.0), ("--overload-s", 20), ("--gap-s", 1.0),
                           ("--normal-s", 4), ("--period-s", 2.0), ("--sawtooth-s", 60.0)):
         parser.add_argument(flag, type=type(default), default=default)  # Locust's -t: whole s
@@ -193,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         host, metrics_url = (f"http://{args.url}", args.metrics_url) if server is None else (
             f"http://{server.http_url}", server.metrics_url)
         run: Run = functools.partial(measured, out, host, metrics_url)
-        if {"overload", "sawtooth"} & set(chosen):
+        if {"overload", "sawtooth", "priority"} & set(chosen):
             capacity = capacity_rps(out, host, FRONT, seconds=5)  # Locust's -t: whole s
         if "overload" in chosen:
             results["overload"] = run(["OpenLoop"], "overload", stages=[
@@ -202,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
             results["recover"] = recover(run, args.overload_s, args.gap_s, args.normal_s)
         if "sawtooth" in chosen:
             results["sawtooth"] = sawtooth(run, capacity, args.period_s, args.sawtooth_s)
+        for route in args.p1 if "priority" in chosen else ():
+            with p1_route(route, host, args.grpc_url or server.grpc_url) as p1:
+                results[f"priority {route}"] = priority(run, capacity, args.seconds, route, p1)
     if runs := {k: v for k, v in results.items() if "levels" in v}:
         plot(runs, out / "scenarios.png")
     print(write_report(out, "scenarios", markdown(capacity, results),

@@ -1,22 +1,15 @@
 """Soak: a long steady load, sampled every 30 s, to show there are no leaks and no decay.
 
-A server of its own (a copy of the repository, explicit mode) with the watchdog beside it;
-its capacity with 16 closed-loop Locust users; then `--load` x capacity open loop for
-`--minutes` from Locust (perf/locust_run.py, the locustfile's `OpenLoop` and `GrpcOpenLoop`:
-half HTTP, half gRPC, 20% priority 1, a new text in every request, so no cache answers).
-Every `--sample-s`: the RSS of `tritonserver` and of each model's stubs, the window's
-p50/p99, errors and requests served, the watchdog's reloads, Triton's own queue and compute
-time per request, and the host's cores (the server's, the load's: Locust and this process,
-everyone else's). The server's side is sampled live from Triton's first answer to Locust on
-(within about 0.1 s of Locust's test start); Locust names each request by the window it was
-sent in (TMR_WINDOW_S), so latencies and errors join the samples when the load ends, and
-the line printed per sample shows Triton's own counters.
+A server of its own with the watchdog beside it; its capacity with 16 closed-loop Locust
+users; then `--load` x capacity open loop for `--minutes` (the locustfile's `OpenLoop` and
+`GrpcOpenLoop`: half HTTP, half gRPC, 20% priority 1, a new text each). Every `--sample-s`:
+RSS per model, the window's p50/p99, errors, requests, the watchdog's reloads, Triton's
+queue and compute time, and the host's cores (server, load, everyone else). Locust names
+each request by its window (TMR_WINDOW_S), so latencies join the samples at the end.
 
-`verdict()` checks the targets of docs/reliability.md: RSS growth over the second half of
-the run after warm-up under 50 MB (Triton's own L0_memory_growth allows 100 MB), counted as
-twice the smaller growth of its two quarters (`rss_growth`: a leak keeps growing, an
-allocator that sizes itself once steps up in one quarter and stays); the p99 of the last
-stretch within 20% of the first, throughput steady, no errors, no watchdog reloads.
+`verdict()` checks docs/reliability.md's targets: RSS growth over the second half under
+50 MB (twice the smaller growth of its two quarters: `rss_growth`), the last p99 within 20%
+of the first, throughput steady, no errors, no watchdog reloads.
 
     make soak                                   # 30 minutes, writes perf/results/soak-*/
     .venv/bin/python -m perf.soak --minutes 2 --sample-s 10    # what CI runs
@@ -195,12 +188,10 @@ def drift(first: list[Sample], last: list[Sample]) -> dict[str, tuple[float, flo
 
 
 def rss_growth(steady: list[Sample]) -> float:
-    """MB the processes grew over the second half of the steady window, counted as twice
-    the smaller growth of its two quarters: a leak keeps growing, in both quarters, while
-    an allocator that sizes itself once (onnxruntime's arena after the largest batch so
-    far) steps up in one and stays. The third quarter grows from the highest RSS of the
-    first half, the fourth from the third's end. A leak that starts only in the last
-    quarter goes unseen: in the 30-minute soak, its last 7 minutes."""
+    """MB grown over the steady window's second half: twice the smaller growth of its two
+    quarters (a leak grows in both; an allocator sizing itself once steps up in one). The
+    third quarter grows from the first half's highest RSS; a leak starting in the last
+    quarter goes unseen."""
     start, end = steady[0].t_s, steady[-1].t_s
     middle, three_quarters = start + (end - start) / 2, start + 3 * (end - start) / 4
     first_half = [p.total_rss_mb for p in steady if p.t_s <= middle]

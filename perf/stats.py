@@ -1,6 +1,5 @@
-"""The peers' table over server/goodput.py's `LoadPoint`s: the best of rounds, goodput
-under the p99 objective, mirrored round orders and the markdown table (perf/peers/run.py,
-perf/targets.py)."""
+"""The peers' table over server/goodput.py's `LoadPoint`s: best of rounds, goodput under
+the p99 objective, mirrored round orders, the markdown table (perf/peers, perf/targets)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""The benchmark's targets, judged from figures measured in one run (pure functions).
-
-The serving targets of the performance issue, against the peers of the same run:
-- goodput (requests/s under the p99 objective) >= 1.5x infinity-emb's and the seeds'
-  batcher's;
-- p50 at concurrency 1 no worse than naive FastAPI's;
-- p99/p50 at c16 <= 1.5;
-- goodput >= 0.7x the in-process rate at the batch sizes the objective allows (a batch
-  whose in-process time fits the objective).
-Plus the OpenAI route against the KServe route at c16 (>= 0.9x throughput, <= 1.1x p99),
-and the older ladder checks (dynamic batching, INT8, the pipeline against one model).
+"""The benchmark's targets, judged from figures measured in one run (pure functions):
+against the peers of the same run, goodput >= 1.5x infinity-emb's and the seeds'
+batcher's, p50 at c1 no worse than naive FastAPI's, p99/p50 at c16 <= 1.5, goodput >= 0.7x
+the in-process rate at the batches the objective allows; the OpenAI route against KServe
+at c16 (>= 0.9x throughput, <= 1.1x p99); the ladder's checks (batching, INT8, pipeline).
 """
 
 from __future__ import annotations

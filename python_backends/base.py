@@ -13,14 +13,15 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from core.cpu_policy import BulkCpu
 from core.settings import ModelSettings
 from core.variant import REVIEWED, Variant
 from python_backends import bls, diagnostics, metrics
-from python_backends.cpu_priority import lower
+from python_backends.cpu_priority import NORMAL, describe, lower, scheduling_of
 from python_backends.gc_pauses import apply_policy
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BatchFacts, BatchLog
@@ -32,6 +33,7 @@ class BaseModel:
     """Triton's `TritonPythonModel` interface with the boilerplate done once."""
 
     default_filename = ""
+    yields_cpu: ClassVar[bool] = True  # False: never lowered (the health check)
 
     def initialize(self, args: dict[str, str]) -> None:
         self.config: dict[str, Any] = json.loads(args["model_config"])
@@ -44,7 +46,10 @@ class BaseModel:
         self.log = Log(f"{self.name}/{self.version}")
         diagnostics.install()
         settings = ModelSettings.from_parameters(self.config)
-        self.scheduling = (settings.cpu_scheduling, settings.cpu_nice)
+        # the server's bulk CPU policy (core/cpu_policy.py), read once here like the variant
+        self.scheduling = scheduling_of(settings.cpu_scheduling, settings.cpu_nice,
+                                        BulkCpu.from_environment()) \
+            if self.yields_cpu else (NORMAL, settings.cpu_nice)
         self.batch_log = BatchLog(self.log, self.name, self.version,
                                   settings.batch_log_interval_s)
         self.batch = BatchFacts()
@@ -61,6 +66,11 @@ class BaseModel:
         lowered = lower(*self.scheduling)
         if lowered:
             self.log.info(f"cpu scheduling {self.scheduling[0]}: {len(lowered)} thread(s)")
+        # what the dashboard and `tmr health` show: the policy this model's threads run at
+        metrics.Gauge("tmr_cpu_scheduling", "The CPU policy of the model's threads: 1 "
+                      "under `policy` (SCHED_IDLE, nice N or normal; core/cpu_policy.py)",
+                      {"model": self.name, "policy": describe(*self.scheduling)}).set(1)
+        metrics.flush()
 
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""

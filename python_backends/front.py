@@ -33,6 +33,7 @@ import numpy as np
 
 from core import rollout, versions
 from core.families import family, served_precision
+from core.families.lanes import lane_full
 from core.host_profile import host_cores, in_process_threads, lane_threads
 from core.messages import degraded_refusal
 from core.params import ConfigError, required
@@ -245,6 +246,14 @@ class FamilyRouter(BaseModel):
                          f"{transition.reason}")
 
     def execute_requests(self, requests: list[Any]) -> list[Any]:
+        """The batch's requests, an interactive lane's first `lane_requests` only: the rest
+        are refused at once as a full queue (core/families/lanes.py)."""
+        taken = self.settings.lane_requests or len(requests)
+        refused = [error_response(UnavailableError(lane_full(self.name, taken)))
+                   for _ in requests[taken:]]
+        return self._serve(requests[:taken]) + refused
+
+    def _serve(self, requests: list[Any]) -> list[Any]:
         level = self.current_level()
         responses, valid = self.front.prepare_requests(requests)
         self.policy.observe_batch([len(r.rows) for r in valid.values()], self.full_batch)

@@ -51,6 +51,8 @@ def not_loaded(name: str, required: set[str]) -> dict[str, Any]:
 class HealthModel(BaseModel):
     """Any request gets REPORT: the JSON result of probing every loaded family model."""
 
+    yields_cpu = False  # a deep check answers at normal priority, whatever bulk work runs
+
     def setup(self, args: dict[str, str]) -> None:
         repository = self.model_dir.parent
         self.probes = {}

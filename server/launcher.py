@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from core.cpu_policy import BULK_CPU_ENV
 from core.paths import PROJECT_ROOT
 from core.process_memory import stub_processes
 from core.variant import VARIANT_ENV
@@ -190,6 +191,8 @@ class TritonServer(LocalServer):
         env = stub_environment()
         # The stubs read the configs this server serves (core/variant.py), beside the flag.
         env[VARIANT_ENV] = self.opts.variant.name
+        # and how their shared path yields the CPU (core/cpu_policy.py)
+        env[BULK_CPU_ENV] = self.opts.bulk_cpu.env_value()
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in [str(self.home.dist.libs), *interpreter_libdir(),
                         env.get("LD_LIBRARY_PATH", "")] if p

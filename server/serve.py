@@ -18,6 +18,8 @@ from tmr_client import TritonClientError
 from tmr_client.auth import API_KEY_HEADER
 from tmr_client.core import DEFAULT_MODEL
 
+from core import cpu_policy
+from core.cpu_policy import DEDICATED, BulkCpu
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.text_embedding import TEXT
 from core.families.warmup import WARMUP_FOLDER, elements
@@ -93,9 +95,10 @@ class ServeOptions:
     trace: bool = False  # Triton's OpenTelemetry traces to Phoenix (server/traces.py)
     trace_rate: int = TRACE_RATE
     trace_port: int = PHOENIX_PORT
+    bulk_cpu: str | None = None  # --bulk-cpu: idle or nice; None: decided on this host
 
 
-def server_options(args: ServeOptions) -> ServerOptions:
+def server_options(args: ServeOptions, bulk_cpu: BulkCpu = DEDICATED) -> ServerOptions:
     repository = args.repository.resolve()
     return ServerOptions(
         repository=repository,
@@ -106,6 +109,7 @@ def server_options(args: ServeOptions) -> ServerOptions:
         extra=tuple(args.extra),
         load_models=ALL_MODELS if args.load_all else tuple(
             startup_models(repository, args.variant or REVIEWED, wanted=args.models)),
+        bulk_cpu=bulk_cpu,
     )
 
 
@@ -302,7 +306,10 @@ def serve(args: ServeOptions, say: Say) -> None:
 
     variant, profile_line = select(args.repository, args.reviewed, args.variant)
     say(profile_line)
-    opts = server_options(replace(args, variant=variant))
+    bulk = cpu_policy.decide(variant, None if args.bulk_cpu else cpu_policy.others_share(),
+                             args.bulk_cpu)
+    say(bulk.line())
+    opts = server_options(replace(args, variant=variant), bulk)
     missing = missing_exports(opts.repository)
     if missing:
         raise ExportsMissingError(f"no exported version for {', '.join(missing)}; run `tmr "

@@ -29,7 +29,6 @@ from core.settings import (
     ENCODER_THREADS,
     IN_PROCESS_PARAMETER,
     SCHEDULING_PARAMETER,
-    SHARED_SCHEDULING,
     DynamicBatching,
 )
 from core.variant import Variant
@@ -55,7 +54,7 @@ class EncoderSpec:
     gate: Mapping[str, str] = field(default_factory=dict)  # overrides of the family's
     precision: str = FP32  # a host-precision format's (core.hardware.inference_precision)
     idle_session: bool = True  # where the format has one: False leaves it out (memory)
-    scheduling: str | None = None  # cpu_scheduling: a host profile's shared path sets it
+    scheduling: str | None = None  # cpu_scheduling, where a config pins one
 
     @property
     def name(self) -> str:
@@ -110,7 +109,7 @@ def encoder_config(spec: EncoderSpec, profile: str = CPU) -> mc.ModelConfig:
     if profile == CPU:
         values |= {fmt.threads_parameter: str(spec.threads), **fmt.gate, **spec.gate,
                    **fmt.parameters}
-        if spec.scheduling:  # a host profile's shared path (write_variant)
+        if spec.scheduling:  # pinned in the config it was read from
             values[SCHEDULING_PARAMETER] = spec.scheduling
         # A lone request gets every core through a second session (docs/benchmarks.md).
         # Not the fallback's: the ladder sends it traffic only under load, when no instance
@@ -316,17 +315,16 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], var
         alone = layout.in_process and spec.format == primary  # BLS calls only: one instance
         spec = replace(spec, instances=1 if alone else layout.encoder_instances,
                        threads=layout.encoder_threads, idle_session=layout.idle_session,
-                       precision=precision if fmt.host_precision else spec.precision,
-                       scheduling=SHARED_SCHEDULING)
+                       precision=precision if fmt.host_precision else spec.precision)
         path = repository / name / "configs" / f"{variant.name}.pbtxt"
         write_atomically(path, render(encoder_config(spec),
                                       profile_header(name, variant.name, why)))
         written.append(path)
     spec = front_spec(read_config(repository / front))
     fam = family(spec.family)
+    # The shared path yields to its interactive lanes under the server's bulk CPU policy
+    # (core/cpu_policy.py), decided where it starts, as with the reviewed configs.
     parameters = {k: v for k, v in spec.parameters.items() if k != IN_PROCESS_PARAMETER}
-    # The host's shared path yields to its interactive lanes (docs/serving.md#priority-lanes).
-    parameters[SCHEDULING_PARAMETER] = SHARED_SCHEDULING
     if layout.in_process:
         parameters[IN_PROCESS_PARAMETER] = "true"
     spec = replace(spec, primary=None if primary == fam.serving.primary else primary,

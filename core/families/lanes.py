@@ -14,9 +14,14 @@ dedupe, rollout split and versions. What differs:
   On the GPU profile the encoder runs on the GPU and the lane calls it over BLS;
 - normal CPU scheduling, while its front's shared path is written with SHARED_SCHEDULING
   (SCHED_IDLE): the kernel hands the lane a core the moment it wakes;
-- one queue, bounded (`LANE_QUEUE`): a request over it is refused at once, and the SDK
-  and the front door send it to the front itself at priority 1 instead, so a flood of
-  priority 1 never holds the lane's cores beyond its threads and never loses a request.
+- at most `LANE_QUEUE` requests an execution (`lane_requests`): the rest of a batch are
+  refused at once as a full queue ("Exceeds maximum queue size"), and the SDK and the
+  front door send them to the front itself at priority 1 instead, so a flood of priority
+  1 never holds the lane's cores beyond its threads and never loses a request. The bound
+  is the stub's, not a Triton queue policy: with one instance, a queue policy turns off
+  Triton 2.51's prefetching of the next batch, and a request that arrives during an
+  execution then waits for the batcher's 500 ms timeout or the next arrival
+  (docs/serving.md, "Priority 1 alone").
 
 Its version folder and warmup are links to the front's; `lane_of` names the front.
 """
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tmr_client.contract import INTERACTIVE_PRIORITY, LANE_SUFFIX, lane_name  # noqa: F401
+from tmr_client.contract import INTERACTIVE_PRIORITY, LANE_SUFFIX, lane_name
 
 from core.model_config import mc
 from core.settings import (
@@ -37,7 +42,8 @@ from core.settings import (
 
 LANE_PARAMETER = "lane_of"  # a lane's config: the front it is the interactive lane of
 LANE_INSTANCES = 1
-LANE_QUEUE = 8  # requests that may wait for the lane; the next is refused (UNAVAILABLE)
+LANE_QUEUE = 8  # requests one lane execution serves; the rest are refused (UNAVAILABLE)
+LANE_REQUESTS_PARAMETER = "lane_requests"  # LadderSettings.lane_requests
 # What only the front answers to: the family's default front (core/families/catalog.py)
 # and the names the OpenAI route knows it by (server/openai_models.py).
 FRONT_ONLY = ("default_front", "openai_names")
@@ -55,8 +61,8 @@ def lane_config(front: mc.ModelConfig, gpu: bool = False) -> mc.ModelConfig:
     preferred = list(front.dynamic_batching.preferred_batch_size)
     lane.dynamic_batching.Clear()
     lane.dynamic_batching.preferred_batch_size.extend(preferred)
-    lane.dynamic_batching.default_queue_policy.max_queue_size = LANE_QUEUE
     lane.parameters[LANE_PARAMETER].string_value = front.name
+    lane.parameters[LANE_REQUESTS_PARAMETER].string_value = str(LANE_QUEUE)
     lane.parameters[SCHEDULING_PARAMETER].string_value = "normal"  # the shared path yields
     for key in (*FRONT_ONLY, *((IN_PROCESS_PARAMETER, IN_PROCESS_THREADS_PARAMETER) * gpu)):
         if key in lane.parameters:
@@ -72,3 +78,11 @@ def lane_header(front: str, source: Path) -> str:
     return (f"{lane_name(front)}: the interactive lane of '{front}' (core/families/lanes.py),"
             f"\nderived from its {source.as_posix()} by `tmr add` and `tmr tune`: edit the "
             "front, not this.")
+
+
+def lane_full(lane: str, taken: int) -> str:
+    """A lane's refusal of the requests past its `taken` of one execution: worded as
+    Triton's full queue, which the SDK and the front door send on to the front."""
+    return (f"Exceeds maximum queue size: the interactive lane '{lane}' serves {taken} "
+            f"requests at once; send this one to '{lane.removesuffix(LANE_SUFFIX)}' at priority "
+            f"{INTERACTIVE_PRIORITY}")

@@ -1,13 +1,10 @@
-"""The model folder infinity-emb serves: the sentence-transformers folder the repository's
-text model is exported from (its encoders' `source`) plus `model.onnx`, the bare
-transformer with `last_hidden_state` as its output.
-
-infinity pools and normalises the hidden states itself (`--pooling-method mean`), and its
-own exporter fails on torch 2.13, so this writes the export with the project venv's torch:
+"""The model folder infinity-emb serves: the sentence-transformers folder of the text model
+(its encoders' `source`) plus `model.onnx`, the bare transformer (`last_hidden_state`);
+infinity pools and normalises itself (`--pooling-method mean`), and its own exporter fails
+on torch 2.13, so this exports with the project venv's torch, beside the target, renamed
+into place (an existing folder is kept):
 
     .venv/bin/python -m perf.peers.infinity_model .peers/infinity/model
-
-The folder is built beside the target and renamed into place; an existing folder is kept.
 """
 
 from __future__ import annotations
@@ -37,11 +34,8 @@ PARITY_ATOL = 1e-4
 
 
 class BareEncoder(nn.Module):
-    """The transformer without pooling: (input_ids, attention_mask, token_type_ids) ->
-    hidden states.
-
-    Embeddings and encoder are called directly with an additive mask, as in
-    export.text_embedding.SentenceEmbedder, so no CPU-only mask helper is traced."""
+    """The transformer without pooling: (ids, mask, token types) -> hidden states, with an
+    additive mask as in export.text_embedding.SentenceEmbedder (no CPU-only helper traced)."""
 
     def __init__(self, transformer: nn.Module) -> None:
         super().__init__()
@@ -65,9 +59,7 @@ def source_folder(repository: Path = DEFAULT_REPOSITORY) -> Path:
 
 
 def without_torchvision() -> None:
-    """Make transformers skip torchvision, which this export never needs.
-
-    transformers imports torchvision whenever it is installed, and a CUDA torchvision
+    """Make transformers skip torchvision, which this export never needs: a CUDA torchvision
     beside the CPU torch fails to load ("operator torchvision::nms does not exist")."""
     import transformers.utils as utils
     import transformers.utils.import_utils as import_utils

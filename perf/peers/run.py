@@ -1,10 +1,7 @@
 """Run the comparison: start every server, warm it up, sweep the concurrency levels in
 mirrored rounds with one Locust client (perf/locust_run.py), keep the best round per point,
-stop them all.
-
-`run_peers()` is what `python -m perf.peers` and the benchmark call. Raw results, Locust's
-reports (`locust/`) and the servers' logs go to `perf/results/peers-<timestamp>/`
-(git-ignored).
+stop them all. `run_peers()` is what `python -m perf.peers` and the benchmark call; results,
+Locust's reports and the servers' logs go to `perf/results/peers-<timestamp>/`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The servers in the comparison: the project's Triton (the text model's front) and the
-peers, each started on free ports, waited for, and stopped with the project's one stop
-sequence. The model they all serve is found with perf.subjects, never named here. A
-`Running` server is its base URL and the perf/locustfile.py settings (TMR_ENDPOINT,
-TMR_MODEL, TMR_PATH, TMR_HEADERS) that ask it; `embed_one` asks it the same way once.
-
-Every peer runs from its own venv under `.peers/` (`make peers`) as a subprocess, with
-its paths passed on the command line; none imports a project module.
+peers, each on free ports, waited for and stopped with the project's one stop sequence;
+the model is found with perf.subjects. A `Running` server is its base URL and the
+perf/locustfile.py settings that ask it (`embed_one` asks once). Every peer runs from its
+own venv under `.peers/` (`make peers`), its paths on the command line, no project import.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from server.front_door import FrontDoor
 from server.launcher import TritonServer
 from server.prometheus import metric_value
 from tests.conftest import REPOSITORY
-from tests.integration.helpers import fresh, http_post
+from tests.integration.helpers import fresh, http_post, tmr
 from tests.integration.test_front_door import key, open_front_door, text_body
 
 pytestmark = pytest.mark.timeout(120)
@@ -153,3 +153,26 @@ def test_a_saturated_lane_refuses_its_overflow_and_bulk_work_still_completes(
     assert [b.shape for b in bulk] == [(16, 384)] * 4  # none refused, none timed out
     assert lane["served"] > 0, lane
     assert set(lane) <= {"served", "refused"}, lane
+
+
+def test_the_shared_path_yields_the_cpu_and_the_lane_and_health_do_not(triton) -> None:
+    """The reviewed configs, as the suite's launcher starts them (a dedicated host's
+    SCHED_IDLE, core/cpu_policy.py): every thread of the fronts' and encoders' stubs under
+    SCHED_IDLE once warmed, the lanes and the health check at normal priority; what
+    `tmr health --json` and the tmr_cpu_scheduling metric say is what /proc says."""
+    from core.process_memory import stub_processes
+    from server.prometheus import samples
+    from tests.integration.test_host_profile import scheduling_classes
+
+    stubs = stub_processes(triton.process.pid)
+    lanes = {m for m in stubs if m.endswith("_interactive")}
+    assert lanes and FRONT in stubs and "minilm_onnx" in stubs, sorted(stubs)
+    for model, pids in stubs.items():
+        classes = {c for pid in pids for c in scheduling_classes(pid)}
+        assert classes == ({"TS"} if model in lanes or model == "health" else {"IDL"}), model
+    health = tmr("health", "--json", "--url", triton.http_url)
+    rows = json.loads(health.stdout)["memory"]["by_model"]
+    assert rows[FRONT]["cpu"] == "SCHED_IDLE" and rows[LANE]["cpu"] == "normal", rows
+    shown = {s.labels["model"]: s.labels["policy"] for s in samples(triton.metrics_url)
+             if s.name == "tmr_cpu_scheduling"}
+    assert shown[FRONT] == "SCHED_IDLE" and shown[LANE] == "normal", shown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,7 +18,7 @@ from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from server.launcher import ModelLoadError, PortInUseError, TritonServer
 from server.settings import Ports, ServerOptions
 from tests.conftest import REPOSITORY, free_ports
-from tests.integration.helpers import assert_serving, metric_value
+from tests.integration.helpers import assert_serving, metric_value, tmr
 
 
 def test_port_in_use_is_refused_before_start_naming_the_port(tmp_path: Path) -> None:
@@ -51,12 +52,15 @@ TEXT_FAMILY_CEILING_MIB = 900  # docs/serving.md: the text family alone
 
 
 def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """`tmr serve --models text_embedding`: the text family alone (its front, lane, BLS
-    encoder and health), its example call, its memory line, within its ceiling."""
+    """`tmr serve --models text_embedding --bulk-cpu nice`: the text family alone (its
+    front, lane, BLS encoder and health), its example call, its memory line, within its
+    ceiling; the bulk CPU line beside the profile's, and the policy on every stub as
+    `tmr health --json` reads it from /proc."""
     ports = free_ports()
     cmd = [sys.executable, "-m", "cli.main", "serve", "--repository", str(REPOSITORY),
            "--http-port", str(ports.http), "--grpc-port", str(ports.grpc),
-           "--metrics-port", str(ports.metrics), "--models", "text_embedding"]
+           "--metrics-port", str(ports.metrics), "--models", "text_embedding",
+           "--bulk-cpu", "nice"]
     proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
     lines: list[str] = []
@@ -72,6 +76,7 @@ def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: 
         assert any(line.startswith("embed answered: dim=384 norm=1.0000") for line in lines), lines
         # which configs serve and why: the host profile `make setup` tuned, or the reviewed
         assert lines[0].startswith(("serving the host profile", "serving the reviewed")), lines
+        assert lines[1].startswith("bulk work yields the CPU: nice 10 (--bulk-cpu, for "), lines
         assert any(f"gRPC        localhost:{ports.grpc}" in line for line in lines)
         # the start rule (core.startup): no front routes to TorchScript, so it waits
         assert any(line.startswith("  on demand   ") and "minilm_torchscript" in line
@@ -85,6 +90,12 @@ def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: 
         rss = float(memory.split("memory: ", 1)[1].split(" MiB RSS", 1)[0].replace(",", ""))
         assert 100 < rss <= TEXT_FAMILY_CEILING_MIB, memory
         assert " in 6 processes: " in memory or " in 5 processes: " in memory, memory
+        health = tmr("health", "--json", "--url", f"localhost:{ports.http}")
+        cpu = {name: row.get("cpu") for name, row in
+               json.loads(health.stdout)["memory"]["by_model"].items()}
+        normal = {"embed_interactive", "health", "tritonserver"}  # the lane, the check
+        assert {k: v for k, v in cpu.items() if k in normal} == dict.fromkeys(normal, "normal")
+        assert {v for k, v in cpu.items() if k not in normal} == {"nice 10"}, cpu
         proc.send_signal(signal.SIGTERM)
         rest, _ = proc.communicate(timeout=60)
     finally:

@@ -24,11 +24,12 @@ from core.paths import DEFAULT_REPOSITORY
 from core.settings import (
     IN_PROCESS_PARAMETER,
     SCHEDULING_PARAMETER,
-    SHARED_SCHEDULING,
     LadderSettings,
+    ModelSettings,
 )
 from core.startup import startup_models
 from core.variant import GPU, HOST
+from core.variant import REVIEWED as REVIEWED_CONFIGS
 from core.versions import served_config
 from server.tune import MODES, kinds
 
@@ -229,14 +230,16 @@ def test_a_host_variant_differs_from_its_reviewed_config_only_in_instances_and_p
     assert "idle_intra_op_thread_count" not in openvino
     front = served_config(configs / "embed", HOST).parameters
     assert front["primary_model"].string_value == "minilm_openvino"
-    # The host's shared path yields to its lane; the reviewed configs keep normal.
+    # The shared path yields under the server's bulk CPU policy, decided where it starts
+    # (core/cpu_policy.py), on the profile as on the reviewed configs; the lane is normal.
     shared = ["embed", "minilm_onnx", "minilm_torchscript", "minilm_int8", "minilm_openvino"]
-    assert {served_config(configs / name, HOST).parameters[SCHEDULING_PARAMETER]
-            .string_value for name in shared} == {SHARED_SCHEDULING}
+    for name in shared:
+        for served in (HOST, REVIEWED_CONFIGS):
+            params = {"parameters": {k: {"string_value": v.string_value} for k, v in
+                                     served_config(configs / name, served).parameters.items()}}
+            assert ModelSettings.from_parameters(params).cpu_scheduling == "bulk", name
     lane = served_config(configs / "embed_interactive", HOST).parameters
     assert lane[SCHEDULING_PARAMETER].string_value == "normal"
-    assert all(SCHEDULING_PARAMETER not in parse(configs / name / "config.pbtxt").parameters
-               for name in shared)
 
 
 def test_an_in_process_variant_has_the_front_run_the_primary_and_keeps_one_encoder_instance(

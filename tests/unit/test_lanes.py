@@ -54,16 +54,18 @@ def test_a_lane_is_what_its_fronts_config_files_derive(front: str) -> None:
 
 
 @pytest.mark.parametrize("front", FRONTS)
-def test_a_lane_has_one_instance_a_bounded_queue_and_its_primary_in_process(front: str) -> None:
+def test_a_lane_has_one_instance_a_bounded_batch_and_its_primary_in_process(front: str) -> None:
     lane = parse_config((REPOSITORY / f"{front}_interactive" / "config.pbtxt").read_text())
     assert [g.count for g in lane.instance_group] == [LANE_INSTANCES]
     assert lane.dynamic_batching.priority_levels == 0
-    assert lane.dynamic_batching.default_queue_policy.max_queue_size == LANE_QUEUE
+    # no queue policy: one instance with one turns off Triton's prefetching (lanes.py)
+    assert not lane.dynamic_batching.HasField("default_queue_policy")
     assert lane.parameters[LANE_PARAMETER].string_value == front
     assert lane.parameters[IN_PROCESS_PARAMETER].string_value == "true"
     params = {"parameters": {k: {"string_value": v.string_value}
                              for k, v in lane.parameters.items()}}
     assert LadderSettings.from_parameters(params).in_process_threads == LANE_SHARE
+    assert LadderSettings.from_parameters(params).lane_requests == LANE_QUEUE
     assert ModelSettings.from_parameters(params).cpu_scheduling == "normal"
     assert "default_front" not in lane.parameters and "openai_names" not in lane.parameters
 
