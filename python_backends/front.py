@@ -192,8 +192,9 @@ class FamilyRouter(BaseModel):
         self.levels = ladder(self.settings.small_batch_rows)
         self.policy = DegradationPolicy(self.settings, since=time.monotonic())
         self.cache = ResponseCache(self.settings.cache_entries)
-        # The queue signal's full batch: what one execution takes when more is queued.
-        self.full_batch = request_rows(self.config)
+        # The queue signal's full batch: what one execution takes when more is queued (a
+        # lane's: its `lane_requests`, core/families/lanes.py).
+        self.full_batch = self.settings.lane_requests or request_rows(self.config)
         # GPU memory in use where NVML sees a GPU (the encoders live there), else this RSS.
         self.memory_mb = throttled(gpu_memory_reader() or rss_mb, MEMORY_SAMPLE_S, time.monotonic)
         self.metrics = FrontMetrics(self.name, args.get("model_instance_name", "0"), self.config)

@@ -12,16 +12,18 @@ dedupe, rollout split and versions. What differs:
   core/host_profile.py lane_threads): its own encoder instance, so no bulk batch stands
   between it and the runtime, and a saturated lane leaves the shared path the other half.
   On the GPU profile the encoder runs on the GPU and the lane calls it over BLS;
-- normal CPU scheduling, while its front's shared path is written with SHARED_SCHEDULING
-  (SCHED_IDLE): the kernel hands the lane a core the moment it wakes;
-- at most `LANE_QUEUE` requests an execution (`lane_requests`): the rest of a batch are
-  refused at once as a full queue ("Exceeds maximum queue size"), and the SDK and the
-  front door send them to the front itself at priority 1 instead, so a flood of priority
-  1 never holds the lane's cores beyond its threads and never loses a request. The bound
-  is the stub's, not a Triton queue policy: with one instance, a queue policy turns off
-  Triton 2.51's prefetching of the next batch, and a request that arrives during an
-  execution then waits for the batcher's 500 ms timeout or the next arrival
-  (docs/serving.md, "Priority 1 alone").
+- normal CPU scheduling, while its front's shared path takes the server's bulk CPU policy
+  (core/cpu_policy.py: SCHED_IDLE or nice 10): the kernel hands the lane a core the
+  moment it wakes;
+- at most `LANE_QUEUE` requests an execution (`lane_requests`), and nothing waits past
+  it: the lane's batcher has no preferred size, so an execution takes every request
+  waiting, and the stub refuses all but the first `LANE_QUEUE` at once as a full queue
+  ("Exceeds maximum queue size"); the SDK and the front door send them to the front
+  itself at priority 1 instead, so a flood of priority 1 never holds the lane's cores
+  beyond its threads and never loses a request. The bound is the stub's, not a Triton
+  queue policy: with one instance, a queue policy turns off Triton 2.51's prefetching of
+  the next batch, and a request that arrives during an execution then waits for the
+  batcher's 500 ms timeout or the next arrival (docs/serving.md, "Priority 1 alone").
 
 Its version folder and warmup are links to the front's; `lane_of` names the front.
 """
@@ -58,9 +60,9 @@ def lane_config(front: mc.ModelConfig, gpu: bool = False) -> mc.ModelConfig:
     kind = front.instance_group[0].kind if front.instance_group else mc.ModelInstanceGroup.KIND_CPU
     del lane.instance_group[:]
     lane.instance_group.add(count=LANE_INSTANCES, kind=kind)
-    preferred = list(front.dynamic_batching.preferred_batch_size)
+    # No preferred size and no queue policy: an execution takes every waiting request, and
+    # the stub serves `lane_requests` of them and refuses the rest at once.
     lane.dynamic_batching.Clear()
-    lane.dynamic_batching.preferred_batch_size.extend(preferred)
     lane.parameters[LANE_PARAMETER].string_value = front.name
     lane.parameters[LANE_REQUESTS_PARAMETER].string_value = str(LANE_QUEUE)
     lane.parameters[SCHEDULING_PARAMETER].string_value = "normal"  # the shared path yields
