@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.url and not args.metrics_url:
         parser.error("--url needs --metrics-url: the level and refusals are sampled there")
+    if args.url and args.scenario in ("priority", "all") and "sdk" in args.p1 and not args.grpc_url:
+        parser.error("--url with --p1 sdk needs --grpc-url: the SDK's priority 1 goes there")
     chosen = SCENARIOS if args.scenario == "all" else (args.scenario,)
     out, capacity, results = run_dir("scenarios"), None, {}
     with (contextlib.nullcontext() if args.url
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         if "sawtooth" in chosen:
             results["sawtooth"] = sawtooth(run, capacity, args.period_s, args.sawtooth_s)
         for route in args.p1 if "priority" in chosen else ():
-            with p1_route(route, host, args.grpc_url or server.grpc_url) as p1:
+            with p1_route(route, host, args.grpc_url or (server and server.grpc_url)) as p1:
                 results[f"priority {route}"] = priority(run, capacity, args.seconds, route, p1)
     if runs := {k: v for k, v in results.items() if "levels" in v}:
         plot(runs, out / "scenarios.png")
