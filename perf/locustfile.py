@@ -221,10 +221,8 @@ class SingleText(Steady):
 
     weight, priority = 3, 1
     fixed_count = int(ENV.get("TMR_SINGLE_USERS", "0"))
+    wait_time = staticmethod(lambda: random.expovariate(SINGLE_RPS))
     path = ENV.get("TMR_P1_HOST", "") + (ENV.get("TMR_P1_PATH") or PATH)  # --host is every class's
-
-    def wait_time(self) -> float:
-        return random.expovariate(SINGLE_RPS)
 
     def send(self, rows: int, priority: int) -> None:
         """Over HTTP, or by the SDK over gRPC to TMR_SDK_HOST, which routes to the lane."""

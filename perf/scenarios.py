@@ -7,9 +7,8 @@ perf/locustfile.py over KServe HTTP JSON, with only Triton's standard `priority`
                then 4 at the default priority for `--normal-s`, `--gap-s` (+ ~1 s) later.
     sawtooth   open loop, 3x capacity and 0.5x in turn, `--period-s` each, for `--sawtooth-s`:
                level changes per minute against load changes per minute.
-    priority   priority 1 single texts (15% of capacity), then 16 clients of 16-text
-               priority-2 requests, then both, `--seconds` each, priority 1 by each `--p1`
-               (lane: raw HTTP to it, door: the front door's KServe, sdk: the SDK, gRPC).
+    priority   priority 1 texts (15% of capacity), 16 clients of 16 texts at priority 2, both:
+               priority 1 by each `--p1` (lane: HTTP to it; door: the front door; sdk: gRPC).
 
 Per phase and priority: offered rate, goodput, p50/p99, failures by reason, the highest
 degradation level and the router's refusals (sampled every 0.25 s); `scenarios.png`.
@@ -228,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.url and not args.metrics_url:
         parser.error("--url needs --metrics-url: the level and refusals are sampled there")
-    if args.url and args.scenario in ("priority", "all") and "sdk" in args.p1 and not args.grpc_url:
-        parser.error("--url with --p1 sdk needs --grpc-url: the SDK's priority 1 goes there")
+    if args.url and args.scenario in ("priority", "all") and {"sdk", "door"} & {*args.p1} \
+            and not args.grpc_url:
+        parser.error("--url with --p1 sdk or door needs --grpc-url")
     chosen = SCENARIOS if args.scenario == "all" else (args.scenario,)
     out, capacity, results = run_dir("scenarios"), None, {}
     with (contextlib.nullcontext() if args.url

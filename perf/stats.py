@@ -11,8 +11,8 @@ NOISY_SHARE = 0.10  # a point during which other work used more of the cores is 
 
 
 def best_of(rounds: Sequence[Sequence[LoadPoint]]) -> list[LoadPoint]:
-    """Per concurrency, the round's point with the most answered requests/s (the whole
-    point, so its latencies are ones that were measured together), by concurrency."""
+    """Per concurrency, the round's point (whole: latencies measured together) with the most
+    answered requests/s."""
     best: dict[int, LoadPoint] = {}
     for points in rounds:
         for point in points:
@@ -23,15 +23,13 @@ def best_of(rounds: Sequence[Sequence[LoadPoint]]) -> list[LoadPoint]:
 
 
 def goodput(points: Sequence[LoadPoint], p99_budget_ms: float) -> LoadPoint | None:
-    """The point with the highest requests/s among those with no errors and a p99 within
-    the budget; None when no point meets it."""
+    """The point of most requests/s with no errors and a p99 within budget, else None."""
     within = [p for p in points if p.errors == 0 and p.p99_ms <= p99_budget_ms]
     return max(within, key=lambda p: p.rps, default=None)
 
 
 def round_orders(names: Sequence[str], rounds: int) -> list[list[str]]:
-    """The order servers are visited in each round: mirrored, so round 2 runs backwards
-    and no server always goes first on a machine that warms up or slows down."""
+    """Each round's order of servers, mirrored: none always first on a warming machine."""
     return [list(names) if r % 2 == 0 else list(reversed(names)) for r in range(rounds)]
 
 
