@@ -261,6 +261,8 @@ function parseSimilarity(text, table, priorityHeader) {
             priority: common.priority, parameters: extension.parameters};
 }
 
+const TEXT_ONLY = ["prompt_name", "dimensions", "truncate", "chunk_overlap", "encoding_format"];
+
 // POST /v1/classify: {model, input: base64 or data URL string(s), top_k?} for an image
 // model; the image front decodes and checks each image.
 function parseClassify(text, table, priorityHeader) {
@@ -272,6 +274,13 @@ function parseClassify(text, table, priorityHeader) {
     const input = parseTexts(common.body.input, "input", MAX_INPUTS);
     if (input.error) {
         return input;
+    }
+    // A text model's fields mean nothing for an image: refused, never silently dropped.
+    const textOnly = TEXT_ONLY.filter((key) => common.body[key] !== undefined
+                                                && common.body[key] !== null);
+    if (textOnly.length) {
+        return {error: failure(400, textOnly[0] + " applies to text-embedding models; " +
+                                    common.model.id + " classifies images", textOnly[0])};
     }
     const parameters = {};
     const topK = common.body.top_k;

@@ -309,6 +309,18 @@ def test_tokenize_asks_the_front_to_count_only():
     ("parseClassify", {"model": "lite", "input": [None]}, 400, "input", "input[0] is null"),
     ("parseClassify", {"model": "lite", "input": "x", "top_k": 0}, 400, "top_k", ">= 1"),
     ("parseClassify", {"model": "lite"}, 400, "input", "provide an input"),
+    ("parseTokenize", {"model": "e5", "input": ["a"] * 2049}, 400, "input",
+     "2049 items, over the limit of 2048"),
+    ("parseClassify", {"model": "lite", "input": ["x"] * 2049}, 400, "input",
+     "2049 items, over the limit of 2048"),
+    ("parseSimilarity", {"model": "e5", "inputs": {"source_sentence": "a", "sentences": ["b"]},
+                         "prompt_name": "x"}, 400, "prompt_name", "its prompts: passage, query"),
+    ("parseClassify", {"model": "lite", "input": "x", "prompt_name": "query"}, 400,
+     "prompt_name", "applies to text-embedding models; lite classifies images"),
+    ("parseClassify", {"model": "lite", "input": "x", "dimensions": 128}, 400, "dimensions",
+     "applies to text-embedding models"),
+    ("parseClassify", {"model": "lite", "input": "x", "top_k": "3"}, 400, "top_k",
+     "integer >= 1"),
 ], ids=lambda v: str(v)[:40])
 def test_the_new_routes_refuse_bad_bodies_in_openais_shape(route, body, status, param, message):
     got_status, error = error_of(parsed(route, body))
