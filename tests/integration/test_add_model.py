@@ -159,10 +159,21 @@ def kserve_vectors(answer: dict) -> np.ndarray:
     return np.array(output["data"], dtype=np.float32).reshape(output["shape"])
 
 
+def cli_embed(server: TritonServer, folder: Path, *flags: str) -> np.ndarray:
+    """TEXTS through `tmr embed --model NAME FLAGS --out F.npy`."""
+    out = folder / f"cli{len(list(folder.iterdir()))}.npy"
+    done = tmr("embed", "--url", server.http_url, "--model", NAME, *flags, "--out", str(out),
+               *TEXTS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return np.load(out)
+
+
 @pytest.mark.timeout(600)
-def test_prompts_and_sizes_equal_eager_sentence_transformers_on_every_route(added, eager):
-    """Each prompt, and each Matryoshka size, through the SDK (gRPC), KServe JSON and the
-    OpenAI route, against sentence-transformers' encode(prompt_name=..., truncate_dim=...)."""
+def test_prompts_and_sizes_equal_eager_sentence_transformers_on_every_route(
+        added, eager, tmp_path: Path):
+    """Each prompt, and each Matryoshka size, through the SDK (gRPC), KServe JSON, the
+    OpenAI route and `tmr embed`, against sentence-transformers' encode(prompt_name=...,
+    truncate_dim=...)."""
     import openai
 
     server = added[0]
@@ -180,7 +191,8 @@ def test_prompts_and_sizes_equal_eager_sentence_transformers_on_every_route(adde
             door_answer = api.embeddings.create(model=NAME, input=TEXTS,
                                                 extra_body={"prompt_name": name})
             routes = {"sdk": sdk, "kserve": kserve_vectors(answer),
-                      "openai": [d.embedding for d in door_answer.data]}
+                      "openai": [d.embedding for d in door_answer.data],
+                      "cli": cli_embed(server, tmp_path, "--prompt-name", name)}
             found = {route: min_cosine(got, reference) for route, got in routes.items()}
             print(f"\n{NAME} prompt {name!r}: min cosine vs sentence-transformers {found}")
             assert min(found.values()) >= 0.9999, found
@@ -192,7 +204,8 @@ def test_prompts_and_sizes_equal_eager_sentence_transformers_on_every_route(adde
             assert status == 200, answer
             door_answer = api.embeddings.create(model=NAME, input=TEXTS, dimensions=size)
             routes = {"sdk": sdk, "kserve": kserve_vectors(answer),
-                      "openai": [d.embedding for d in door_answer.data]}
+                      "openai": [d.embedding for d in door_answer.data],
+                      "cli": cli_embed(server, tmp_path, "--dimensions", str(size))}
             found = {route: min_cosine(got, reference) for route, got in routes.items()}
             print(f"{NAME} dimensions {size}: min cosine vs truncate_dim {found}")
             assert min(found.values()) >= 0.9999, found
