@@ -15,10 +15,12 @@ server's `BulkCpu`; an interactive lane stays at normal priority
            against 1024), so a busy neighbour slows them but cannot starve them.
 
 `decide` chooses idle on a host whose other processes leave the cores idle, and nice
-where they do not (or where that cannot be read). `tmr serve` samples the host before it
-starts the server and prints the choice with its reason; `--bulk-cpu` overrides it. The
-choice reaches the stubs in BULK_CPU_ENV, which the launcher sets; a stub started without
-it (Triton run by hand, compose) takes NICE, the setting that is safe everywhere.
+where they do not, where that cannot be read, and for a fleet's replicas on one host.
+`tmr serve` samples the host before it starts the server and prints the choice with its
+reason; `--bulk-cpu` overrides it. The choice reaches the stubs in BULK_CPU_ENV, which
+the launcher sets; a stub started without it (Triton run by hand, compose) takes NICE,
+the setting that is safe everywhere, and so does a server the launcher starts without a
+decision (UNDECIDED: tests, scripts).
 """
 
 from __future__ import annotations
@@ -81,16 +83,25 @@ class BulkCpu:
         return cls.parse(raw, f"${BULK_CPU_ENV}")
 
 
-DEDICATED = BulkCpu(IDLE, BULK_NICE, "a dedicated host: the launcher's default")
+DEDICATED = BulkCpu(IDLE, BULK_NICE, "a dedicated host")
+# A server started without a decision (the launcher's default: tests, scripts): its host
+# is shared with whoever started it, so the setting safe on any host.
+UNDECIDED = BulkCpu(NICE, BULK_NICE, "no decision where it started: the setting safe on any host")
 
 
-def decide(variant: Variant, others_share: float | None, asked: str | None = None) -> BulkCpu:
+def decide(variant: Variant, others_share: float | None, asked: str | None = None,
+           replicas: int = 1) -> BulkCpu:
     """The bulk CPU policy of a server serving `variant` on a host whose other processes
-    use `others_share` of all cores (0..1; None: unknown), unless `asked` names one."""
+    use `others_share` of all cores (0..1; None: unknown), unless `asked` names one.
+    Replicas on one host are each other's co-tenants: one loading or restarting would
+    starve the others' bulk work under SCHED_IDLE."""
     where = "the GPU profile's CPU side (tokenizing, pooling)" if variant == GPU \
         else variant.describe()
     if asked:
         return BulkCpu.parse(asked, f"--bulk-cpu, for {where}")
+    if replicas > 1:
+        return BulkCpu(NICE, BULK_NICE, f"{replicas} replicas on this host are each other's "
+                                        f"co-tenants; for {where}")
     if others_share is None:
         return BulkCpu(NICE, BULK_NICE, f"the host's load could not be read; for {where}")
     used = f"other processes use {others_share:.0%} of the cores"

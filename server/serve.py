@@ -19,7 +19,7 @@ from tmr_client.auth import API_KEY_HEADER
 from tmr_client.core import DEFAULT_MODEL
 
 from core import cpu_policy
-from core.cpu_policy import DEDICATED, BulkCpu
+from core.cpu_policy import UNDECIDED, BulkCpu
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.text_embedding import TEXT
 from core.families.warmup import WARMUP_FOLDER, elements
@@ -98,7 +98,7 @@ class ServeOptions:
     bulk_cpu: str | None = None  # --bulk-cpu: idle or nice; None: decided on this host
 
 
-def server_options(args: ServeOptions, bulk_cpu: BulkCpu = DEDICATED) -> ServerOptions:
+def server_options(args: ServeOptions, bulk_cpu: BulkCpu = UNDECIDED) -> ServerOptions:
     repository = args.repository.resolve()
     return ServerOptions(
         repository=repository,
@@ -307,7 +307,7 @@ def serve(args: ServeOptions, say: Say) -> None:
     variant, profile_line = select(args.repository, args.reviewed, args.variant)
     say(profile_line)
     bulk = cpu_policy.decide(variant, None if args.bulk_cpu else cpu_policy.others_share(),
-                             args.bulk_cpu)
+                             args.bulk_cpu, args.replicas)
     say(bulk.line())
     opts = server_options(replace(args, variant=variant), bulk)
     missing = missing_exports(opts.repository)

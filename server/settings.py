@@ -17,7 +17,7 @@ from tmr_client.auth import ADMIN_KEY_ENV, ADMIN_KEY_HEADER
 from tmr_client.contract import GRPC_PORT, HTTP_PORT, METRICS_PORT
 from tmr_client.limits import GRPC_MAX_MESSAGE_BYTES, HTTP_MAX_BODY_BYTES
 
-from core.cpu_policy import DEDICATED, BulkCpu
+from core.cpu_policy import UNDECIDED, BulkCpu
 from core.paths import DEFAULT_REPOSITORY
 from core.timeouts import PROXY_READ
 from core.variant import REVIEWED, Variant
@@ -83,8 +83,8 @@ class ServerOptions:
     control_mode: ControlMode = "explicit"
     variant: Variant = REVIEWED  # --model-config-name: core/variant.py (GPU: configs/gpu.pbtxt)
     # How the shared path yields the CPU to the lanes (core/cpu_policy.py); `tmr serve`
-    # decides it on its host, a server started otherwise takes a dedicated host's.
-    bulk_cpu: BulkCpu = DEDICATED
+    # decides it on its host, a server started otherwise takes the one safe on any host.
+    bulk_cpu: BulkCpu = UNDECIDED
     exit_timeout_s: int = EXIT_TIMEOUT_S
     cache_bytes: int = RESPONSE_CACHE_BYTES
     log_verbose: int = 0

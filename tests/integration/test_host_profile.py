@@ -21,6 +21,7 @@ from tmr_client import Client
 from core import host_profile as hp
 from core import tune_record as tr
 from core import versions
+from core.cpu_policy import DEDICATED
 from core.families.catalog import find
 from core.families.configs import write_variant
 from core.hardware import host_precision
@@ -77,8 +78,8 @@ def profiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     precision, layout = host_precision(), LAYOUTS[request.param]
     write_variant(repo, model.front, model.encoders, HOST, "openvino", precision,
                   layout, "the test's host")
-    server = start_server(repo, root / "tritonserver.log", variant=HOST,
-                          load_models=tuple(startup_models(repo, HOST)))
+    server = start_server(repo, root / "tritonserver.log", variant=HOST,  # a quiet host's
+                          load_models=tuple(startup_models(repo, HOST)), bulk_cpu=DEDICATED)
     yield Profiled(server, repo, precision, layout)
     stop_cleanly(server)
 

@@ -15,6 +15,7 @@ from core.cpu_policy import (
     DEDICATED,
     IDLE,
     NICE,
+    UNDECIDED,
     BulkCpu,
     decide,
 )
@@ -39,6 +40,19 @@ def test_beside_a_busy_co_tenant_bulk_work_is_niced_never_left_alone(variant):
     assert "could starve" in chosen.reason
     unknown = decide(variant, None)
     assert unknown.policy == NICE and "could not be read" in unknown.reason
+
+
+@pytest.mark.parametrize("share", [0.0, None])
+def test_replicas_on_one_host_are_co_tenants_so_their_bulk_work_is_niced(share):
+    chosen = decide(REVIEWED, share, replicas=2)
+    assert chosen.policy == NICE and "2 replicas on this host" in chosen.reason
+    assert decide(REVIEWED, 0.0, "idle", replicas=2).policy == IDLE  # asked for
+
+
+def test_a_server_started_without_a_decision_takes_the_setting_safe_anywhere():
+    from server.settings import ServerOptions
+
+    assert ServerOptions().bulk_cpu == UNDECIDED and UNDECIDED.policy == NICE
 
 
 def test_the_gpu_profile_says_which_cpu_work_it_is_about():
