@@ -76,7 +76,9 @@ def test_tmr_serve_answers_an_embed_call_and_stops_cleanly_on_sigterm(tmp_path: 
         assert any(line.startswith("embed answered: dim=384 norm=1.0000") for line in lines), lines
         # which configs serve and why: the host profile `make setup` tuned, or the reviewed
         assert lines[0].startswith(("serving the host profile", "serving the reviewed")), lines
-        assert lines[1].startswith("bulk work yields the CPU: nice 10 (--bulk-cpu, for "), lines
+        bulk = next(i for i, line in enumerate(lines) if line.startswith("bulk work yields"))
+        assert lines[bulk].startswith("bulk work yields the CPU: nice 10 (--bulk-cpu, for "), lines
+        assert lines[bulk + 1].startswith("Triton 2.51.0 is serving"), lines  # the profile's next
         assert any(f"gRPC        localhost:{ports.grpc}" in line for line in lines)
         # the start rule (core.startup): no front routes to TorchScript, so it waits
         assert any(line.startswith("  on demand   ") and "minilm_torchscript" in line
