@@ -10,6 +10,7 @@ costs the machine). Both are reported; the budgets are on RSS.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,12 +57,10 @@ def scheduling(pid: int, proc: Path = Path("/proc")) -> str:
         nice, policy = int(fields[16]), int(fields[38])  # stat fields 19 and 41
     except (OSError, IndexError, ValueError):
         return ""
-    if policy == SCHED_IDLE:
+    if policy == os.SCHED_IDLE:
         return "SCHED_IDLE"
     return f"nice {nice}" if nice > 0 else "normal"
 
-
-SCHED_IDLE = 5  # the kernel's number for the policy (os.SCHED_IDLE)
 
 
 @dataclass(frozen=True)
