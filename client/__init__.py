@@ -1,9 +1,10 @@
 """Thin SDK over `tritonclient` for the repository's front models: sync and asyncio, HTTP
 and gRPC, typed errors, deadlines, retries, bounded bulk calls (docs/sdk.md).
 
-    from tmr_client import Client
+    from tmr_client import CallOptions, Client
     with Client("http://localhost:8000", timeout=5) as c:
         vectors = c.embed(["a sentence", "another"], priority=1)
+        same = c.embed(["a sentence", "another"], options=CallOptions(priority=1))
         best = c.classify([jpeg_bytes], model=image_front).predictions[0][0]
 
 `model=` names the front model (per client or per call): any front of the repository,
@@ -36,6 +37,16 @@ if TYPE_CHECKING:  # what type checkers and editors see
         TritonClientError,
         UnavailableError,
     )
+    from tmr_client.options import (
+        BulkKeywords,
+        CallOptions,
+        ClassifyKeywords,
+        CommonKeywords,
+        CountKeywords,
+        EmbedKeywords,
+        InferKeywords,
+        SimilarityKeywords,
+    )
     from tmr_client.results import (
         ClassifyResult,
         EmbedResult,
@@ -58,6 +69,9 @@ _EXPORTS = {
     "SimilarityResult": "tmr_client.results",
     "TokenCount": "tmr_client.results",
     "TokenCounts": "tmr_client.results",
+    **{name: "tmr_client.options" for name in (
+        "BulkKeywords", "CallOptions", "ClassifyKeywords", "CommonKeywords", "CountKeywords",
+        "EmbedKeywords", "InferKeywords", "SimilarityKeywords")},
     "NO_RETRY": "tmr_client.retry",
     "RetryPolicy": "tmr_client.retry",
     **{name: "tmr_client.errors" for name in (
@@ -71,10 +85,17 @@ __all__ = [
     "NO_RETRY",
     "AccessDeniedError",
     "AsyncClient",
+    "BulkKeywords",
+    "CallOptions",
+    "ClassifyKeywords",
     "ClassifyResult",
     "Client",
+    "CommonKeywords",
+    "CountKeywords",
     "DeadlineExceededError",
+    "EmbedKeywords",
     "EmbedResult",
+    "InferKeywords",
     "InferResult",
     "InvalidInputError",
     "ModelNotFoundError",
@@ -86,6 +107,7 @@ __all__ = [
     "RetryPolicy",
     "ServerError",
     "ServerUnreachableError",
+    "SimilarityKeywords",
     "SimilarityResult",
     "TokenCount",
     "TokenCounts",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Unpack
 
 import numpy as np
 from tmr_client.calls import Call, Request
@@ -18,7 +18,15 @@ from tmr_client.core import READY_POLL_S, ClientBase
 from tmr_client.deadlines import ABANDONED_GRACE_S
 from tmr_client.errors import AccessDeniedError, TritonClientError
 from tmr_client.model_info import ModelInfo
-from tmr_client.options import CallOptions, Progress, Truncate
+from tmr_client.options import (
+    CallOptions,
+    ClassifyKeywords,
+    CountKeywords,
+    EmbedKeywords,
+    InferKeywords,
+    SimilarityKeywords,
+    verb_options,
+)
 from tmr_client.results import (
     ClassifyResult,
     EmbedResult,
@@ -78,7 +86,7 @@ class AsyncClient(ClientBase):
                                 **self._control())
 
     async def model_config(self, model: str | None = None) -> Any:
-        """The model config: a restricted API, sent with the admin key."""
+        """As Client.model_config (the admin key's)."""
         return await self._call(self._client.get_model_config, model or self.model,
                                 **self._control(admin=True))
 
@@ -100,79 +108,46 @@ class AsyncClient(ClientBase):
     async def max_batch_size(self, model: str | None = None) -> int:
         return (await self.info(model)).max_batch
 
-    async def embed(self, texts: Iterable[str | bytes], *, model: str | None = None,
-                    priority: int | None = None, timeout_ms: float | None = None,
-                    model_version: int | None = None, rollout_key: str | None = None,
-                    truncate: Truncate = None, chunk_overlap: int | None = None,
-                    prompt_name: str | None = None, dimensions: int | None = None,
-                    on_progress: Progress | None = None,
-                    timeout: float | None = None) -> np.ndarray:
-        """As Client.embed (`truncate`: True, False, "chunk" or None; `timeout`: the
-        call's deadline in seconds, `timeout_ms`: Triton's queue timeout per request)."""
-        return (await self.embed_with_info(
-            texts, model=model, priority=priority, timeout_ms=timeout_ms,
-            model_version=model_version, rollout_key=rollout_key, truncate=truncate,
-            chunk_overlap=chunk_overlap, prompt_name=prompt_name, dimensions=dimensions,
-            on_progress=on_progress, timeout=timeout)).embeddings
+    async def embed(self, texts: Iterable[str | bytes], *, options: CallOptions | None = None,
+                    **keywords: Unpack[EmbedKeywords]) -> np.ndarray:
+        """As Client.embed."""
+        options = verb_options(AsyncClient.embed, options, keywords)
+        return (await self._send(self._embed_call(texts, options))).embeddings
 
-    async def embed_with_info(self, texts: Iterable[str | bytes], *, model: str | None = None,
-                              priority: int | None = None, timeout_ms: float | None = None,
-                              model_version: int | None = None, rollout_key: str | None = None,
-                              truncate: Truncate = None, chunk_overlap: int | None = None,
-                              prompt_name: str | None = None, dimensions: int | None = None,
-                              on_progress: Progress | None = None,
-                              timeout: float | None = None) -> EmbedResult:
+    async def embed_with_info(self, texts: Iterable[str | bytes], *,
+                              options: CallOptions | None = None,
+                              **keywords: Unpack[EmbedKeywords]) -> EmbedResult:
         """As Client.embed_with_info, the chunks concurrently (bounded); the first
         failed chunk cancels the rest and is raised."""
-        options = CallOptions(model=model, priority=priority, timeout_ms=timeout_ms,
-                              model_version=model_version, rollout_key=rollout_key,
-                              truncate=truncate, chunk_overlap=chunk_overlap,
-                              prompt_name=prompt_name, dimensions=dimensions,
-                              on_progress=on_progress, timeout=timeout)
+        options = verb_options(AsyncClient.embed_with_info, options, keywords)
         return await self._send(self._embed_call(texts, options))
 
-    async def count_tokens(self, texts: Iterable[str | bytes], *, model: str | None = None,
-                           prompt_name: str | None = None, chunk_overlap: int | None = None,
-                           priority: int | None = None, timeout_ms: float | None = None,
-                           timeout: float | None = None) -> TokenCounts:
+    async def count_tokens(self, texts: Iterable[str | bytes], *,
+                           options: CallOptions | None = None,
+                           **keywords: Unpack[CountKeywords]) -> TokenCounts:
         """As Client.count_tokens."""
-        options = CallOptions(model=model, prompt_name=prompt_name,
-                              chunk_overlap=chunk_overlap, priority=priority,
-                              timeout_ms=timeout_ms, timeout=timeout)
+        options = verb_options(AsyncClient.count_tokens, options, keywords)
         return await self._send(self._count_call(texts, options))
 
     async def similarity(self, source: str | bytes, texts: Iterable[str | bytes], *,
-                         model: str | None = None, prompt_name: str | None = None,
-                         dimensions: int | None = None, truncate: Truncate = None,
-                         priority: int | None = None, timeout_ms: float | None = None,
-                         timeout: float | None = None) -> SimilarityResult:
+                         options: CallOptions | None = None,
+                         **keywords: Unpack[SimilarityKeywords]) -> SimilarityResult:
         """As Client.similarity: one request."""
-        options = CallOptions(model=model, prompt_name=prompt_name, dimensions=dimensions,
-                              truncate=truncate, priority=priority, timeout_ms=timeout_ms,
-                              timeout=timeout)
+        options = verb_options(AsyncClient.similarity, options, keywords)
         return await self._send(self._similarity_call(source, texts, options))
 
-    async def classify(self, images: Iterable[bytes | str], *, model: str | None = None,
-                       top_k: int | None = None, priority: int | None = None,
-                       timeout_ms: float | None = None, model_version: int | None = None,
-                       rollout_key: str | None = None, on_progress: Progress | None = None,
-                       timeout: float | None = None) -> ClassifyResult:
+    async def classify(self, images: Iterable[bytes | str], *,
+                       options: CallOptions | None = None,
+                       **keywords: Unpack[ClassifyKeywords]) -> ClassifyResult:
         """As Client.classify, the chunks concurrently (bounded)."""
-        options = CallOptions(model=model, top_k=top_k, priority=priority,
-                              timeout_ms=timeout_ms, model_version=model_version,
-                              rollout_key=rollout_key, on_progress=on_progress, timeout=timeout)
+        options = verb_options(AsyncClient.classify, options, keywords)
         return await self._send(self._classify_call(images, options))
 
     async def infer(self, rows: np.ndarray, input_name: str, outputs: Sequence[str], *,
-                    model: str | None = None, priority: int | None = None,
-                    timeout_ms: float | None = None, model_version: int | None = None,
-                    parameters: Mapping[str, Any] | None = None,
-                    on_progress: Progress | None = None,
-                    timeout: float | None = None) -> InferResult:
-        """The generic call under embed() and classify() (see Client.infer)."""
-        options = CallOptions(model=model, priority=priority, timeout_ms=timeout_ms,
-                              model_version=model_version, parameters=parameters,
-                              on_progress=on_progress, timeout=timeout)
+                    options: CallOptions | None = None,
+                    **keywords: Unpack[InferKeywords]) -> InferResult:
+        """As Client.infer, the chunks concurrently (bounded)."""
+        options = verb_options(AsyncClient.infer, options, keywords)
         return await self._send(self._infer_call(rows, input_name, outputs, options))
 
     async def _send(self, call: Call) -> Any:
@@ -247,8 +222,7 @@ class AsyncClient(ClientBase):
             request.exception()  # retrieved: nobody waits for it
 
     async def close(self) -> None:
-        """Close the connection, once the gRPC requests that callers stopped waiting for
-        have answered (at most ABANDONED_GRACE_S): closing a channel cancels its RPCs."""
+        """As Client.close: once the abandoned gRPC requests have answered."""
         if self._abandoned:
             await asyncio.wait(set(self._abandoned), timeout=ABANDONED_GRACE_S)
         await self._client.close()

@@ -1,14 +1,16 @@
 """Everything the sync and asyncio clients share: all of a call but the I/O (`ClientBase`).
 
-A verb (`embed`, `classify`, `infer`, ...) builds one `CallOptions` from its keywords and
-starts a `Call`: the rows validated (tmr_client.shaping), the deadline started
-(tmr_client.deadlines). The client then routes it (a priority-1 call to its model's
-interactive lane), reads the model's info once (tmr_client.model_info), cuts the rows
-into requests (tmr_client.chunking) and sends each; after a failure, `on_failure` decides
-(tmr_client.failure): retry after a delay, reroute to a lane's front, or raise. The
-answers are put back together by the family's result builder (tmr_client.results). Only
-the sending differs: one request after another (sync), or at most `max_in_flight` at a
-time (asyncio). Nothing here imports the server side: the SDK ships alone.
+A verb (`embed`, `classify`, `infer`, ...) takes one `CallOptions` or builds it from its
+keywords (tmr_client.options.verb_options: the verb's keyword set is the TypedDict its
+`**keywords` unpack) and starts a `Call`: the rows validated (tmr_client.shaping), the
+deadline started (tmr_client.deadlines). The client then routes it (a priority-1 call to
+its model's interactive lane), reads the model's info once (tmr_client.model_info), cuts
+the rows into requests (tmr_client.chunking) and sends each; after a failure,
+`on_failure` decides (tmr_client.failure): retry after a delay, reroute to a lane's
+front, or raise. The answers are put back together by the family's result builder
+(tmr_client.results). Only the sending differs: one request after another (sync), or at
+most `max_in_flight` at a time (asyncio). Nothing here imports the server side: the SDK
+ships alone.
 
 Two timeouts, not to be confused:
 

@@ -1,15 +1,19 @@
 """Per-call options, validated once: what every verb of both clients takes besides its rows.
 
-`embed(texts, model=..., priority=..., timeout=..., truncate=...)` and the other verbs
-build one `CallOptions` from their keywords and hand it on; nothing below the verbs takes
-those keywords one by one. An option a verb does not take stays None.
+Each verb takes either `options=CallOptions(...)` or its keywords
+(`embed(texts, model=..., priority=..., timeout=..., truncate=...)`), never both. Which
+keywords a verb takes is written once, as the TypedDict its `**keywords` unpack
+(`EmbedKeywords`, ...): type checkers hold callers to it, and `verb_options` refuses any
+other keyword at run time as Python refuses an unknown one. Nothing below the verbs takes
+the keywords one by one. An option a verb does not take stays None.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from typing import Any, TypedDict, get_args, get_type_hints
 
 from tmr_client import contract
 from tmr_client.deadlines import check_timeout
@@ -111,6 +115,92 @@ class CallOptions:
         if parameters := self.request_parameters():
             kwargs["parameters"] = parameters
         return kwargs
+
+
+# The keywords of each verb (CallOptions says what each means). Both clients' verbs annotate
+# their `**keywords` with these, and nothing else lists them.
+class CommonKeywords(TypedDict, total=False):
+    """What every verb takes: the front model, the priority, both timeouts."""
+
+    model: str | None
+    priority: int | None
+    timeout_ms: float | None
+    timeout: float | None
+
+
+class CountKeywords(CommonKeywords, total=False):
+    """count_tokens()'s keywords."""
+
+    prompt_name: str | None
+    chunk_overlap: int | None
+
+
+class SimilarityKeywords(CommonKeywords, total=False):
+    """similarity()'s keywords."""
+
+    prompt_name: str | None
+    dimensions: int | None
+    truncate: Truncate
+
+
+class BulkKeywords(CommonKeywords, total=False):
+    """What every chunked call takes besides: a pinned version, progress after each chunk."""
+
+    model_version: int | None
+    on_progress: Progress | None
+
+
+class EmbedKeywords(BulkKeywords, total=False):
+    """embed()'s and embed_with_info()'s keywords."""
+
+    rollout_key: str | None
+    truncate: Truncate
+    chunk_overlap: int | None
+    prompt_name: str | None
+    dimensions: int | None
+
+
+class ClassifyKeywords(BulkKeywords, total=False):
+    """classify()'s keywords."""
+
+    rollout_key: str | None
+    top_k: int | None
+
+
+class InferKeywords(BulkKeywords, total=False):
+    """infer()'s keywords."""
+
+    parameters: Mapping[str, Any] | None
+
+
+@cache
+def verb_keywords(verb: Callable[..., Any]) -> frozenset[str]:
+    """The keywords `verb` takes: the keys of the TypedDict its `**keywords` unpack."""
+    (keywords,) = get_args(get_type_hints(verb)["keywords"])  # Unpack[EmbedKeywords]
+    return frozenset(keywords.__annotations__)
+
+
+def verb_options(verb: Callable[..., Any], options: CallOptions | None,
+                 keywords: Mapping[str, Any]) -> CallOptions:
+    """The options of one call of `verb` (a client's function, `Client.embed`: not a bound
+    method, which a subclass may override): `options`, or a CallOptions from its
+    `keywords`, not both. A keyword the verb does not take (or such an option set in
+    `options`) is a TypeError worded as Python's own; a bad value, InvalidInputError."""
+    name, taken = verb.__qualname__, verb_keywords(verb)
+    if unexpected := [key for key in keywords if key not in taken]:
+        raise TypeError(f"{name}() got an unexpected keyword argument {unexpected[0]!r}")
+    if options is None:
+        return CallOptions(**keywords)
+    if keywords:
+        raise TypeError(f"{name}() takes options= or keywords, not both; got options= and "
+                        + ", ".join(f"{key}=" for key in keywords))
+    if not isinstance(options, CallOptions):
+        raise TypeError(f"{name}() options= must be a CallOptions, not "
+                        f"{type(options).__name__}")
+    if unexpected := [f.name for f in fields(options)
+                      if f.name not in taken and getattr(options, f.name) is not None]:
+        raise TypeError(f"{name}() does not take {unexpected[0]!r} (set in options=)")
+    return options
 
 
 def _int(value: int | None) -> int | None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Unpack
 
 import numpy as np
 from tmr_client.calls import Call, Request
@@ -18,7 +18,15 @@ from tmr_client.core import READY_POLL_S, ClientBase
 from tmr_client.deadlines import ABANDONED_GRACE_S
 from tmr_client.errors import AccessDeniedError, TritonClientError
 from tmr_client.model_info import ModelInfo
-from tmr_client.options import CallOptions, Progress, Truncate
+from tmr_client.options import (
+    CallOptions,
+    ClassifyKeywords,
+    CountKeywords,
+    EmbedKeywords,
+    InferKeywords,
+    SimilarityKeywords,
+    verb_options,
+)
 from tmr_client.results import (
     ClassifyResult,
     EmbedResult,
@@ -50,6 +58,10 @@ class Client(ClientBase):
     (else TMR_ADMIN_KEY, else none: see tmr_client.auth); `max_batch_size` spares the
     config call, which a client without the admin key cannot make (see
     tmr_client.model_info.Access). `model` is the default front model of every call.
+
+    Each verb takes its keywords, those of the TypedDict its `**keywords` unpack
+    (tmr_client.options: `EmbedKeywords`, ...), or one `options=CallOptions(...)`, not
+    both; a keyword it does not take is a TypeError, as for any Python function.
     """
 
     _aio = False
@@ -104,12 +116,8 @@ class Client(ClientBase):
     def max_batch_size(self, model: str | None = None) -> int:
         return self.info(model).max_batch
 
-    def embed(self, texts: Iterable[str | bytes], *, model: str | None = None,
-              priority: int | None = None, timeout_ms: float | None = None,
-              model_version: int | None = None, rollout_key: str | None = None,
-              truncate: Truncate = None, chunk_overlap: int | None = None,
-              prompt_name: str | None = None, dimensions: int | None = None,
-              on_progress: Progress | None = None, timeout: float | None = None) -> np.ndarray:
+    def embed(self, texts: Iterable[str | bytes], *, options: CallOptions | None = None,
+              **keywords: Unpack[EmbedKeywords]) -> np.ndarray:
         """Embeddings of `texts`, (n, dim) float32, in input order. A text over the
         model's length is cut with `truncate=True`, refused with `False`, embedded in
         windows pooled into one vector with `"chunk"` (overlapping by `chunk_overlap`
@@ -119,79 +127,50 @@ class Client(ClientBase):
 
         `timeout`: seconds for the whole call, retries and chunks included (else the
         client's); `timeout_ms`: Triton's queue timeout for each request (server side)."""
-        return self.embed_with_info(
-            texts, model=model, priority=priority, timeout_ms=timeout_ms,
-            model_version=model_version, rollout_key=rollout_key, truncate=truncate,
-            chunk_overlap=chunk_overlap, prompt_name=prompt_name, dimensions=dimensions,
-            on_progress=on_progress, timeout=timeout).embeddings
+        options = verb_options(Client.embed, options, keywords)
+        return self._send(self._embed_call(texts, options)).embeddings
 
-    def embed_with_info(self, texts: Iterable[str | bytes], *, model: str | None = None,
-                        priority: int | None = None, timeout_ms: float | None = None,
-                        model_version: int | None = None, rollout_key: str | None = None,
-                        truncate: Truncate = None, chunk_overlap: int | None = None,
-                        prompt_name: str | None = None, dimensions: int | None = None,
-                        on_progress: Progress | None = None,
-                        timeout: float | None = None) -> EmbedResult:
+    def embed_with_info(self, texts: Iterable[str | bytes], *,
+                        options: CallOptions | None = None,
+                        **keywords: Unpack[EmbedKeywords]) -> EmbedResult:
         """Like embed(), plus what served each row, its tokens, the tokens truncation
         dropped, its windows, and each chunk's model version and request id;
         `on_progress(done, total)` after each chunk."""
-        options = CallOptions(model=model, priority=priority, timeout_ms=timeout_ms,
-                              model_version=model_version, rollout_key=rollout_key,
-                              truncate=truncate, chunk_overlap=chunk_overlap,
-                              prompt_name=prompt_name, dimensions=dimensions,
-                              on_progress=on_progress, timeout=timeout)
+        options = verb_options(Client.embed_with_info, options, keywords)
         return self._send(self._embed_call(texts, options))
 
-    def count_tokens(self, texts: Iterable[str | bytes], *, model: str | None = None,
-                     prompt_name: str | None = None, chunk_overlap: int | None = None,
-                     priority: int | None = None, timeout_ms: float | None = None,
-                     timeout: float | None = None) -> TokenCounts:
+    def count_tokens(self, texts: Iterable[str | bytes], *, options: CallOptions | None = None,
+                     **keywords: Unpack[CountKeywords]) -> TokenCounts:
         """Each text's tokens as the model counts them (special tokens and the prompt
         included) and what each overlength policy would do with it (TokenCount.outcome),
         without running the encoder; bad texts get embed()'s errors."""
-        options = CallOptions(model=model, prompt_name=prompt_name,
-                              chunk_overlap=chunk_overlap, priority=priority,
-                              timeout_ms=timeout_ms, timeout=timeout)
+        options = verb_options(Client.count_tokens, options, keywords)
         return self._send(self._count_call(texts, options))
 
     def similarity(self, source: str | bytes, texts: Iterable[str | bytes], *,
-                   model: str | None = None, prompt_name: str | None = None,
-                   dimensions: int | None = None, truncate: Truncate = None,
-                   priority: int | None = None, timeout_ms: float | None = None,
-                   timeout: float | None = None) -> SimilarityResult:
+                   options: CallOptions | None = None,
+                   **keywords: Unpack[SimilarityKeywords]) -> SimilarityResult:
         """The cosine of each text with `source`, embedded together in one request: at
         most the model's max_batch_size - 1 texts, refused before sending when the
         client knows the model's config (else by the server)."""
-        options = CallOptions(model=model, prompt_name=prompt_name, dimensions=dimensions,
-                              truncate=truncate, priority=priority, timeout_ms=timeout_ms,
-                              timeout=timeout)
+        options = verb_options(Client.similarity, options, keywords)
         return self._send(self._similarity_call(source, texts, options))
 
-    def classify(self, images: Iterable[bytes | str], *, model: str | None = None,
-                 top_k: int | None = None, priority: int | None = None,
-                 timeout_ms: float | None = None, model_version: int | None = None,
-                 rollout_key: str | None = None, on_progress: Progress | None = None,
-                 timeout: float | None = None) -> ClassifyResult:
+    def classify(self, images: Iterable[bytes | str], *, options: CallOptions | None = None,
+                 **keywords: Unpack[ClassifyKeywords]) -> ClassifyResult:
         """The `top_k` best classes (the model's default number when None) of each encoded
         image (JPEG, PNG or WebP bytes, or a base64 data URL string), best first, with what
         served each. `timeout` and `timeout_ms` as in embed()."""
-        options = CallOptions(model=model, top_k=top_k, priority=priority,
-                              timeout_ms=timeout_ms, model_version=model_version,
-                              rollout_key=rollout_key, on_progress=on_progress, timeout=timeout)
+        options = verb_options(Client.classify, options, keywords)
         return self._send(self._classify_call(images, options))
 
     def infer(self, rows: np.ndarray, input_name: str, outputs: Sequence[str], *,
-              model: str | None = None, priority: int | None = None,
-              timeout_ms: float | None = None, model_version: int | None = None,
-              parameters: Mapping[str, Any] | None = None,
-              on_progress: Progress | None = None,
-              timeout: float | None = None) -> InferResult:
+              options: CallOptions | None = None,
+              **keywords: Unpack[InferKeywords]) -> InferResult:
         """The generic call under embed() and classify(): `rows` ([n, 1] BYTES) under
         `input_name`, chunked, retried and mapped to typed errors as they are; the
         `outputs` the model has, by name."""
-        options = CallOptions(model=model, priority=priority, timeout_ms=timeout_ms,
-                              model_version=model_version, parameters=parameters,
-                              on_progress=on_progress, timeout=timeout)
+        options = verb_options(Client.infer, options, keywords)
         return self._send(self._infer_call(rows, input_name, outputs, options))
 
     def _send(self, call: Call) -> Any:
