@@ -20,6 +20,7 @@ when the source has sanity images, puts each in its expected classes in FP32 and
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,7 +32,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from core import versions
 from core.families import IMAGE_CLASSIFICATION
+from core.families.catalog import FamilyModel
+from core.families.warmup import serialized
 from core.versions import sha256_file
 from export import onnx_fp32, openvino_format, torchscript
 from export.errors import ExportCheckError
@@ -47,8 +51,9 @@ from export.parity import check_max_abs_diff, max_abs_diff
 from export.quality import Judgement, top1_quality
 from export.signature import signature
 from export.static_int8 import DEFAULT_CONFIG, BatchCalibrationReader, quantize_int8
+from export.warmup import client_inputs
 from runtime.images import ImageSpec
-from runtime.runners import Runner, onnx_runner, torchscript_runner
+from runtime.runners import Runner, onnx_runner
 
 log = logging.getLogger(__name__)
 FAMILY = IMAGE_CLASSIFICATION
@@ -269,11 +274,8 @@ class ImageClassificationRecipe(FormatBuilders):
         return self._fp32_figures(diffs)
 
     def _torchscript(self, work: Path, artifact: str) -> tuple[dict, dict]:
-        path = work / artifact
-        torchscript.export_torchscript(self.network, path, self.sample)
-        torchscript.load_torchscript(path, self.contract)
-        run = torchscript_runner(path, self.threads, self.contract.input_names,
-                                 self.contract.output_names)
+        run = torchscript.traced_runner(self.network, work / artifact, self.sample,
+                                        self.contract, self.threads)
         return self._fp32_figures(self.check_parity(run, "torchscript"))
 
     def _fp32_figures(self, diffs: dict[str, float]) -> tuple[dict, dict]:
@@ -359,3 +361,21 @@ class ImageClassificationRecipe(FormatBuilders):
 
 def recipe(folder: Path, threads: int = 2) -> ImageClassificationRecipe:
     return ImageClassificationRecipe(folder, threads)
+
+
+# -- warmup data (export/warmup.py writes it) ---------------------------------------
+def warmup_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str, np.ndarray]:
+    """The encoder's input for one encoded image as the front preprocesses it."""
+    from runtime.images import ImageBatchBuffer
+
+    config = versions.read_config_json(repository / model.front)
+    pixels = ImageBatchBuffer(ImageSpec.from_config(config), 1).fill([image])
+    return {model.family.contract.encoder_inputs[0].name: pixels.copy()}
+
+
+def warmup_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
+    """IMAGE (a client's encoded image) and its pixels as the front preprocesses them."""
+    image = base64.b64decode(client_inputs(model)[0])
+    feeds = warmup_feeds(repository, model, image)
+    return {model.family.contract.front_inputs[0].name: serialized([image]),
+            **{name: array[0].astype("<f4").tobytes() for name, array in feeds.items()}}

@@ -9,14 +9,13 @@ and moved in only when every format passed its checks: a bad source leaves nothi
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from core import config_edit, versions
 from core.families import TEXT_EMBEDDING, Family, family
@@ -33,7 +32,7 @@ from core.hardware import FP32
 from export import primary_choice, warmup
 from export.errors import ExportRequestError
 from export.provenance import build_provenance, source_fingerprint, tool_versions
-from export.recipe import ExportRecipe, RecipeModule
+from export.recipe import ExportRecipe, recipe_module
 from export.sources import resolve, stored
 
 FRONT_VERSION = "1"  # a front model's files (its tokenizer) live in version 1
@@ -59,20 +58,10 @@ class ExportResult:
         return f"{self.model_name:<24} v{self.version:<3} {action:<22} {figures}".rstrip()
 
 
-# Each family's recipe module, by family name: imported on first use (they import torch).
-RECIPE_MODULES = {"text_embedding": "export.text_embedding",
-                  "image_classification": "export.image_classification"}
-
-
 def recipe_for(fam: Family, source: str, threads: int,
                repository: Path | None = None) -> ExportRecipe:
     """The family's export recipe for a source (folder, distribution or parts:...)."""
-    if fam.name not in RECIPE_MODULES:
-        raise ExportRequestError(f"no export recipe for the {fam.name} family; "
-                                 f"export/pipeline.py RECIPE_MODULES has "
-                                 f"{sorted(RECIPE_MODULES)}")
-    module = cast(RecipeModule, importlib.import_module(RECIPE_MODULES[fam.name]))
-    return module.recipe(resolve(source, repository), threads)
+    return recipe_module(fam).recipe(resolve(source, repository), threads)
 
 
 def publish(recipe: ExportRecipe, model_dir: Path, fmt: str, fingerprint: str,

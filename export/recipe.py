@@ -1,21 +1,26 @@
 """What a family's export recipe is: the one interface export, `tmr add` and the release
 gate use, whatever the family (text_embedding.py and image_classification.py implement it).
 
-export/pipeline.py names each family's recipe module (`RECIPE_MODULES`); its `recipe(folder,
-threads)` returns an `ExportRecipe`. Nothing outside the recipe module probes it for
-optional methods or looks its family's metric up in a table: every member below is part
+`RECIPE_MODULES` names each family's recipe module (the export layer knows its families;
+core never names a module above it). Its `recipe(folder, threads)` returns an
+`ExportRecipe`, and its `warmup_files(repository, model)` makes the model's warmup data
+(export/warmup.py writes it). Nothing outside the recipe module probes it for optional
+methods or looks its family's metric or warmup up in a table: every member below is part
 of the interface, the quality judge included.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 from core.families import Family
+from core.families.catalog import FamilyModel
+from export.errors import ExportRequestError
 from export.quality import Judgement
 from export.signature import Signature
 
@@ -76,3 +81,22 @@ class RecipeModule(Protocol):
     """A family's recipe module."""
 
     def recipe(self, folder: Path, threads: int = 2) -> ExportRecipe: ...
+
+    def warmup_files(self, repository: Path, model: FamilyModel) -> dict[str, bytes]:
+        """The model's warmup data by file name (core/families/warmup.py names them): a
+        real input of its clients for the front, and what the front makes of it for the
+        encoders; read from the front's exported files (its tokenizer, its config)."""
+        ...
+
+
+# Each family's recipe module, by family name: imported on first use (they import torch).
+RECIPE_MODULES = {"text_embedding": "export.text_embedding",
+                  "image_classification": "export.image_classification"}
+
+
+def recipe_module(fam: Family) -> RecipeModule:
+    """The family's recipe module, or ExportRequestError naming the families that have one."""
+    if fam.name not in RECIPE_MODULES:
+        raise ExportRequestError(f"no export recipe for the {fam.name} family; "
+                                 f"export/recipe.py RECIPE_MODULES has {sorted(RECIPE_MODULES)}")
+    return cast(RecipeModule, importlib.import_module(RECIPE_MODULES[fam.name]))

@@ -52,9 +52,9 @@ class Signature:
 
 
 def signature(family: Family, dimension: int, input_shape: tuple[int, ...] = ()) -> Signature:
-    """The family's encoder contract for a model of `dimension` (and, for images, of
-    `input_shape`), with the batch axis first."""
-    sizes = sizes_of(dimension, input_shape)
+    """The family's encoder contract for a model of `dimension` (and of `input_shape`,
+    sizing Family.input_dims: an image's), with the batch axis first."""
+    sizes = sizes_of(dimension, input_shape, family.input_dims)
 
     def spec(name: str, data_type: str, dims: tuple, axis: str) -> TensorSpec:
         shape = tuple(sizes[d] if isinstance(d, str) else

@@ -1,11 +1,8 @@
 """Export recipe of the text-embedding family: any sentence-transformers model folder.
 
-What the model is comes from its folder, never from code: the architecture and hidden
-size from `config.json`, the pooling (mean, CLS or max) from `1_Pooling/config.json`, the
-normalisation from a Normalize module in `modules.json`, the maximum length from
-`sentence_bert_config.json`, the padding token from `tokenizer.json`. The encoder graph
-is the transformer with that pooling and normalisation, so every served format returns
-the sentence embedding itself.
+What the model is comes from its folder, never from code (export/text_source.py reads
+it). The encoder graph is the transformer with the folder's pooling and normalisation, so
+every served format returns the sentence embedding itself.
 
 Formats: ONNX FP32 and TorchScript, each within PARITY_MAX_ABS_DIFF of eager PyTorch on
 parity batches; ONNX INT8 by dynamic quantization, the first variant whose cosines
@@ -17,11 +14,10 @@ provenance.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -34,7 +30,8 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from core.families import TEXT_EMBEDDING
-from core.settings import NO_PROMPTS, Prompts
+from core.families.catalog import FamilyModel
+from core.families.warmup import serialized
 from core.versions import sha256_file
 from export import onnx_fp32, openvino_format, quantize, sensitivity, torchscript
 from export.corpus import build_corpus, corpus_sha256, parity_batches
@@ -44,8 +41,10 @@ from export.parity import check_fidelity, check_max_abs_diff, fidelity, max_abs_
 from export.quality import Judgement, cosine_quality
 from export.quiet import quiet_export
 from export.signature import signature
+from export.text_source import ModelFacts, read_facts
 from export.timing import median_ms
-from runtime.runners import Runner, onnx_runner, torchscript_runner
+from export.warmup import client_inputs, front_artifact
+from runtime.runners import Runner, onnx_runner
 
 log = logging.getLogger(__name__)
 progress_log = logging.getLogger("export.progress")  # shown without -v (cli/export.py)
@@ -56,114 +55,6 @@ FIDELITY_STRIDE = 4  # every 4th corpus text (about 1,000) judges INT8 against F
 SENSITIVITY_TEXTS = 32  # spread over the lengths; each MatMul's scan runs them once
 SPEED_BATCH = 8
 GUIDED_BUDGET_SHARE = 0.5  # of the gate's mean-cosine margin, for the scan's summed losses
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
-                 "pooling_mode_max_tokens": "max"}
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What a sentence-transformers folder says about its model."""
-
-    folder: Path
-    weights: Path
-    architecture: str
-    dimension: int
-    max_tokens: int
-    pooling: str
-    normalize: bool
-    pad_id: int
-    # sentence-transformers' named prompts and default (config_sentence_transformers.json)
-    prompts: Prompts = NO_PROMPTS
-    default_prompt_name: str = ""
-    matryoshka_dims: tuple[int, ...] = ()  # sizes it was trained to be cut to, if it says
-
-    @property
-    def front_parameters(self) -> dict[str, str]:
-        """The front config's values of this model; prompts and Matryoshka sizes only where
-        the model has them (a model without them has none)."""
-        values = {"max_tokens": str(self.max_tokens), "normalize": str(self.normalize).lower()}
-        if self.prompts.items:
-            values["prompts"] = str(self.prompts)
-        if self.default_prompt_name:
-            values["default_prompt_name"] = self.default_prompt_name
-        if self.matryoshka_dims:
-            values["matryoshka_dims"] = ",".join(map(str, self.matryoshka_dims))
-        return values
-
-    @property
-    def input_shape(self) -> tuple[int, ...]:
-        return ()  # a text model's input is token ids of any length
-
-    def settings(self) -> dict[str, Any]:
-        return {"architecture": self.architecture, "pooling": self.pooling,
-                "normalize": self.normalize, "max_tokens": self.max_tokens}
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ExportCheckError(f"reading {path.name}", str(err), "a readable JSON file") from None
-
-
-def read_facts(folder: Path) -> ModelFacts:
-    """The model facts of a sentence-transformers folder; ExportCheckError names what is
-    missing or unusable."""
-    weights = next((folder / f for f in WEIGHT_FILES if (folder / f).is_file()), None)
-    for required, present in (("config.json", (folder / "config.json").is_file()),
-                              ("tokenizer.json", (folder / "tokenizer.json").is_file()),
-                              (" or ".join(WEIGHT_FILES), weights is not None)):
-        if not present:
-            raise ExportCheckError(f"source folder {folder}", f"no {required}",
-                                   "a sentence-transformers model folder")
-    config = read_json(folder / "config.json")
-    pooling_file = next(iter(sorted(folder.glob("*Pooling/config.json"))), None)
-    pooling = read_json(pooling_file) if pooling_file else {"pooling_mode_mean_tokens": True}
-    modes = [mode for key, mode in POOLING_MODES.items() if pooling.get(key)]
-    if len(modes) != 1:
-        raise ExportCheckError("pooling", pooling, "exactly one of mean, CLS or max tokens")
-    modules = read_json(folder / "modules.json") if (folder / "modules.json").is_file() else []
-    bert = (read_json(folder / "sentence_bert_config.json")
-            if (folder / "sentence_bert_config.json").is_file() else {})
-    tokenizer = read_json(folder / "tokenizer.json")
-    st = (read_json(folder / "config_sentence_transformers.json")
-          if (folder / "config_sentence_transformers.json").is_file() else {})
-    prompts, default_prompt = read_prompts(st)
-    dimension = int(pooling.get("word_embedding_dimension") or config["hidden_size"])
-    return ModelFacts(
-        folder=folder, weights=weights,
-        architecture=(config.get("architectures") or [config.get("model_type", "?")])[0],
-        dimension=dimension,
-        max_tokens=int(bert.get("max_seq_length") or config["max_position_embeddings"] - 2),
-        pooling=modes[0],
-        normalize=any(str(m.get("type", "")).endswith("Normalize") for m in modules),
-        pad_id=int((tokenizer.get("padding") or {}).get("pad_id", config.get("pad_token_id", 0)
-                                                            or 0)),
-        prompts=prompts, default_prompt_name=default_prompt,
-        matryoshka_dims=matryoshka_of(st, dimension))
-
-
-def read_prompts(st: dict[str, Any]) -> tuple[Prompts, str]:
-    """The named prompts and the default one of config_sentence_transformers.json."""
-    try:
-        prompts = Prompts.parse(json.dumps(st.get("prompts") or {}))
-    except ValueError as err:
-        raise ExportCheckError("prompts", str(err), "an object of name -> text") from None
-    default = st.get("default_prompt_name") or ""
-    if default and prompts.get(default) is None:
-        raise ExportCheckError("default_prompt_name", default,
-                               f"one of its prompts ({', '.join(prompts.names) or 'none'})")
-    return prompts, default
-
-
-def matryoshka_of(st: dict[str, Any], dimension: int) -> tuple[int, ...]:
-    """The smaller sizes a folder declares its embeddings trained for (`matryoshka_dims`
-    in config_sentence_transformers.json, where a model states it); none otherwise."""
-    sizes = st.get("matryoshka_dims") or st.get("matryoshka_dimensions") or []
-    return tuple(sorted({int(s) for s in sizes if 0 < int(s) < dimension}, reverse=True))
-
-
 class SentenceEmbedder(nn.Module):
     """Transformer + pooling (+ L2 normalisation): (input_ids, attention_mask) -> [B, D].
 
@@ -309,17 +200,15 @@ class TextEmbeddingRecipe(FormatBuilders):
     def _onnx(self, work: Path, artifact: str) -> tuple[dict, dict]:
         path = work / artifact
         self._export_onnx(path)
-        diffs = self.check_parity(onnx_runner(path, self.threads), "onnx")
-        return ({"parity_max_abs_diff": diffs, "thresholds": {"max_abs_diff": PARITY_MAX_ABS_DIFF}},
-                {"max_abs_diff": f"{max(diffs.values()):.2e}"})
+        return self._fp32_figures(self.check_parity(onnx_runner(path, self.threads), "onnx"))
 
     def _torchscript(self, work: Path, artifact: str) -> tuple[dict, dict]:
-        path = work / artifact
-        torchscript.export_torchscript(self.embedder, path, self.sample)
-        torchscript.load_torchscript(path, self.contract)
-        run = torchscript_runner(path, self.threads, self.contract.input_names,
-                                 self.contract.output_names)
-        diffs = self.check_parity(run, "torchscript")
+        run = torchscript.traced_runner(self.embedder, work / artifact, self.sample,
+                                        self.contract, self.threads)
+        return self._fp32_figures(self.check_parity(run, "torchscript"))
+
+    @staticmethod
+    def _fp32_figures(diffs: dict[str, float]) -> tuple[dict, dict]:
         return ({"parity_max_abs_diff": diffs, "thresholds": {"max_abs_diff": PARITY_MAX_ABS_DIFF}},
                 {"max_abs_diff": f"{max(diffs.values()):.2e}"})
 
@@ -427,3 +316,31 @@ def _scan_progress(done: int, total: int) -> None:
 
 def recipe(folder: Path, threads: int = 2) -> TextEmbeddingRecipe:
     return TextEmbeddingRecipe(folder, threads)
+
+
+# -- warmup data (export/warmup.py writes it) ---------------------------------------
+def warmup_feeds(repository: Path, model: FamilyModel, texts: list[str],
+                 length: int = 0) -> dict[str, np.ndarray]:
+    """The encoder's inputs for `texts` as the front tokenizes them: token ids and mask,
+    padded with the tokenizer's pad id to the longest text, or to `length`."""
+    from runtime.tokenization import TextEncoder, pad_batch
+
+    tokenizer = TextEncoder(front_artifact(repository, model.front))
+    ids, mask = pad_batch(tokenizer.token_ids(texts), tokenizer.pad_id)
+    extra = ((0, 0), (0, max(length - ids.shape[1], 0)))
+    ids, mask = np.pad(ids, extra, constant_values=tokenizer.pad_id), np.pad(mask, extra)
+    return dict(zip((t.name for t in model.family.contract.encoder_inputs), (ids, mask)))
+
+
+def warmup_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
+    """TEXT (the longest client text within the warmup length), and its token ids and
+    mask padded to that length."""
+    from runtime.tokenization import TextEncoder
+
+    length = model.family.serving.warmup.tokens
+    texts = client_inputs(model)
+    counts = map(len, TextEncoder(front_artifact(repository, model.front)).token_ids(texts))
+    _, text = max((n, t) for n, t in zip(counts, texts) if n <= length)
+    feeds = warmup_feeds(repository, model, [text], length)
+    return {model.family.contract.front_inputs[0].name: serialized([text.encode()]),
+            **{name: array[0].astype("<i8").tobytes() for name, array in feeds.items()}}

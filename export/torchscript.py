@@ -8,6 +8,7 @@ import torch
 
 from export.quiet import quiet_export
 from export.signature import Signature, check_forward_arguments
+from runtime.runners import Runner, torchscript_runner
 
 
 def export_torchscript(model: torch.nn.Module, path: Path,
@@ -23,6 +24,15 @@ def load_torchscript(path: Path, contract: Signature) -> torch.jit.ScriptModule:
     module = torch.jit.load(str(path), map_location="cpu").eval()
     check_forward_arguments([arg.name for arg in module.forward.schema.arguments], contract)
     return module
+
+
+def traced_runner(model: torch.nn.Module, path: Path, sample: tuple[torch.Tensor, ...],
+                  contract: Signature, threads: int) -> Runner:
+    """The model traced to `path`, loaded back with its arguments checked against the
+    contract, and a runner of the saved file (what the format's parity is measured on)."""
+    export_torchscript(model, path, sample)
+    load_torchscript(path, contract)
+    return torchscript_runner(path, threads, contract.input_names, contract.output_names)
 
 
 def export_settings() -> dict[str, object]:

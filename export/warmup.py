@@ -3,11 +3,12 @@
     python -m export.warmup [--repository DIR] [--configs]
 
 A front's sample is a real input of its clients, from the perf inputs (perf/inputs/: the
-model's own `<front>.json`, else its family's file): for text, the text whose token count
-comes closest to the family's warmup length without passing it; for images, the first
-image, as its raw bytes. Its encoders' samples are what the front makes of that input:
-the text's token ids from the front's own tokenizer, padded to the warmup length with the
-tokenizer's pad id (mask 0), or the image preprocessed by the front's own code
+model's own `<front>.json`, else its family's file), and its encoders' samples are what
+the front makes of that input. The family's recipe module makes them (`warmup_files`,
+export/recipe.py): for text, the text whose token count comes closest to the family's
+warmup length without passing it, and its token ids from the front's own tokenizer,
+padded to the warmup length with the tokenizer's pad id (mask 0); for images, the first
+image as its raw bytes, and its pixels as the front's own code preprocesses them
 (runtime/images.py). The files go into the front's `warmup/` folder; each encoder's
 `warmup/` is a relative link to it, so the repository holds one copy per model (an
 EfficientNet-Lite0 pixel tensor is 588 KiB).
@@ -21,16 +22,12 @@ re-renders every family config of the repository through core/families/configs.p
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from core import versions
-from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
 from core.families.catalog import FamilyModel, catalog
 from core.families.configs import (
     encoder_spec,
@@ -39,10 +36,11 @@ from core.families.configs import (
     write_encoder,
     write_front,
 )
-from core.families.warmup import WARMUP_FOLDER, data_files, serialized
+from core.families.warmup import WARMUP_FOLDER, data_files
 from core.files import write_atomically
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from export.errors import ExportError
+from export.recipe import recipe_module
 
 CLIENT_INPUTS = PROJECT_ROOT / "perf" / "inputs"  # what clients send, as perf_analyzer data
 
@@ -60,52 +58,6 @@ def front_artifact(repository: Path, front: str) -> Path:
     folder = repository / front
     filename = versions.read_config(folder).default_model_filename
     return folder / str(versions.served_version(folder)) / filename
-
-
-def text_feeds(repository: Path, model: FamilyModel, texts: list[str],
-               length: int = 0) -> dict[str, np.ndarray]:
-    """The encoder's inputs for `texts` as the front tokenizes them: token ids and mask,
-    padded with the tokenizer's pad id to the longest text, or to `length`."""
-    from runtime.tokenization import TextEncoder, pad_batch
-
-    tokenizer = TextEncoder(front_artifact(repository, model.front))
-    ids, mask = pad_batch(tokenizer.token_ids(texts), tokenizer.pad_id)
-    extra = ((0, 0), (0, max(length - ids.shape[1], 0)))
-    ids, mask = np.pad(ids, extra, constant_values=tokenizer.pad_id), np.pad(mask, extra)
-    return dict(zip((t.name for t in model.family.contract.encoder_inputs), (ids, mask)))
-
-
-def image_feeds(repository: Path, model: FamilyModel, image: bytes) -> dict[str, np.ndarray]:
-    """The encoder's input for one encoded image as the front preprocesses it."""
-    from runtime.images import ImageBatchBuffer, ImageSpec
-
-    config = versions.read_config_json(repository / model.front)
-    pixels = ImageBatchBuffer(ImageSpec.from_config(config), 1).fill([image])
-    return {model.family.contract.encoder_inputs[0].name: pixels.copy()}
-
-
-def text_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
-    """TEXT, and its token ids and mask padded to the family's warmup length."""
-    from runtime.tokenization import TextEncoder
-
-    length = model.family.serving.warmup.tokens
-    texts = client_inputs(model)
-    counts = map(len, TextEncoder(front_artifact(repository, model.front)).token_ids(texts))
-    _, text = max((n, t) for n, t in zip(counts, texts) if n <= length)
-    feeds = text_feeds(repository, model, [text], length)
-    return {model.family.contract.front_inputs[0].name: serialized([text.encode()]),
-            **{name: array[0].astype("<i8").tobytes() for name, array in feeds.items()}}
-
-
-def image_files(repository: Path, model: FamilyModel) -> dict[str, bytes]:
-    """IMAGE (a client's encoded image) and its pixels as the front preprocesses them."""
-    image = base64.b64decode(client_inputs(model)[0])
-    feeds = image_feeds(repository, model, image)
-    return {model.family.contract.front_inputs[0].name: serialized([image]),
-            **{name: array[0].astype("<f4").tobytes() for name, array in feeds.items()}}
-
-
-MAKERS = {TEXT_EMBEDDING.name: text_files, IMAGE_CLASSIFICATION.name: image_files}
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:
@@ -145,7 +97,7 @@ def write_warmup(repository: Path, model: FamilyModel) -> list[Path]:
     paths that changed. Needs the front's exported files (its tokenizer)."""
     if not model.front:
         raise ExportError(f"{model.base} has no front model to take a real input from")
-    files = MAKERS[model.family.name](repository, model)
+    files = recipe_module(model.family).warmup_files(repository, model)
     folder = repository / model.front / WARMUP_FOLDER
     changed = [folder / name for name, data in sorted(files.items())
                if write_if_changed(folder / name, data)]

@@ -19,7 +19,7 @@ from google.protobuf import json_format, text_format
 
 from core.families import Family, Tensor, family, warmup
 from core.families.lanes import LINKED, lane_config, lane_header, lane_name
-from core.families.spec import DIM, IMAGE_DIMS, PRECISION_PARAMETER
+from core.families.spec import DIM, PRECISION_PARAMETER
 from core.files import write_atomically
 from core.hardware import BF16, FP32
 from core.host_profile import Layout
@@ -46,7 +46,7 @@ class EncoderSpec:
     format: str
     dimension: int
     source: str  # what `tmr export` reads (a folder, a package, parts of one)
-    input_shape: tuple[int, ...] = ()  # an image model's (channels, height, width)
+    input_shape: tuple[int, ...] = ()  # sizes of Family.input_dims (an image's C, H, W)
     version: int | None = 1  # the served version (version_policy), None: latest
     instances: int = 1  # CPU instances, each with `threads` intra-op threads (0: every core)
     threads: int = ENCODER_THREADS
@@ -62,7 +62,7 @@ class EncoderSpec:
 
     @property
     def sizes(self) -> dict[str, int]:
-        return sizes_of(self.dimension, self.input_shape)
+        return sizes_of(self.dimension, self.input_shape, family(self.family).input_dims)
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,11 @@ class FrontSpec:
     primary: str | None = None  # the format it calls normally; None: the family's
 
 
-def sizes_of(dimension: int, input_shape: tuple[int, ...] = ()) -> dict[str, int]:
-    """The model's own sizes by name (spec.DIM, spec.IMAGE_DIMS) for resolving dims."""
-    return {DIM: dimension, **dict(zip(IMAGE_DIMS, input_shape))}
+def sizes_of(dimension: int, input_shape: tuple[int, ...] = (),
+             input_dims: tuple[str, ...] = ()) -> dict[str, int]:
+    """The model's own sizes by name for resolving dims: spec.DIM, and its input's
+    (`input_dims`, its family's Family.input_dims, sized by `input_shape`)."""
+    return {DIM: dimension, **dict(zip(input_dims, input_shape, strict=True))}
 
 
 def tensors(specs: tuple[Tensor, ...], sizes: dict[str, int], suffix: str = "") -> list[dict]:
@@ -175,7 +177,7 @@ def encoder_spec(config: mc.ModelConfig) -> EncoderSpec:
     gate = {k: v for k, v in p.items() if k.startswith("gate_") and fmt.gate.get(k) != v}
     cpu = [g.count for g in config.instance_group if g.kind == mc.ModelInstanceGroup.KIND_CPU]
     policy = config.version_policy
-    named = [i for i, d in enumerate(fam.contract.encoder_inputs[0].dims) if d in IMAGE_DIMS]
+    named = [i for i, d in enumerate(fam.contract.encoder_inputs[0].dims) if d in fam.input_dims]
     spec = EncoderSpec(
         family=fam.name, base=config.name.removesuffix(suffix), format=fmt.name,
         dimension=int(config.output[0].dims[-1]), source=p["source"],

@@ -40,6 +40,8 @@ from core.settings import DynamicBatching, OpenVinoSettings, ParameterSettings
 
 DIM = "dim"  # a tensor dimension that is the model's own (its embedding size, its classes)
 IMAGE_DIMS = ("channels", "height", "width")  # an image model's input, its own too
+# Any other name in an encoder input's dims is also the model's own size: a family names
+# its input's sizes as it likes (Family.input_dims), and a model's input_shape gives them.
 
 
 class AgreementGates(NamedTuple):
@@ -189,6 +191,14 @@ class Family:
     serving: ServingDefaults
     probes: Probes
     rollout: AgreementHooks
+
+    @property
+    def input_dims(self) -> tuple[str, ...]:
+        """The named sizes of the encoder's first input that a model gives (its
+        `input_shape`, in this order): an image's channels, height and width; none for
+        text, whose inputs are only dynamic."""
+        return tuple(d for d in self.contract.encoder_inputs[0].dims
+                     if isinstance(d, str) and d != DIM)
 
     def format(self, name: str) -> Format:
         for fmt in self.formats:

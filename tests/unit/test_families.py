@@ -24,7 +24,7 @@ from core.families.configs import (
 from core.families.lanes import lane_name
 from core.versions import read_config
 from export.sources import SourceError, expand, join_pieces, model_folder, resolve
-from export.text_embedding import read_facts
+from export.text_source import read_facts
 from tests.conftest import MINILM_SOURCE, REPOSITORY
 
 
@@ -153,7 +153,7 @@ def test_the_repository_names_each_familys_default_front_in_that_fronts_config()
 def test_every_family_has_an_export_recipe_module_on_disk() -> None:
     from core.families import FAMILIES
     from core.paths import PROJECT_ROOT
-    from export.pipeline import RECIPE_MODULES
+    from export.recipe import RECIPE_MODULES
 
     assert set(RECIPE_MODULES) == set(FAMILIES)
     for module in RECIPE_MODULES.values():

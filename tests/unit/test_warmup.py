@@ -26,7 +26,10 @@ from core.families.warmup import (
 )
 from core.paths import DEFAULT_REPOSITORY as REPO
 from core.versions import read_config
+from export import image_classification as image_recipe
+from export import text_embedding as text_recipe
 from export import warmup as export_warmup
+from export.recipe import recipe_module
 from python_backends.pb import Log
 from python_backends.warmup import WarmupRuns, listening_inodes, server_started, socket_inodes
 
@@ -120,7 +123,7 @@ def test_the_encoders_warmup_folders_link_to_the_fronts(model):
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.base)
 def test_the_checked_in_data_is_what_export_makes_from_the_real_inputs(model):
-    made = export_warmup.MAKERS[model.family.name](REPO, model)
+    made = recipe_module(model.family).warmup_files(REPO, model)
     folder = REPO / model.front / WARMUP_FOLDER
     assert {p.name for p in folder.iterdir()} == set(made)
     for name, data in made.items():
@@ -135,7 +138,7 @@ def test_the_text_sample_is_a_real_text_with_its_real_token_ids():
     assert text in export_warmup.client_inputs(model)
     ids = np.frombuffer((folder / "input_ids").read_bytes(), "<i8")
     mask = np.frombuffer((folder / "attention_mask").read_bytes(), "<i8")
-    real = export_warmup.text_feeds(REPO, model, [text])["input_ids"][0]
+    real = text_recipe.warmup_feeds(REPO, model, [text])["input_ids"][0]
     assert mask.sum() == len(real) and (ids[:len(real)] == real).all()
     assert len(real) > TEXT_EMBEDDING.serving.warmup.tokens // 2, "not a typical text"
 
@@ -148,7 +151,7 @@ def test_the_image_sample_is_a_real_image_and_its_preprocessed_pixels(tmp_path: 
     with Image.open(tmp_path / "sample") as opened:
         assert min(opened.size) >= 28
     pixels = np.frombuffer((folder / "pixel_values").read_bytes(), "<f4")
-    expected = export_warmup.image_feeds(REPO, model, image)["pixel_values"]
+    expected = image_recipe.warmup_feeds(REPO, model, image)["pixel_values"]
     assert np.array_equal(pixels, expected.reshape(-1)) and pixels.std() > 0
 
 
