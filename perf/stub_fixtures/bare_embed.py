@@ -8,6 +8,8 @@ second session that a batch takes when no other instance is running one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,14 +17,14 @@ import numpy as np
 from core.params import IDLE_THREADS_PARAMETER, ORT_THREADS_PARAMETER, parameter, positive_int
 from core.settings import ENCODER_THREADS, BackendSettings
 from python_backends.busy_peers import BusyPeers, IdleAwareRunner, peers_folder
+from python_backends.channels import Channel
 from python_backends.embed import EmbedModel
-from python_backends.front import Encoder
 from runtime.errors import ModelError
 from runtime.runners import onnx_runner
 
 
 class BareEmbedModel(EmbedModel):
-    """EmbedModel whose encoder call is an in-process onnxruntime session, not BLS."""
+    """EmbedModel whose encoder channel is an in-process onnxruntime session, not BLS."""
 
     idle_aware: IdleAwareRunner | None = None
 
@@ -46,9 +48,14 @@ class BareEmbedModel(EmbedModel):
             self.idle_aware.close()
         super().finalize()
 
-    def call_encoder(self, encoder: Encoder, feeds: dict[str, np.ndarray],
-                     version: int = -1) -> np.ndarray:
-        """The in-process session, whatever version the router pinned (a fixture has one)."""
+    def _channels(self) -> dict[str, Channel]:
+        """Every encoder's channel is the in-process session, whatever version the router
+        pinned (a fixture has one); read when called, as setup makes it after the router's."""
+        return {encoder.name: partial(self._in_process, encoder.output)
+                for encoder in self.encoders.values()}
+
+    def _in_process(self, output: str, feeds: Mapping[str, np.ndarray],
+                    version: int = -1) -> np.ndarray:
         if self.idle_aware is None:
-            return self.session(feeds)[encoder.output]
-        return self.idle_aware(feeds)[0][encoder.output]
+            return self.session(dict(feeds))[output]
+        return self.idle_aware(dict(feeds))[0][output]
