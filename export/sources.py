@@ -73,16 +73,14 @@ def stored(source: str, repository: Path) -> str:
 
 def model_folder(root: Path, source: str) -> Path:
     """The folder under `root` that holds config.json (a transformer's) or source.py (an
-    image model's), the shallowest one."""
+    image model's), the shallowest one (a zip unpacks into a folder of its own); else
+    `root` itself, which the family's recipe then validates, naming what it lacks (any
+    family's folder is taken: these two names only find a folder one level down)."""
     if any((root / name).is_file() for name in MODEL_FILES):
         return root
     found = sorted((p for name in MODEL_FILES for p in root.rglob(name)),
                    key=lambda p: (len(p.parts), str(p)))
-    if not found:
-        raise SourceError(f"{source}: no {' or '.join(MODEL_FILES)} under {root}; a model "
-                          "folder holds config.json beside its weights and tokenizer, or "
-                          "an image model's source.py")
-    return found[0].parent
+    return found[0].parent if found else root
 
 
 def installed(name: str) -> Path:

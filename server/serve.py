@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -122,22 +122,30 @@ def tmr_command() -> str:
         return str(script)
 
 
-def loaded_models(server: TritonServer) -> str:
+def loaded_models(server: TritonServer) -> tuple[str, list[str]]:
     """The models the server loaded, and those it left to load on demand, from its
-    repository index (the operator client)."""
+    repository index (the operator client); and the loaded ones' names."""
     try:
         with AdminClient(server.http_url) as admin:
             ready, waiting = admin.ready_models(), admin.idle_models()
     except TritonClientError as err:
-        return f"its repository index is unavailable: {err}"
+        return f"its repository index is unavailable: {err}", []
     text = f"{len(ready)} ready: {', '.join(ready)}"
     if waiting:
         text += (f"\n  on demand   {', '.join(waiting)}  (`tmr promote` or the load API "
                  "loads one; `tmr serve --load-all` loads every model at start)")
-    return text
+    return text, ready
 
 
-def banner(server: TritonServer, models: str) -> str:
+def banner(server: TritonServer, models: str, ready: Sequence[str] = ()) -> str:
+    """What serves where; the `embed` examples only where the SDK's default front is ready
+    (a server of other families alone gets its own example call below)."""
+    examples = [
+        "Try it:",
+        f"  {tmr_command()} embed --url {server.http_url} 'Triton serves sentence embeddings.'",
+        f"  curl -s http://{server.http_url}/v2/models/{DEFAULT_MODEL}/infer -d "
+        f"'{TEXT_BODY}' | head -c 200",
+    ] if DEFAULT_MODEL in ready else []
     return "\n".join([
         "Triton 2.51.0 is serving the CPU model repository",
         f"  repository  {server.opts.repository}",
@@ -146,10 +154,7 @@ def banner(server: TritonServer, models: str) -> str:
         f"  gRPC        {server.grpc_url}",
         f"  metrics     {server.metrics_url}",
         f"  log         {server.log_path}",
-        "Try it:",
-        f"  {tmr_command()} embed --url {server.http_url} 'Triton serves sentence embeddings.'",
-        f"  curl -s http://{server.http_url}/v2/models/{DEFAULT_MODEL}/infer -d "
-        f"'{TEXT_BODY}' | head -c 200",
+        *examples,
         "Ctrl-C or SIGTERM stops it.",
     ])
 
@@ -338,7 +343,7 @@ def serve_one(args: ServeOptions, opts: ServerOptions, say: Say) -> None:
     try:
         server.start()
         server.wait_ready()
-        say(banner(server, loaded_models(server)))
+        say(banner(server, *loaded_models(server)))
         front_door = start_front_door(server, args, say)
     except (ServerStartError, FrontDoorError):
         server.stop()
