@@ -45,9 +45,12 @@ def sdk_path() -> Path:
     """A folder holding the SDK under its import name (`tmr_client` -> client/).
 
     The venv finds the SDK through its editable install's `.pth` file, but Python reads
-    `.pth` files only in site folders, never in PYTHONPATH entries, and the stub's only
-    route to the venv is PYTHONPATH: without this link `core` (which re-exports the SDK's
-    wire contract) would not import in a stub."""
+    `.pth` files only in site folders, never in PYTHONPATH entries. Seen on 2026-12-06:
+    the 2.51 stub's embedded interpreter ignores PYTHONPATH altogether (its sys.path holds
+    none of these entries); it finds the venv from PATH, and the project and the SDK
+    through the venv's editable installs, so a stub runs the code of the project the venv
+    was installed from (tests/integration/test_third_family.py gives a copy its own venv).
+    The link stays for an interpreter that honours PYTHONPATH."""
     folder = HOME_DIR / "sdk"
     link, target = folder / "tmr_client", PROJECT_ROOT / "client"
     if link.is_symlink() and link.readlink() == target:
