@@ -19,7 +19,7 @@ from tmr_client.auth import API_KEY_HEADER
 from tmr_client.core import DEFAULT_MODEL
 
 from core import cpu_policy
-from core.cpu_policy import UNDECIDED, BulkCpu
+from core.cpu_policy import UNDECIDED
 from core.families.catalog import FamilyModel, catalog, missing_exports
 from core.families.text_embedding import TEXT
 from core.families.warmup import WARMUP_FOLDER, elements
@@ -98,18 +98,32 @@ class ServeOptions:
     bulk_cpu: str | None = None  # --bulk-cpu: idle or nice; None: decided on this host
 
 
-def server_options(args: ServeOptions, bulk_cpu: BulkCpu = UNDECIDED) -> ServerOptions:
+def server_options(args: ServeOptions, say: Say | None = None) -> ServerOptions:
+    """The server's options from `tmr serve`'s. With `say`, decided as `tmr serve` does,
+    each decision said: the configs it serves (the host profile where it fits, else the
+    reviewed ones: server/profile.py) and where its bulk work yields the CPU
+    (core/cpu_policy.py). Without, the configs asked for (else the reviewed ones) and no
+    bulk decision, as a test or a script starts a server."""
+    variant, bulk = args.variant or REVIEWED, UNDECIDED
+    if say is not None:
+        from server.profile import select
+
+        variant, profile_line = select(args.repository, args.reviewed, args.variant)
+        say(profile_line)
+        bulk = cpu_policy.decide(variant, None if args.bulk_cpu else cpu_policy.others_share(),
+                                 args.bulk_cpu, args.replicas)
+        say(bulk.line())
     repository = args.repository.resolve()
     return ServerOptions(
         repository=repository,
         ports=Ports(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port),
         control_mode=args.control_mode,
-        variant=args.variant or REVIEWED,
+        variant=variant,
         log_verbose=args.log_verbose,
         extra=tuple(args.extra),
         load_models=ALL_MODELS if args.load_all else tuple(
-            startup_models(repository, args.variant or REVIEWED, wanted=args.models)),
-        bulk_cpu=bulk_cpu,
+            startup_models(repository, variant, wanted=args.models)),
+        bulk_cpu=bulk,
     )
 
 
@@ -297,32 +311,26 @@ def start_traces(args: ServeOptions, say: Say) -> TraceBackend | None:
         return None
     backend = TraceBackend(HOME_DIR / "traces", port=args.trace_port)
     backend.start()
-    say(f"  traces      {backend.url}  (Phoenix: 1 request in {args.trace_rate}, and every "
-        f"request with a traceparent; OTLP {backend.otlp_url})")
+    say(f"traces go to Phoenix at {backend.url}: 1 request in {args.trace_rate}, and every "
+        f"request with a traceparent (OTLP {backend.otlp_url})")
     return backend
 
 
 def serve(args: ServeOptions, say: Say) -> None:
     """Serve in the foreground until SIGINT or SIGTERM; `say` shows each line. Raises the
-    server layer's errors (a stale profile: core's ProfileError) for the CLI to report."""
+    server layer's errors (a stale profile: core's ProfileError) for the CLI to report.
+    Decides at this level first (traces, the options), then goes down to run them."""
     from dataclasses import replace
 
-    from server.profile import select
-
-    variant, profile_line = select(args.repository, args.reviewed, args.variant)
-    say(profile_line)
-    bulk = cpu_policy.decide(variant, None if args.bulk_cpu else cpu_policy.others_share(),
-                             args.bulk_cpu, args.replicas)
-    say(bulk.line())
-    opts = server_options(replace(args, variant=variant), bulk)
-    missing = missing_exports(opts.repository)
-    if missing:
-        raise ExportsMissingError(f"no exported version for {', '.join(missing)}; run `tmr "
-                                  "export NAME` for its model (or `make setup`) first")
     traces = start_traces(args, say)
-    if traces is not None:
-        opts = replace(opts, trace_url=traces.otlp_url, trace_rate=args.trace_rate)
     try:
+        opts = server_options(args, say)
+        if traces is not None:
+            opts = replace(opts, trace_url=traces.otlp_url, trace_rate=args.trace_rate)
+        missing = missing_exports(opts.repository)
+        if missing:
+            raise ExportsMissingError(f"no exported version for {', '.join(missing)}; run "
+                                      "`tmr export NAME` for its model (or `make setup`) first")
         (serve_fleet if args.replicas > 1 else serve_one)(args, opts, say)
     finally:
         if traces is not None:
