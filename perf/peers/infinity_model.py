@@ -23,8 +23,7 @@ from core.paths import DEFAULT_REPOSITORY
 from core.versions import read_config
 from export.quiet import quiet_export
 from export.sources import resolve
-from export.text_embedding import encode, load_embedder, load_tokenizer
-from export.text_source import ModelFacts, read_facts
+from export.text_embedding import ModelFacts, encode, load_embedder, load_tokenizer, read_facts
 from perf.subjects import text_model
 
 OPSET = 17

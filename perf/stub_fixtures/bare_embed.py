@@ -1,16 +1,13 @@
 """`embed_bare`: tokenizer and onnxruntime in ONE Python model (benchmark fixture).
 
-The baseline the full pipeline is measured against: no BLS hop, no second stub. Its
-sessions are set up as the served onnxruntime encoders' are (python_backends/tensor_model.py):
-`intra_op_thread_count` threads each, and with `idle_intra_op_thread_count` above that, a
-second session that a batch takes when no other instance is running one.
+The baseline the full pipeline is measured against: no BLS hop, no second stub. Its sessions
+are the served onnxruntime encoders' (python_backends/tensor_model.py): `intra_op_thread_count`
+threads, and a second for a lone batch where `idle_intra_op_thread_count` is more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import partial
-from typing import Any
 
 import numpy as np
 
@@ -36,7 +33,7 @@ class BareEmbedModel(EmbedModel):
         path = parameter(self.config, "onnx_path", "", str)
         if not path:
             raise ModelError("embed_bare needs the parameter onnx_path")
-        self.session: Any = onnx_runner(path, threads, spinning=spinning)
+        self.session = onnx_runner(path, threads, spinning=spinning)
         if idle > threads:
             self.idle_aware = IdleAwareRunner(
                 self.session, onnx_runner(path, idle, spinning=False),
@@ -49,13 +46,9 @@ class BareEmbedModel(EmbedModel):
         super().finalize()
 
     def _channels(self) -> dict[str, Channel]:
-        """Every encoder's channel is the in-process session, whatever version the router
-        pinned (a fixture has one); read when called, as setup makes it after the router's."""
-        return {encoder.name: partial(self._in_process, encoder.output)
-                for encoder in self.encoders.values()}
+        """The in-process session for every encoder and version (a fixture has one)."""
+        return {e.name: partial(self._in_process, e.output) for e in self.encoders.values()}
 
-    def _in_process(self, output: str, feeds: Mapping[str, np.ndarray],
-                    version: int = -1) -> np.ndarray:
-        if self.idle_aware is None:
-            return self.session(dict(feeds))[output]
-        return self.idle_aware(dict(feeds))[0][output]
+    def _in_process(self, output: str, feeds: dict, version: int = -1) -> np.ndarray:
+        run = self.idle_aware
+        return (self.session(feeds) if run is None else run(feeds)[0])[output]

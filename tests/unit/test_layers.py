@@ -142,3 +142,18 @@ def test_the_sdk_imports_only_its_requirements_and_the_standard_library():
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.add(node.module.split(".")[0])
     assert found - sys.stdlib_module_names - {"tmr_client", "__future__"} <= SDK_THIRD_PARTY
+
+
+MAX_MODULE_LINES = 450  # a module past this is split by concern (issue 47)
+PERF_LINES = 3300  # perf/ keeps subjects, sampling and verdicts; Locust runs every load (#37)
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_no_module_is_over_450_lines_and_perf_keeps_within_its_lines():
+    long = {str(p.relative_to(PROJECT_ROOT)): lines(p) for package in LAYERS
+            for p in sources(package) if lines(p) > MAX_MODULE_LINES}
+    assert long == {}
+    assert sum(lines(p) for p in sources("perf")) <= PERF_LINES
