@@ -81,6 +81,12 @@ def tune_command(opts: TuneOptions) -> int:
 
     if opts.show:
         return show(opts)
+    from server.tune import text_models
+
+    if not text_models(opts.repository):  # not an error: `tmr add` of another family ends here
+        print(f"tmr tune: nothing to time in {opts.repository}: the tuner measures text "
+              "fronts; every model here serves its reviewed configs (docs/families.md)")
+        return 0
     if opts.if_stale:
         fits, why = status(opts.repository)
         if fits:

@@ -126,7 +126,12 @@ def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[hp.Kind]:
 
 
 def check_tunable(repository: Path, models: Sequence[FamilyModel]) -> None:
-    """Refuse what would make the measurement wrong: missing exports, a running rollout."""
+    """Refuse what would make the measurement wrong: missing exports, a running rollout;
+    and a repository with nothing to time (no text front: the other families serve their
+    reviewed configs, docs/families.md)."""
+    if not models:
+        raise hp.ProfileError(f"nothing to time in {repository}: the tuner measures "
+                              f"{TEXT_EMBEDDING.name} fronts, and it has none")
     missing = missing_exports(repository)
     if missing:
         raise hp.ProfileError(f"not exported yet: {', '.join(missing)}; run `make setup`")

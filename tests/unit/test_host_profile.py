@@ -31,7 +31,7 @@ from core.startup import startup_models
 from core.variant import GPU, HOST
 from core.variant import REVIEWED as REVIEWED_CONFIGS
 from core.versions import served_config
-from server.tune import MODES, kinds
+from server.tune import MODES, check_tunable, kinds, text_models
 
 REVIEWED = hp.Layout(1, 0, 2)
 # Zen 4 with avx512_bf16, 2 cores (tmr tune, 2026-12-04): reviewed onnxruntime FP32 against
@@ -408,3 +408,13 @@ def test_a_record_of_an_older_tune_is_unreadable_and_tuned_again(configs: Path) 
         tr.read_record(configs)
     fits, why = profile.status(configs)
     assert not fits and "unreadable" in why  # `tmr tune --if-stale` measures again
+
+
+def test_a_repository_without_a_text_front_has_nothing_to_time(tmp_path: Path) -> None:
+    """The tuner measures text fronts only (docs/families.md): a repository of the other
+    families is refused with why, not a crash inside the measurement."""
+    repo = tmp_path / "repository"
+    shutil.copytree(DEFAULT_REPOSITORY / "digits", repo / "digits", symlinks=True)
+    assert text_models(repo) == []
+    with pytest.raises(hp.ProfileError, match="nothing to time in .*text_embedding fronts"):
+        check_tunable(repo, text_models(repo))
