@@ -416,5 +416,5 @@ def test_a_repository_without_a_text_front_has_nothing_to_time(tmp_path: Path) -
     repo = tmp_path / "repository"
     shutil.copytree(DEFAULT_REPOSITORY / "digits", repo / "digits", symlinks=True)
     assert text_models(repo) == []
-    with pytest.raises(hp.ProfileError, match="nothing to time in .*text_embedding fronts"):
+    with pytest.raises(hp.ProfileError, match=r"nothing to time in .*text_embedding fronts"):
         check_tunable(repo, text_models(repo))
