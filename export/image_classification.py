@@ -50,6 +50,7 @@ from export.image_eval import (
 from export.parity import check_max_abs_diff, max_abs_diff
 from export.quality import Judgement, top1_quality
 from export.signature import signature
+from export.sources import SourceError
 from export.static_int8 import DEFAULT_CONFIG, BatchCalibrationReader, quantize_int8
 from export.warmup import client_inputs
 from runtime.images import ImageSpec
@@ -138,8 +139,8 @@ def load_source(folder: Path) -> ImageSource:
     """The folder's source.py as a module (run: it is the model's own code)."""
     path = folder / SOURCE_FILE
     if not path.is_file():
-        raise ExportCheckError(f"source folder {folder}", f"no {SOURCE_FILE}",
-                               "an image model folder (see export/image_classification.py)")
+        raise SourceError(f"{folder}: no {SOURCE_FILE}; an image model folder holds the "
+                          "model's own source.py (export/image_classification.py says what)")
     spec = importlib.util.spec_from_file_location(f"tmr_source_{folder.name}", path)
     if spec is None or spec.loader is None:  # a file location always has both
         raise ExportCheckError(f"source folder {folder}", f"{SOURCE_FILE} cannot be loaded",

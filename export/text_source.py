@@ -16,6 +16,7 @@ from typing import Any
 
 from core.settings import NO_PROMPTS, Prompts
 from export.errors import ExportCheckError
+from export.sources import SourceError
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 POOLING_MODES = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls",
@@ -76,8 +77,8 @@ def read_facts(folder: Path) -> ModelFacts:
                               ("tokenizer.json", (folder / "tokenizer.json").is_file()),
                               (" or ".join(WEIGHT_FILES), weights is not None)):
         if not present:
-            raise ExportCheckError(f"source folder {folder}", f"no {required}",
-                                   "a sentence-transformers model folder")
+            raise SourceError(f"{folder}: no {required}; a sentence-transformers model "
+                              "folder holds config.json, tokenizer.json and its weights")
     config = read_json(folder / "config.json")
     pooling_file = next(iter(sorted(folder.glob("*Pooling/config.json"))), None)
     pooling = read_json(pooling_file) if pooling_file else {"pooling_mode_mean_tokens": True}

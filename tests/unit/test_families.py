@@ -104,10 +104,13 @@ def test_cls_pooling_without_normalisation_is_read_from_the_folder(tmp_path) -> 
 
 
 def test_a_folder_without_weights_or_tokenizer_is_refused_naming_what_is_missing(tmp_path):
-    from export.errors import ExportCheckError
-
+    """Any family's folder is a source (export/sources.py takes it as it is); the family's
+    recipe refuses it as a bad request, naming the file it lacks."""
+    assert model_folder(tmp_path, "x") == tmp_path
+    with pytest.raises(SourceError, match=r"no config\.json"):
+        read_facts(tmp_path)
     (tmp_path / "config.json").write_text("{}")
-    with pytest.raises(ExportCheckError, match=r"no tokenizer\.json"):
+    with pytest.raises(SourceError, match=r"no tokenizer\.json"):
         read_facts(tmp_path)
 
 

@@ -29,6 +29,7 @@ from export.formats import FormatBuilders
 from export.parity import check_max_abs_diff, max_abs_diff
 from export.quality import Judgement, top1_quality
 from export.signature import signature
+from export.sources import SourceError
 from export.warmup import client_inputs
 from runtime.runners import Runner, onnx_runner
 
@@ -72,8 +73,8 @@ def read_facts(folder: Path) -> TabularFacts:
         return TabularFacts(folder / "weights.pt", int(spec["classes"]),
                             tuple(spec["columns"]), int(spec["hidden"]))
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ExportCheckError(f"source folder {folder}", str(err),
-                               "model.json with columns, hidden and classes") from None
+        raise SourceError(f"{folder}: {err}; a tabular model folder holds model.json "
+                          "(columns, hidden, classes) and weights.pt") from None
 
 
 class TabularRecipe(FormatBuilders):
