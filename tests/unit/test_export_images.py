@@ -20,6 +20,7 @@ from export.image_eval import (
     top1_agreement,
     top1_in_top5,
 )
+from export.sources import SourceError
 from export.static_int8 import CANDIDATES, DEFAULT_CONFIG, BatchCalibrationReader
 from tests.conftest import REPOSITORY
 
@@ -74,7 +75,7 @@ def test_efficientnet_lite0_loads_offline_and_sees_a_cat_in_chelsea(efficientnet
 
 
 def test_a_source_without_what_the_family_needs_is_refused_by_name(tmp_path) -> None:
-    with pytest.raises(ExportCheckError, match=r"no source\.py"):
+    with pytest.raises(SourceError, match=r"no source\.py"):  # a bad request: exit 2
         load_source(tmp_path)
     (tmp_path / "source.py").write_text("IMAGE = {}\ndef labels():\n    return []\n")
     with pytest.raises(ExportCheckError, match="no network, calibration, evaluation"):
