@@ -14,14 +14,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
 from core.paths import PROJECT_ROOT
-from server.goodput import LoadPoint
+from server.goodput import INPUTS, LoadPoint
 
 LOCUST = PROJECT_ROOT / ".peers" / "locust" / "venv" / "bin" / "locust"
 LOCUSTFILE = Path(__file__).with_name("locustfile.py")
 TOTAL = "all"
 FAILED = " failed"  # the locustfile's suffix for a failed request's name
 Stage = tuple[float, float, str]  # seconds, offered requests/s, phase name
+# The families' perf inputs, for the locustfile (Locust's venv has no core).
+FAMILY_INPUTS = {"TMR_TEXT_INPUTS": str(INPUTS / TEXT_EMBEDDING.perf_inputs),
+                 "TMR_IMAGE_INPUTS": str(INPUTS / IMAGE_CLASSIFICATION.perf_inputs)}
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ def locust(out: Path, host: str, users: Sequence[str], *, seconds: float | None 
             "--csv", str(prefix), "--json-file", str(prefix), "--html", f"{prefix}.html",
             "--only-summary", "--loglevel", "WARNING", "--exit-code-on-error", "0",
             "--stop-timeout", "10"]
-    extra = {"TMR_FAILURES_FILE": f"{prefix}_failures.json"}
+    extra = {"TMR_FAILURES_FILE": f"{prefix}_failures.json", **FAMILY_INPUTS}
     if stages:
         extra["TMR_STAGES"] = json.dumps([list(s) for s in stages])
     if not stages:

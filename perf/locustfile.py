@@ -47,7 +47,8 @@ USER_RPS = float(ENV.get("TMR_USER_RPS", "5"))
 HIGH_SHARE = float(ENV.get("TMR_HIGH_SHARE", "0.2"))
 STAGES = json.loads(ENV.get("TMR_STAGES", "[]"))
 WINDOW_S = float(ENV.get("TMR_WINDOW_S", "0"))
-INPUTS = Path(__file__).resolve().parent / "inputs" / "embed.json"
+# The families' perf inputs, from their descriptions (perf/locust_run.py FAMILY_INPUTS)
+INPUTS = Path(ENV["TMR_TEXT_INPUTS"])
 BASE = [d["TEXT"]["content"][0] for d in json.loads(INPUTS.read_text())["data"]]
 NONCE, COUNTER = uuid.uuid4().hex[:8], itertools.count()
 FAILED = " failed"
@@ -141,6 +142,7 @@ class Embedder(FastHttpUser):
     rows, priority = 1, 0
     concurrency, network_timeout = 32, 30.0
     path = PATH
+    wait_time = constant(0)  # back to back, unless a class paces itself
 
     def send(self, rows: int, priority: int) -> None:
         with self.client.post(self.path, json=body(texts(rows), priority), headers=HEADERS,
@@ -168,13 +170,11 @@ class Steady(Embedder):
 class ClosedLoop(Steady):
     """One text a request, no wait, the model's default priority."""
 
-    wait_time = constant(0)
-
 
 def images(model: str) -> list[str]:
-    """The base64 images a model's clients send: perf/inputs/<model>.json, else images.json."""
+    """The base64 images a model's clients send: perf/inputs/<model>.json, else its family's."""
     path = INPUTS.parent / f"{model}.json"
-    path = path if path.exists() else INPUTS.parent / "images.json"
+    path = path if path.exists() else Path(ENV["TMR_IMAGE_INPUTS"])
     return [d["IMAGE"]["content"][0] for d in json.loads(path.read_text())["data"]]
 
 
@@ -184,7 +184,7 @@ class ImageLoop(FastHttpUser):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        self.inputs = {m: images(m) for m in ENV.get("TMR_IMAGE_MODELS", "digits").split(",")}
+        self.inputs = {m: images(m) for m in ENV["TMR_IMAGE_MODELS"].split(",")}
 
     @task
     def classify(self) -> None:
@@ -205,14 +205,12 @@ class HighClosed(Steady):
     """Priority 1 back to back, TMR_HIGH_USERS of them (with LowClosed: the recover load)."""
 
     priority, fixed_count = 1, int(ENV.get("TMR_HIGH_USERS", "0"))
-    wait_time = constant(0)
 
 
 class LowClosed(Steady):
     """Priority 2 back to back, TMR_LOW_USERS of them."""
 
     priority, fixed_count = 2, int(ENV.get("TMR_LOW_USERS", "0"))
-    wait_time = constant(0)
 
 
 class SingleText(Steady):
@@ -243,7 +241,6 @@ class Bulk(Steady):
     """Priority 2, TMR_BULK_ROWS texts a request, back to back."""
 
     weight, priority, rows = 1, 2, BULK_ROWS
-    wait_time = constant(0)
     fixed_count = int(ENV.get("TMR_BULK_USERS", "0"))
 
 
@@ -260,8 +257,6 @@ def arrive(user: User) -> None:
 
 class OpenLoop(Embedder):
     """TMR_USER_RPS arrivals a second over HTTP, whatever the server does."""
-
-    wait_time = constant(0)
 
     @task
     def embed(self) -> None:

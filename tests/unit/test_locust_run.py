@@ -76,3 +76,18 @@ def test_the_locustfile_imports_no_project_module_and_speaks_the_text_contract()
     assert f'"name": "{contract.front_inputs[0].name}"' in text
     assert f'o["name"] == "{contract.front_outputs[0].name}"' in text
     assert f'"{contract.front_outputs[0].name}")' in text  # the gRPC user's output
+
+
+def test_the_locustfile_takes_each_familys_perf_inputs_from_its_description() -> None:
+    """No model or file of one is named in the locustfile: the image users need the models
+    named, and the families' input files come from their descriptions."""
+    from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
+    from perf.locust_run import FAMILY_INPUTS
+
+    text = LOCUSTFILE.read_text()
+    assert [w for w in ("embed.json", "images.json", '"digits"') if w in text] == []
+    assert FAMILY_INPUTS["TMR_TEXT_INPUTS"].endswith(TEXT_EMBEDDING.perf_inputs)
+    assert FAMILY_INPUTS["TMR_IMAGE_INPUTS"].endswith(IMAGE_CLASSIFICATION.perf_inputs)
+    image = IMAGE_CLASSIFICATION.contract
+    assert f'"name": "{image.front_inputs[0].name}"' in text
+    assert f'o["name"] == "{image.front_outputs[0].name}"' in text
