@@ -2,8 +2,8 @@
 
     python -m perf.image_inputs [--repository DIR]
 
-Writes `perf/inputs/images.json`, the family's default (scikit-image's photos as clients
-send them, JPEG q90 at their own sizes, and the coffee photo at 1920x1280), and
+Writes the family's `perf_inputs` file, perf/inputs/images.json (scikit-image's photos as
+clients send them, JPEG q90 at their own sizes, and the coffee photo at 1920x1280), and
 `<MODEL>.json` for each image model whose `source/source.py` defines `perf_images(count)`,
 which the sweep takes over its family's. One image a request (shape [1]), base64 text, so
 one file serves HTTP and gRPC; small enough to commit (< 1 MB).
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=INPUTS)
     parser.add_argument("--repository", type=Path, default=DEFAULT_REPOSITORY)
     args = parser.parse_args(argv)
-    write(args.out / "images.json", photos())
+    write(args.out / IMAGE_CLASSIFICATION.perf_inputs, photos())
     for model, images in model_images(args.repository).items():
         write(args.out / f"{model}.json", images)
     return 0
