@@ -33,6 +33,7 @@ from core.families.spec import (
     Tensor,
     TensorContract,
     standard_formats,
+    zeros_probe,
 )
 from core.families.warmup import WarmupPlan
 from core.rollout import top1_agreement
@@ -66,12 +67,6 @@ def probe_image() -> bytes:
 
 def front_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
     return {IMAGE.name: np.array([[probe_image()]], dtype=np.object_)}, [PROBABILITIES.name]
-
-
-def encoder_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
-    shape = [int(d) for d in params["input_dims"].split(",")]
-    return ({PIXEL_VALUES.name: np.zeros([1, *shape], dtype=np.float32)},
-            [params.get("output", LOGITS.name)])
 
 
 def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:
@@ -123,7 +118,7 @@ IMAGE_CLASSIFICATION = Family(
     ),
     probes=Probes(
         front_probe=front_probe,
-        encoder_probe=encoder_probe,
+        encoder_probe=zeros_probe(PIXEL_VALUES, LOGITS),
         check_probe=check_probe,
         describe_answer=describe_answer,
     ),

@@ -128,6 +128,18 @@ ProbeCheck = Callable[[np.ndarray, Mapping[str, str]], str | None]
 Describe = Callable[[Mapping[str, np.ndarray]], str]
 
 
+def zeros_probe(encoder_input: Tensor, encoder_output: Tensor) -> Probe:
+    """The encoder probe of a family whose encoder takes one float32 input of the model's
+    own size: one row of zeros of the config's input dims (core/probes.py `input_dims`)."""
+
+    def probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
+        shape = [int(d) for d in params["input_dims"].split(",")]
+        return ({encoder_input.name: np.zeros([1, *shape], dtype=np.float32)},
+                [params.get("output", encoder_output.name)])
+
+    return probe
+
+
 @dataclass(frozen=True)
 class TensorContract:
     """The tensors of a family's front and encoders, and the file a front's version

@@ -25,6 +25,7 @@ from core.families.spec import (
     Tensor,
     TensorContract,
     standard_formats,
+    zeros_probe,
 )
 from core.families.warmup import WarmupPlan
 from core.rollout import top1_agreement
@@ -46,12 +47,6 @@ def csv_row(values: np.ndarray) -> bytes:
 def front_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
     row = csv_row(np.zeros(int(params[COLUMNS_PARAMETER])))
     return {FEATURES.name: np.array([[row]], dtype=np.object_)}, [PROBABILITIES.name]
-
-
-def encoder_probe(params: Mapping[str, str]) -> tuple[dict[str, np.ndarray], list[str]]:
-    shape = [int(d) for d in params["input_dims"].split(",")]
-    return ({ENCODER_INPUT.name: np.zeros([1, *shape], dtype=np.float32)},
-            [params.get("output", LOGITS.name)])
 
 
 def check_probe(output: np.ndarray, params: Mapping[str, str]) -> str | None:
@@ -90,7 +85,7 @@ TABULAR_CLASSIFICATION = Family(
         max_batch_size=16,
         warmup=WarmupPlan(front_batches=(1,), encoder_batches=(1,), encoder_runs=2),
     ),
-    probes=Probes(front_probe=front_probe, encoder_probe=encoder_probe,
+    probes=Probes(front_probe=front_probe, encoder_probe=zeros_probe(ENCODER_INPUT, LOGITS),
                   check_probe=check_probe, describe_answer=describe_answer),
     rollout=AgreementHooks(agreement=top1_agreement,
                            agreement_gates=AgreementGates("gate_min_agreement", None)),
