@@ -81,12 +81,6 @@ def tune_command(opts: TuneOptions) -> int:
 
     if opts.show:
         return show(opts)
-    from server.tune import text_models
-
-    if not text_models(opts.repository):  # not an error: `tmr add` of another family ends here
-        print(f"tmr tune: nothing to time in {opts.repository}: the tuner measures text "
-              "fronts; every model here serves its reviewed configs (docs/families.md)")
-        return 0
     if opts.if_stale:
         fits, why = status(opts.repository)
         if fits:
@@ -96,10 +90,14 @@ def tune_command(opts: TuneOptions) -> int:
             return 0
         print(f"tmr tune: {why}: tuning", file=sys.stderr)
     from export.gate import precision_gate
-    from server.tune import tune
+    from server.tune import NothingToTime, tune
 
-    tune(opts.repository, precision_gate, opts.mode, opts.memory_budget_mb,
-         progress_bar(time.monotonic()), objective_ms=opts.objective_ms)
+    try:
+        tune(opts.repository, precision_gate, opts.mode, opts.memory_budget_mb,
+             progress_bar(time.monotonic()), objective_ms=opts.objective_ms)
+    except NothingToTime as err:
+        print(f"tmr tune: {err}")
+        return 0
     return show(opts)
 
 

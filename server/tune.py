@@ -86,6 +86,11 @@ Progress = Callable[[str, float], None]  # (what, fraction done)
 Gate = Callable[[Path, str], tuple[dict[str, float], str | None]]
 
 
+class NothingToTime(hp.ProfileError):
+    """The repository has no text front: not a failure (`tmr add` of another family into
+    such a repository ends here), the other families serve their reviewed configs."""
+
+
 def text_models(repository: Path) -> list[FamilyModel]:
     """The family models the tuner times through the server: text fronts."""
     return [m for m in catalog(repository) if m.family.name == TEXT_EMBEDDING.name and m.front]
@@ -130,8 +135,9 @@ def check_tunable(repository: Path, models: Sequence[FamilyModel]) -> None:
     and a repository with nothing to time (no text front: the other families serve their
     reviewed configs, docs/families.md)."""
     if not models:
-        raise hp.ProfileError(f"nothing to time in {repository}: the tuner measures "
-                              f"{TEXT_EMBEDDING.name} fronts, and it has none")
+        raise NothingToTime(f"nothing to time in {repository}: the tuner measures "
+                            f"{TEXT_EMBEDDING.name} fronts, and it has none; every model "
+                            "here serves its reviewed configs (docs/families.md)")
     missing = missing_exports(repository)
     if missing:
         raise hp.ProfileError(f"not exported yet: {', '.join(missing)}; run `make setup`")
