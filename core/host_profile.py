@@ -122,11 +122,18 @@ class Layout:
     # Each front instance runs the primary's served version itself (python_backends/
     # in_process.py); the primary encoder model keeps one instance, for BLS calls.
     in_process: bool = False
+    # Worker threads in each front instance, answering after execute returns
+    # (python_backends/workers.py): one process, one copy of the weights, `front_workers`
+    # batches at once, sharing `encoder_threads`. 0: execute serves.
+    front_workers: int = 0
 
     def describe(self) -> str:
         idle = "" if self.idle_session or self.encoder_instances < 2 else ", no idle session"
         threads = (f"{self.encoder_threads} thread{'s' * (self.encoder_threads != 1)}"
                    if self.encoder_threads else "every core")
+        if self.in_process and self.front_workers:
+            return (f"primary in process: one front process, {self.front_workers} workers "
+                    f"over one copy, {threads}")
         if self.in_process:
             return f"primary in process: front {self.front_instances} instances x {threads}"
         return (f"encoders {self.encoder_instances}x {threads}{idle}, "

@@ -60,6 +60,7 @@ ENCODER_THREADS = 0
 # and the interactive lanes write them.
 IN_PROCESS_PARAMETER = "primary_in_process"
 IN_PROCESS_THREADS_PARAMETER = "in_process_threads"
+WORKERS_PARAMETER = "worker_threads"  # ModelSettings.worker_threads, a host profile's choice
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,11 @@ class ModelSettings(ParameterSettings):
     # (core/families/lanes.py).
     cpu_scheduling: str = setting("bulk", one_of(*SCHEDULINGS), written=False)
     cpu_nice: int = setting(10, nice_value, written=False)
+    # Threads that serve batches after `execute` returns (python_backends/workers.py): one
+    # process serves concurrently with one copy of its weights. 0: execute serves.
+    worker_threads: int = setting(0, non_negative_int, written=False)
+    # Requests that may wait for a worker; past it a request is refused at once.
+    worker_queue: int = setting(512, positive_int, written=False)
 
 
 @dataclass(frozen=True)

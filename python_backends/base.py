@@ -10,8 +10,10 @@ wrong, `execute` still returns exactly one response per request (`one_per_reques
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,6 +28,7 @@ from python_backends.gc_pauses import apply_policy
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BatchFacts, BatchLog
 from python_backends.warmup import WarmupRuns
+from python_backends.workers import WorkerPool
 from runtime.errors import ModelError
 
 
@@ -34,6 +37,7 @@ class BaseModel:
 
     default_filename = ""
     yields_cpu: ClassVar[bool] = True  # False: never lowered (the health check)
+    pool: WorkerPool | None = None  # the worker threads, where `worker_threads` asks
 
     def initialize(self, args: dict[str, str]) -> None:
         self.config: dict[str, Any] = json.loads(args["model_config"])
@@ -52,9 +56,16 @@ class BaseModel:
             if self.yields_cpu else (NORMAL, settings.cpu_nice)
         self.batch_log = BatchLog(self.log, self.name, self.version,
                                   settings.batch_log_interval_s)
+        self.facts = threading.local()  # each serving thread's batch facts
         self.batch = BatchFacts()
+        # Held while a batch is served, released around an encoder's run (`unlocked`):
+        # workers share the model's state (ladder, cache, metrics), not their compute.
+        self.serving = threading.Lock()
         self.warmup = WarmupRuns(self.config, self.log, args.get("model_instance_name", "0"))
         self.setup(args)
+        # Worker threads answer after execute returns (python_backends/workers.py): made
+        # before the stub yields its CPU, so they run at the model's scheduling.
+        self.pool = self._worker_pool(settings) if settings.worker_threads else None
         apply_policy(settings.gc_policy)
         if not self.warmup.active:
             self.yield_cpu()
@@ -71,6 +82,34 @@ class BaseModel:
                       "under `policy` (SCHED_IDLE, nice N or normal; core/cpu_policy.py)",
                       {"model": self.name, "policy": describe(*self.scheduling)}).set(1)
         metrics.flush()
+
+    @property
+    def batch(self) -> BatchFacts:
+        """The facts of the batch this thread serves (a worker's own, or execute's)."""
+        facts = getattr(self.facts, "value", None)
+        if facts is None:
+            facts = self.facts.value = BatchFacts()
+        return facts
+
+    @batch.setter
+    def batch(self, facts: BatchFacts) -> None:
+        self.facts.value = facts
+
+    @contextmanager
+    def unlocked(self) -> Any:
+        """Let other serving threads in while this one waits on a runtime (an encoder's
+        call), then take the model's state back."""
+        self.serving.release()
+        try:
+            yield
+        finally:
+            self.serving.acquire()
+
+    def _worker_pool(self, settings: ModelSettings) -> WorkerPool:
+        return WorkerPool(self.name, settings.worker_threads,
+                          max(1, int(self.config.get("max_batch_size") or 1)),
+                          settings.worker_queue, self._answer, send_final, error_response,
+                          log=self.log.warning)
 
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""
@@ -91,26 +130,38 @@ class BaseModel:
         The one error path: an exception escaping `execute_requests` answers every request
         of the batch with it (INTERNAL, or the ModelError's own code); a missing or extra
         response is made good, so Triton always gets one response per request."""
-        began = time.monotonic()
-        self.batch = BatchFacts()
         warming = self.warmup.active
-        bls.follow(requests)
-        try:
-            responses = self.execute_requests(requests)
-        except Exception as err:  # the one place every failure of a batch is answered
-            self.log.error(f"{type(err).__name__} while executing {len(requests)} "
-                           f"request(s): {err}")
-            failure = err if isinstance(err, ModelError) else ModelError(
-                f"{self.name} failed: {type(err).__name__}: {err}")
-            responses = [error_response(failure) for _ in requests]
-        responses = one_per_request(responses, len(requests), lambda: error_response(
-            ModelError(f"{self.name} produced no response for this request")))
-        self.batch_log.emit(requests, responses, self.batch, began, self.degradation_level())
-        metrics.flush()  # the batch's counters, one round trip each
+        if self.pool is not None and not warming:
+            for request in requests:  # answered by the pool's workers (workers.py)
+                self.pool.submit(request, request.get_response_sender(), request_rows(request))
+            return None  # type: ignore[return-value]
+        began = time.monotonic()
+        responses = self._answer(requests)
         if warming:
             self.warmup.finished(len(requests), time.monotonic() - began)
             if not self.warmup.active:
                 self.yield_cpu()
+        return responses
+
+    def _answer(self, requests: list[Any]) -> list[Any]:
+        """One response per request of a batch, on whichever thread serves it."""
+        began = time.monotonic()
+        with self.serving:
+            self.batch = BatchFacts()
+            bls.follow(requests)
+            try:
+                responses = self.execute_requests(requests)
+            except Exception as err:  # the one place every failure of a batch is answered
+                self.log.error(f"{type(err).__name__} while executing {len(requests)} "
+                               f"request(s): {err}")
+                failure = err if isinstance(err, ModelError) else ModelError(
+                    f"{self.name} failed: {type(err).__name__}: {err}")
+                responses = [error_response(failure) for _ in requests]
+            responses = one_per_request(responses, len(requests), lambda: error_response(
+                ModelError(f"{self.name} produced no response for this request")))
+            self.batch_log.emit(requests, responses, self.batch, began,
+                                self.degradation_level())
+            metrics.flush()  # the batch's counters, one round trip each
         return responses
 
     def degradation_level(self) -> int | None:
@@ -121,6 +172,9 @@ class BaseModel:
         raise NotImplementedError
 
     def finalize(self) -> None:
+        if self.pool is not None:
+            refused = self.pool.stop()
+            self.log.info(f"workers stopped, {refused} queued request(s) refused")
         self.log.info("finalized")
 
 
@@ -129,6 +183,20 @@ def one_per_request(responses: Any, count: int, missing: Callable[[], Any]) -> l
     given = list(responses or [])[:count]
     given += [None] * (count - len(given))
     return [r if r is not None else missing() for r in given]
+
+
+def request_rows(request: Any) -> int:
+    """A request's batch size: its first input's first dimension (1 when unknown)."""
+    try:
+        shape = request.inputs()[0].shape()
+        return int(shape[0]) if len(shape) else 1
+    except (AttributeError, IndexError, TypeError):
+        return 1
+
+
+def send_final(sender: Any, response: Any) -> None:
+    """A request's one response, sent after execute returned, with the final flag."""
+    sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 def input_array(request: Any, name: str) -> np.ndarray:

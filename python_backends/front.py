@@ -39,7 +39,7 @@ from core.messages import degraded_refusal
 from core.params import ConfigError, required
 from core.rollout import RolloutState
 from core.served_by import ServedBy
-from core.settings import ROLLOUT_KEY, LadderSettings, instance_count, request_rows
+from core.settings import ROLLOUT_KEY, LadderSettings, ModelSettings, instance_count, request_rows
 from core.startup import LANE_PARAMETER
 from core.variant import Variant
 from python_backends.base import BaseModel, error_response
@@ -54,7 +54,7 @@ from python_backends.degradation import (
     throttled,
 )
 from python_backends.front_metrics import FrontMetrics
-from python_backends.in_process import LocalEncoder, OnDemand
+from python_backends.in_process import LocalEncoder, OnDemand, shared_encoder
 from python_backends.rollout_traffic import RolloutTraffic
 from python_backends.routing import Plan, RoutedRequest, plan_batch, plan_calls
 from runtime.errors import ChildModelError, ModelError, UnavailableError
@@ -219,8 +219,9 @@ class FamilyRouter(BaseModel):
                                              share, self.log.info, self.variant)}
         if self.settings.primary_in_process:
             threads = in_process_threads(self.settings.in_process_threads, cores)
-            local[primary.name] = LocalEncoder(repository, primary.name, primary.output,
-                                               threads or 0, self.log.info, self.variant)
+            local[primary.name] = shared_encoder(repository, primary.name, primary.output,
+                                                 threads, self.log.info, self.variant,
+                                                 ModelSettings.from_parameters(self.config))
         return local
 
     def finalize(self) -> None:
@@ -396,7 +397,13 @@ class FamilyRouter(BaseModel):
                 ) -> Callable[[int], np.ndarray]:
         """A call of `encoder` over rows `group`, pinned to the version it is given."""
         feeds = self.front.feeds([rows[i] for i in group])
-        return lambda version: self.channels[encoder.name](feeds, version)
+        channel = self.channels[encoder.name]
+
+        def run(version: int) -> np.ndarray:
+            with self.unlocked():  # other workers serve while this one computes
+                return channel(feeds, version)
+
+        return run
 
     def _channels(self) -> dict[str, Channel]:
         """Each encoder's channel, chosen once: in this process where a LocalEncoder runs

@@ -9,6 +9,7 @@ libtorch backend maps them by the forward()'s argument names, which export check
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,12 +105,18 @@ def openvino_runner(path: str | Path, threads: int, outputs: Sequence[str] | Non
     compiled = core.compile_model(core.read_model(str(path)), "CPU", {
         "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": streams, "PERFORMANCE_HINT": hint,
         "INFERENCE_PRECISION_HINT": OPENVINO_NAMES[precision], "ENABLE_CPU_PINNING": False})
-    request = compiled.create_infer_request()
+    # One infer request per calling thread: a request is not safe to share, and a front's
+    # workers (python_backends/workers.py) call one compiled model, one copy of the
+    # weights, at once; another request costs its tensors only.
+    requests = threading.local()
     names = list(outputs or [o.get_any_name() for o in compiled.outputs])
     ports = [compiled.output(name) for name in names]
     spikes = SpikeWatch()
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        request = getattr(requests, "value", None)
+        if request is None:
+            request = requests.value = compiled.create_infer_request()
         try:
             result = request.infer(feeds)
             answer = {name: np.array(result[port]) for name, port in zip(names, ports)}

@@ -113,12 +113,13 @@ def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[hp.Kind]:
     front instance with more threads for a lone request. `--full` adds the layout of
     several encoder instances (layout_for), TorchScript, and OpenVINO at FP32."""
     layout = hp.layout_for(host.cores)
-    # One front instance per encoder instance layout_for gives, each with twice an
-    # instance's threads up to the cores: on two cores, two fronts with both cores each
-    # (a lone request gets every core, the idle session's gain without its second copy).
-    inside = replace(layout, in_process=True, idle_session=False,
-                     front_instances=max(2, layout.encoder_instances),
-                     encoder_threads=min(host.cores, 2 * layout.encoder_threads))
+    # One front process whose workers (python_backends/workers.py) share one copy of the
+    # primary: one worker per encoder instance layout_for gives, at least two, sharing the
+    # cores (a copy per front instance held 809 MiB of `embed` on two cores: the tuner
+    # refused its 2x for memory, docs/serving.md).
+    inside = replace(layout, in_process=True, idle_session=False, front_instances=1,
+                     front_workers=max(2, layout.encoder_instances),
+                     encoder_threads=host.cores)
     found = [hp.Kind("openvino", host.precision, replace(reviewed, idle_session=False)),
              hp.Kind("openvino", host.precision, inside), hp.Kind("onnx", FP32, inside)]
     if mode.extra:

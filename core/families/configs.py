@@ -29,6 +29,7 @@ from core.settings import (
     ENCODER_THREADS,
     IN_PROCESS_PARAMETER,
     SCHEDULING_PARAMETER,
+    WORKERS_PARAMETER,
     DynamicBatching,
 )
 from core.variant import Variant
@@ -326,9 +327,12 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], var
     fam = family(spec.family)
     # The shared path yields to its interactive lanes under the server's bulk CPU policy
     # (core/cpu_policy.py), decided where it starts, as with the reviewed configs.
-    parameters = {k: v for k, v in spec.parameters.items() if k != IN_PROCESS_PARAMETER}
+    parameters = {k: v for k, v in spec.parameters.items()
+                  if k not in (IN_PROCESS_PARAMETER, WORKERS_PARAMETER)}
     if layout.in_process:
         parameters[IN_PROCESS_PARAMETER] = "true"
+    if layout.front_workers:
+        parameters[WORKERS_PARAMETER] = str(layout.front_workers)
     spec = replace(spec, primary=None if primary == fam.serving.primary else primary,
                    instances=layout.front_instances, parameters=parameters)
     path = repository / front / "configs" / f"{variant.name}.pbtxt"

@@ -40,6 +40,7 @@ from core.settings import (
     IN_PROCESS_THREADS_PARAMETER,
     LANE_SHARE,
     SCHEDULING_PARAMETER,
+    WORKERS_PARAMETER,
 )
 
 LANE_PARAMETER = "lane_of"  # a lane's config: the front it is the interactive lane of
@@ -48,7 +49,7 @@ LANE_QUEUE = 8  # requests one lane execution serves; the rest are refused (UNAV
 LANE_REQUESTS_PARAMETER = "lane_requests"  # LadderSettings.lane_requests
 # What only the front answers to: the family's default front (core/families/catalog.py)
 # and the names the OpenAI route knows it by (server/openai_models.py).
-FRONT_ONLY = ("default_front", "openai_names")
+FRONT_ONLY = ("default_front", "openai_names", WORKERS_PARAMETER)
 LINKED = ("1", "warmup")  # the front's version folder and warmup inputs, shared
 
 

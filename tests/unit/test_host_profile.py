@@ -264,19 +264,22 @@ def test_an_in_process_variant_has_the_front_run_the_primary_and_keeps_one_encod
     assert "in process" in inside.describe() and "in process" not in REVIEWED.describe()
 
 
-def test_the_tuner_times_the_in_process_layout_with_one_front_per_encoder_instance() -> None:
+def test_the_tuner_times_the_in_process_layout_as_one_front_process_with_workers() -> None:
     host = hp.Host("a 16-core bf16 host", ("avx512_bf16",), 16, "bf16")
     inside = [(k.primary, k.layout) for k in kinds(host, REVIEWED, MODES["default"])
               if k.layout.in_process]
-    # OpenVINO at the host's precision and onnxruntime FP32, each inside the fronts
-    assert inside == [(fmt, hp.Layout(4, 8, 4, idle_session=False, in_process=True))
-                      for fmt in ("openvino", "onnx")]
+    # OpenVINO at the host's precision and onnxruntime FP32, each inside one front process:
+    # a worker per encoder instance layout_for gives, one copy, every core shared
+    assert inside == [(fmt, hp.Layout(4, 16, 1, idle_session=False, in_process=True,
+                                      front_workers=4)) for fmt in ("openvino", "onnx")]
     two = {k.layout for k in kinds(replace(host, cores=2), REVIEWED, MODES["quick"])
            if k.layout.in_process}
-    assert two == {hp.Layout(2, 2, 2, idle_session=False, in_process=True)}
+    assert two == {hp.Layout(2, 2, 1, idle_session=False, in_process=True, front_workers=2)}
     one = {k.layout for k in kinds(replace(host, cores=1), REVIEWED, MODES["quick"])
            if k.layout.in_process}
-    assert one == {hp.Layout(1, 1, 2, idle_session=False, in_process=True)}  # never one front
+    # never one worker: a lone request is not held behind a batch of the other
+    assert one == {hp.Layout(1, 1, 1, idle_session=False, in_process=True, front_workers=2)}
+    assert "one front process, 2 workers over one copy" in next(iter(two)).describe()
 
 
 def test_the_served_view_routes_startup_and_releases_to_the_profiles_encoder(

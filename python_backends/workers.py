@@ -1,0 +1,208 @@
+"""Requests answered after `execute` returns: a front's own queue and worker threads.
+
+A Python-backend instance is one process whose `execute` calls run one at a time. Since
+Triton 24.06 a model that is not decoupled may return from `execute` at once and send
+each request's one final response later, from a thread of its own, through
+`request.get_response_sender()` (python_backend's README; r24.10's QA,
+`qa/L0_backend_python/response_sender`). So one process can serve concurrently with one
+copy of its weights: `execute` hands each request to a worker pool here and returns, and
+`threads` workers form their own batches (up to `max_rows` rows of requests that wait),
+serve them through the model, and send every answer.
+
+Nothing that reached a worker is dropped: a full queue refuses at once with Triton's
+full-queue wording (which the SDK and the front door already handle); a request whose
+own `timeout` passed while it waited here is answered with Triton's timeout wording; a
+batch that raises answers each of its requests with the error; a stop serves what is
+queued for up to its grace, then refuses the rest. Pure logic (`take`, `expired`) is
+separate from the threads for the unit tests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.errors import ModelError, UnavailableError
+
+QUEUE_FULL = "Exceeds maximum queue size"  # Triton's wording, matched by the SDK and door
+TIMED_OUT = "Request timeout expired"  # Triton's wording for a queue timeout
+STOP_GRACE_S = 5.0  # what a stop waits for queued requests before refusing the rest
+
+
+@dataclass
+class Job:
+    """One request waiting in the pool: its response sender, its rows (batch size) and
+    when it must be answered by (monotonic seconds; None: no deadline of its own)."""
+
+    request: Any
+    sender: Any
+    rows: int
+    queued_at: float
+    deadline: float | None = None
+
+
+def take(waiting: deque[Job], max_rows: int) -> list[Job]:
+    """The next batch: the oldest jobs up to `max_rows` rows in all, and always the oldest
+    one (a request larger than `max_rows` is served alone, as Triton would pass it)."""
+    batch: list[Job] = []
+    rows = 0
+    while waiting and (not batch or rows + waiting[0].rows <= max_rows):
+        job = waiting.popleft()
+        batch.append(job)
+        rows += job.rows
+    return batch
+
+
+def expired(batch: Sequence[Job], now: float) -> tuple[list[Job], list[Job]]:
+    """(jobs still within their deadline, jobs past it)."""
+    live = [j for j in batch if j.deadline is None or now <= j.deadline]
+    late = [j for j in batch if j.deadline is not None and now > j.deadline]
+    return live, late
+
+
+def deadline_of(request: Any, now: float) -> float | None:
+    """A request's own timeout (microseconds, Triton's `timeout` of the request) as a
+    monotonic deadline; None when it set none."""
+    try:
+        timeout_us = int(request.timeout())
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return now + timeout_us / 1e6 if timeout_us > 0 else None
+
+
+@dataclass
+class PoolStats:
+    """What the pool did, for tests and the log: requests in, answered, refused, expired."""
+
+    submitted: int = 0
+    answered: int = 0
+    refused: int = 0
+    expired: int = 0
+    batches: int = 0
+    in_flight: int = 0
+    waiting: dict[str, int] = field(default_factory=dict)
+
+
+class WorkerPool:
+    """`threads` workers over one bounded queue, serving batches through `serve`.
+
+    `serve(requests) -> responses` is the model's own batch path (one response per
+    request, or an exception for all); `send(sender, response)` sends one final response;
+    `refusal(message)` builds an error response; `on_start()` runs in each worker thread
+    first (its CPU scheduling)."""
+
+    def __init__(self, name: str, threads: int, max_rows: int, max_queue: int,
+                 serve: Callable[[list[Any]], list[Any]],
+                 send: Callable[[Any, Any], None],
+                 refusal: Callable[[ModelError], Any],
+                 on_start: Callable[[], None] = lambda: None,
+                 log: Callable[[str], None] = lambda _m: None) -> None:
+        self.name, self.max_rows, self.max_queue = name, max(1, max_rows), max_queue
+        self.serve, self.send_one, self.refusal = serve, send, refusal
+        self.on_start, self.log = on_start, log
+        self.waiting: deque[Job] = deque()
+        self.ready = threading.Condition()
+        self.stopping = False
+        self.stats = PoolStats()
+        self.workers = [threading.Thread(target=self._work, name=f"tmr-{name}-{i}",
+                                         daemon=True) for i in range(max(1, threads))]
+        for worker in self.workers:
+            worker.start()
+
+    # -- the stub's execute thread ------------------------------------------------------
+    def submit(self, request: Any, sender: Any, rows: int) -> None:
+        """Queue one request, or refuse it at once (full queue, stopping)."""
+        now = time.monotonic()
+        with self.ready:
+            self.stats.submitted += 1
+            if self.stopping:
+                why = f"{self.name} is stopping"
+            elif len(self.waiting) >= self.max_queue:
+                why = (f"{QUEUE_FULL}: {self.name} holds {self.max_queue} requests "
+                       "waiting; retry later or at another priority")
+            else:
+                self.waiting.append(Job(request, sender, max(1, rows), now,
+                                        deadline_of(request, now)))
+                self.ready.notify()
+                return
+            self.stats.refused += 1
+        self._send(sender, self.refusal(UnavailableError(why)))
+
+    # -- the workers --------------------------------------------------------------------
+    def _work(self) -> None:
+        try:
+            self.on_start()
+        except Exception as err:  # a policy that cannot be set leaves the thread as it is
+            self.log(f"{threading.current_thread().name}: scheduling not applied: {err}")
+        while True:
+            with self.ready:
+                while not self.waiting and not self.stopping:
+                    self.ready.wait()
+                if not self.waiting:
+                    return
+                batch = take(self.waiting, self.max_rows)
+                self.stats.in_flight += len(batch)
+            self._serve_batch(batch)
+
+    def _serve_batch(self, batch: list[Job]) -> None:
+        live, late = expired(batch, time.monotonic())
+        for job in late:
+            waited = time.monotonic() - job.queued_at
+            self._send(job.sender, self.refusal(UnavailableError(
+                f"{TIMED_OUT}: waited {waited * 1000:.0f} ms in {self.name}'s queue, past "
+                "the request's timeout")))
+        responses: list[Any] = []
+        if live:
+            try:
+                responses = list(self.serve([j.request for j in live]) or [])
+            except Exception as err:  # the model's batch path raised: answer each request
+                failure = err if isinstance(err, ModelError) else ModelError(
+                    f"{self.name} failed: {type(err).__name__}: {err}")
+                responses = [self.refusal(failure) for _ in live]
+        for i, job in enumerate(live):
+            response = responses[i] if i < len(responses) and responses[i] is not None \
+                else self.refusal(ModelError(f"{self.name} produced no response"))
+            self._send(job.sender, response)
+        with self.ready:
+            self.stats.in_flight -= len(batch)
+            self.stats.expired += len(late)
+            self.stats.batches += 1
+            self.ready.notify_all()
+
+    def _send(self, sender: Any, response: Any) -> None:
+        try:
+            self.send_one(sender, response)
+        except Exception as err:  # a client gone, a cancelled request: nothing to answer
+            self.log(f"{self.name}: a response could not be sent: {err}")
+        with self.ready:
+            self.stats.answered += 1
+
+    # -- stopping ---------------------------------------------------------------------------
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int:
+        """Serve what is queued for up to `grace_s`, then refuse what is left; the number
+        refused."""
+        deadline = time.monotonic() + grace_s
+        with self.ready:
+            self.stopping = True
+            self.ready.notify_all()
+        for worker in self.workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        with self.ready:
+            left = list(self.waiting)
+            self.waiting.clear()
+            self.stats.refused += len(left)
+        for job in left:
+            self._send(job.sender, self.refusal(UnavailableError(
+                f"{self.name} stopped before this request was served; retry")))
+        for worker in self.workers:  # the batches under way are answered, not cut off
+            worker.join(grace_s)
+        return len(left)
+
+    def depth(self) -> int:
+        """Requests waiting (not yet taken by a worker)."""
+        with self.ready:
+            return len(self.waiting)

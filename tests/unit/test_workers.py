@@ -1,0 +1,208 @@
+"""The front's worker pool (python_backends/workers.py): batches, refusals, deadlines and
+stops, each request answered exactly once. The senders here are plain recorders: the pool
+is plain Python, and the integration tests run it inside the real server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import pytest
+
+from python_backends.workers import QUEUE_FULL, TIMED_OUT, Job, WorkerPool, expired, take
+from runtime.errors import ModelError
+
+
+def job(rows: int, deadline: float | None = None) -> Job:
+    return Job(request=object(), sender=object(), rows=rows, queued_at=0.0,
+               deadline=deadline)
+
+
+def test_take_fills_up_to_max_rows_oldest_first() -> None:
+    waiting = deque([job(3), job(4), job(2), job(1)])
+    first = take(waiting, 8)
+    assert [j.rows for j in first] == [3, 4]
+    assert [j.rows for j in take(waiting, 8)] == [2, 1]
+    assert not waiting
+
+
+def test_take_serves_an_oversized_request_alone() -> None:
+    waiting = deque([job(20), job(1)])
+    assert [j.rows for j in take(waiting, 8)] == [20]
+    assert [j.rows for j in take(waiting, 8)] == [1]
+
+
+def test_expired_splits_by_deadline() -> None:
+    live, late = expired([job(1), job(1, deadline=5.0), job(1, deadline=15.0)], now=10.0)
+    assert [j.deadline for j in live] == [None, 15.0]
+    assert [j.deadline for j in late] == [5.0]
+
+
+class Request:
+    """What the pool reads of a request: its timeout (microseconds)."""
+
+    def __init__(self, value: int, timeout_us: int = 0) -> None:
+        self.value, self.timeout_us = value, timeout_us
+
+    def timeout(self) -> int:
+        return self.timeout_us
+
+
+class Sender:
+    """Records every response sent through it."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+        self.done = threading.Event()
+
+
+def send(sender: Sender, response: Any) -> None:
+    sender.sent.append(response)
+    sender.done.set()
+
+
+def refusal(err: ModelError) -> tuple[str, str]:
+    return ("error", str(err))
+
+
+def pool_of(serve: Any, threads: int = 2, max_rows: int = 4, max_queue: int = 64
+            ) -> WorkerPool:
+    return WorkerPool("m", threads, max_rows, max_queue, serve, send, refusal)
+
+
+def wait_all(senders: list[Sender], timeout: float = 10.0) -> None:
+    for s in senders:
+        assert s.done.wait(timeout), "a request was never answered"
+
+
+@pytest.mark.timeout(30)
+def test_every_request_is_answered_once_in_batches_of_max_rows() -> None:
+    batches: list[int] = []
+
+    def serve(requests: list[Request]) -> list[Any]:
+        batches.append(len(requests))
+        return [("ok", r.value) for r in requests]
+
+    pool = pool_of(serve)
+    senders = [Sender() for _ in range(40)]
+    for i, s in enumerate(senders):
+        pool.submit(Request(i), s, rows=1)
+    wait_all(senders)
+    assert [s.sent for s in senders] == [[("ok", i)] for i in range(40)]
+    assert max(batches) <= 4 and sum(batches) == 40
+    assert pool.stop() == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_that_raises_answers_each_request_with_the_error() -> None:
+    def serve(requests: list[Request]) -> list[Any]:
+        raise RuntimeError("encoder exploded")
+
+    pool = pool_of(serve)
+    senders = [Sender() for _ in range(5)]
+    for s in senders:
+        pool.submit(Request(0), s, rows=1)
+    wait_all(senders)
+    for s in senders:
+        assert len(s.sent) == 1
+        assert s.sent[0][0] == "error" and "RuntimeError: encoder exploded" in s.sent[0][1]
+    pool.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_missing_response_is_made_good() -> None:
+    pool = pool_of(lambda requests: [None] * len(requests))
+    s = Sender()
+    pool.submit(Request(0), s, rows=1)
+    wait_all([s])
+    assert s.sent[0][0] == "error" and "no response" in s.sent[0][1]
+    pool.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_full_queue_refuses_at_once_with_tritons_wording() -> None:
+    release = threading.Event()
+
+    def serve(requests: list[Request]) -> list[Any]:
+        release.wait(10)
+        return [("ok", r.value) for r in requests]
+
+    pool = pool_of(serve, threads=1, max_rows=1, max_queue=2)
+    busy = Sender()
+    pool.submit(Request(0), busy, rows=1)
+    deadline = time.monotonic() + 5
+    while pool.stats.in_flight == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    queued = [Sender(), Sender()]
+    for s in queued:
+        pool.submit(Request(1), s, rows=1)
+    refused = Sender()
+    pool.submit(Request(2), refused, rows=1)
+    assert refused.done.is_set()  # at once, not after the busy batch
+    assert refused.sent[0][0] == "error" and QUEUE_FULL in refused.sent[0][1]
+    release.set()
+    wait_all([busy, *queued])
+    assert all(len(s.sent) == 1 and s.sent[0][0] == "ok" for s in [busy, *queued])
+    pool.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_request_past_its_timeout_in_the_queue_gets_tritons_timeout_wording() -> None:
+    release = threading.Event()
+
+    def serve(requests: list[Request]) -> list[Any]:
+        release.wait(10)
+        return [("ok", r.value) for r in requests]
+
+    pool = pool_of(serve, threads=1, max_rows=1)
+    first = Sender()
+    pool.submit(Request(0), first, rows=1)
+    late = Sender()
+    pool.submit(Request(1, timeout_us=20_000), late, rows=1)  # 20 ms
+    time.sleep(0.1)
+    release.set()
+    wait_all([first, late])
+    assert late.sent[0][0] == "error" and TIMED_OUT in late.sent[0][1]
+    assert pool.stats.expired == 1
+    pool.stop()
+
+
+@pytest.mark.timeout(30)
+def test_a_stop_serves_what_it_can_in_its_grace_and_refuses_the_rest() -> None:
+    def serve(requests: list[Request]) -> list[Any]:
+        time.sleep(0.2)
+        return [("ok", r.value) for r in requests]
+
+    pool = pool_of(serve, threads=1, max_rows=1)
+    senders = [Sender() for _ in range(10)]
+    for i, s in enumerate(senders):
+        pool.submit(Request(i), s, rows=1)
+    refused = pool.stop(grace_s=0.5)
+    assert refused > 0
+    for s in senders:  # every one answered exactly once: served, or refused
+        assert len(s.sent) == 1
+    assert sum(s.sent[0][0] == "ok" for s in senders) == 10 - refused
+    late = Sender()
+    pool.submit(Request(99), late, rows=1)
+    assert late.sent[0][0] == "error" and "stopping" in late.sent[0][1]
+
+
+@pytest.mark.timeout(30)
+def test_a_sender_that_fails_does_not_stop_the_worker() -> None:
+    calls = []
+
+    def flaky(sender: Sender, response: Any) -> None:
+        calls.append(response)
+        if len(calls) == 1:
+            raise RuntimeError("client went away")
+        send(sender, response)
+
+    pool = WorkerPool("m", 1, 1, 8, lambda rs: [("ok", r.value) for r in rs], flaky, refusal)
+    gone, kept = Sender(), Sender()
+    pool.submit(Request(0), gone, rows=1)
+    pool.submit(Request(1), kept, rows=1)
+    wait_all([kept])
+    assert kept.sent == [("ok", 1)]
+    pool.stop()
