@@ -39,7 +39,7 @@ from core.messages import degraded_refusal
 from core.params import ConfigError, required
 from core.rollout import RolloutState
 from core.served_by import ServedBy
-from core.settings import ROLLOUT_KEY, LadderSettings, ModelSettings, instance_count, request_rows
+from core.settings import ROLLOUT_KEY, LadderSettings, instance_count, request_rows
 from core.startup import LANE_PARAMETER
 from core.variant import Variant
 from python_backends.base import BaseModel, error_response
@@ -54,7 +54,7 @@ from python_backends.degradation import (
     throttled,
 )
 from python_backends.front_metrics import FrontMetrics
-from python_backends.in_process import LocalEncoder, OnDemand, shared_encoder
+from python_backends.in_process import LocalEncoder, OnDemand
 from python_backends.rollout_traffic import RolloutTraffic
 from python_backends.routing import Plan, RoutedRequest, plan_batch, plan_calls
 from runtime.errors import ChildModelError, ModelError, UnavailableError
@@ -218,10 +218,12 @@ class FamilyRouter(BaseModel):
         local = {fallback.name: LocalEncoder(repository, fallback.name, fallback.output,
                                              share, self.log.info, self.variant)}
         if self.settings.primary_in_process:
+            # A front's workers (python_backends/workers.py) call this one copy at once:
+            # onnxruntime's session and OpenVINO's compiled model (an infer request per
+            # thread) are safe to share, and a lone request keeps every thread.
             threads = in_process_threads(self.settings.in_process_threads, cores)
-            local[primary.name] = shared_encoder(repository, primary.name, primary.output,
-                                                 threads, self.log.info, self.variant,
-                                                 ModelSettings.from_parameters(self.config))
+            local[primary.name] = LocalEncoder(repository, primary.name, primary.output,
+                                               threads or 0, self.log.info, self.variant)
         return local
 
     def finalize(self) -> None:

@@ -31,11 +31,10 @@ import numpy as np
 
 from core import versions
 from core.messages import FailureKind
-from core.settings import ModelSettings
 from core.variant import REVIEWED, Variant
 from runtime.errors import ChildModelError, ErrorCode
 from runtime.runners import Runner, RunnerError
-from runtime.served import config_threads, served_runner
+from runtime.served import served_runner
 
 RELEASE_AFTER_S = 60.0  # an on-demand encoder goes once level 0 has held this long
 
@@ -45,14 +44,12 @@ class LocalEncoder:
     `release` lets an on-demand one go."""
 
     def __init__(self, repository: Path, name: str, output: str, threads: int,
-                 log: Callable[[str], None], variant: Variant = REVIEWED,
-                 callers: int = 1) -> None:
-        """`threads`: its runtime's intra-op threads in this process (per caller);
-        `variant`: the configs the server serves (the encoder's settings as its instances
-        have them); `callers`: the threads that call it at once (a front's workers)."""
+                 log: Callable[[str], None], variant: Variant = REVIEWED) -> None:
+        """`threads`: its runtime's intra-op threads in this process; `variant`: the
+        configs the server serves (the encoder's settings as its instances have them)."""
         self.model_dir, self.name, self.output, self.log = repository / name, name, output, log
         self.variant = variant
-        self.threads, self.callers = threads, callers
+        self.threads = threads
         self.version: int | None = None
         self.run: Runner | None = None
         self.lock = threading.Lock()  # one load at a time
@@ -70,8 +67,7 @@ class LocalEncoder:
                 return False  # a config being rewritten: the next read tries again
             began = time.monotonic()
             try:
-                run = served_runner(config, self.model_dir / str(version), self.threads,
-                                    self.callers)
+                run = served_runner(config, self.model_dir / str(version), self.threads)
             except Exception as err:  # a runtime's own errors: BLS keeps serving it
                 self.failed[version] = f"{type(err).__name__}: {err}"
                 self.log(f"in-process {self.name} v{version} did not load, its calls go "
@@ -80,8 +76,7 @@ class LocalEncoder:
             self.run, self.version = run, version
         runtime = config.get("backend") or config.get("platform")
         self.log(f"in-process {self.name} v{version} loaded in "
-                 f"{time.monotonic() - began:.2f} s ({runtime}, {self.threads} thread(s)"
-                 f"{f' x {self.callers} callers' if self.callers > 1 else ''})")
+                 f"{time.monotonic() - began:.2f} s ({runtime}, {self.threads} thread(s))")
         return True
 
     def release(self, why: str) -> None:
@@ -109,18 +104,6 @@ class LocalEncoder:
             return run(feeds)[self.output]
         except RunnerError as err:  # what the encoder's stub would have answered
             raise ChildModelError(self.name, f"in-process call failed: {err}") from err
-
-
-def shared_encoder(repository: Path, name: str, output: str, threads: int | None,
-                   log: Callable[[str], None], variant: Variant,
-                   settings: ModelSettings) -> LocalEncoder:
-    """A front's in-process primary: `threads` in all (None: one encoder instance's), split
-    among the front's workers when it has them (python_backends/workers.py), which call
-    the one copy at once (runtime/served.py config_runner)."""
-    total = threads or config_threads(versions.served_config_json(repository / name, variant))
-    workers = max(1, settings.worker_threads)
-    return LocalEncoder(repository, name, output, max(1, total // workers), log, variant,
-                        callers=workers)
 
 
 class OnDemand:

@@ -64,11 +64,9 @@ def config_threads(config: Mapping[str, Any]) -> int:
 
 
 def config_runner(config: Mapping[str, Any], path: Path, threads: int,
-                  idle: bool = False, callers: int = 1) -> Runner:
+                  idle: bool = False) -> Runner:
     """The call of one batch over the artifact at `path` as the config says; `idle`: the
-    idle session's, whose threads do not spin; `callers`: threads that call it at once (a
-    front's workers), each with `threads` of its own: onnxruntime computes on the caller
-    with one, OpenVINO runs a stream per caller. OpenVINO runs behind the input checks
+    idle session's, whose threads do not spin. OpenVINO runs behind the input checks
     onnxruntime makes and it does not (runtime/input_limits.py)."""
     backend = backend_of(config)
     if backend is not OPENVINO:
@@ -77,9 +75,8 @@ def config_runner(config: Mapping[str, Any], path: Path, threads: int,
                                tensor_names(config, "output"), spinning)
     ov = OpenVinoSettings.from_parameters(config)
     limits = read_limits(path, same_shape_inputs(config))
-    streams = ov.NUM_STREAMS if callers <= 1 else str(callers)
-    run = openvino_runner(path, threads * max(1, callers), tensor_names(config, "output"),
-                          ov.inference_precision, streams, ov.PERFORMANCE_HINT)
+    run = openvino_runner(path, threads, tensor_names(config, "output"),
+                          ov.inference_precision, ov.NUM_STREAMS, ov.PERFORMANCE_HINT)
 
     def checked(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
@@ -101,10 +98,8 @@ def same_shape_inputs(config: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
 
 
 def served_runner(config: Mapping[str, Any], version_dir: Path,
-                  threads: int | None = None, callers: int = 1) -> Runner:
+                  threads: int | None = None) -> Runner:
     """The runner an encoder's served config describes over the artifact of one version
-    folder, with the threads of one of its instances (or `threads` per caller, for
-    `callers` at once) and no idle session."""
+    folder, with the threads of one of its instances (or `threads`) and no idle session."""
     filename = config.get("default_model_filename") or backend_of(config).default_filename
-    return config_runner(config, version_dir / filename, threads or config_threads(config),
-                         callers=callers)
+    return config_runner(config, version_dir / filename, threads or config_threads(config))

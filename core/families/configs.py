@@ -333,8 +333,13 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], var
         parameters[IN_PROCESS_PARAMETER] = "true"
     if layout.front_workers:
         parameters[WORKERS_PARAMETER] = str(layout.front_workers)
+    # With workers the stub holds the queue (python_backends/workers.py) and execute
+    # returns at once: Triton's batcher keeps no priority levels or queue policy, which
+    # turn off its prefetching, so a request arriving during an execution of the one
+    # instance waits up to 500 ms (core r24.10 BatcherThread; docs/serving.md).
     spec = replace(spec, primary=None if primary == fam.serving.primary else primary,
-                   instances=layout.front_instances, parameters=parameters)
+                   instances=layout.front_instances, parameters=parameters,
+                   batching=DynamicBatching() if layout.front_workers else spec.batching)
     path = repository / front / "configs" / f"{variant.name}.pbtxt"
     write_atomically(path, render(front_config(spec), profile_header(front, variant.name, why)))
     lane = [p for p in write_lane(repository, front) if p.name == path.name]
