@@ -106,4 +106,5 @@ def test_a_stop_answers_every_request_in_flight(served: TritonServer) -> None:
         t.join(60)
     assert len(outcomes) == 8  # every client heard back, none waited out its timeout
     assert not any(t.is_alive() for t in threads)
+    assert "embed/1: workers stopped" in served.log_text()  # the pool's own stop ran
 
