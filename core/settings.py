@@ -61,6 +61,8 @@ ENCODER_THREADS = 0
 IN_PROCESS_PARAMETER = "primary_in_process"
 IN_PROCESS_THREADS_PARAMETER = "in_process_threads"
 WORKERS_PARAMETER = "worker_threads"  # ModelSettings.worker_threads, a host profile's choice
+INTERACTIVE_WORKERS_PARAMETER = "interactive_workers"  # ModelSettings.interactive_workers
+INTERACTIVE_INPUT_SUFFIX = "_INTERACTIVE"  # a front's input that its ensemble lane feeds
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,12 @@ class ModelSettings(ParameterSettings):
     worker_threads: int = setting(0, non_negative_int, written=False)
     # Requests that may wait for a worker; past it a request is refused at once.
     worker_queue: int = setting(512, positive_int, written=False)
+    # Workers at normal CPU priority for the interactive lane's requests, which reach this
+    # front through its `_INTERACTIVE` inputs (an ensemble lane, core/families/lanes.py).
+    interactive_workers: int = setting(0, non_negative_int, written=False)
+    # Lane requests that may wait; past it one is refused as a full queue, and the SDK and
+    # the front door send it to the front at priority 1 instead.
+    interactive_queue: int = setting(8, positive_int, written=False)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from core.cpu_policy import BulkCpu
-from core.settings import ModelSettings
+from core.families.lanes import lane_full, lane_name
+from core.settings import INTERACTIVE_INPUT_SUFFIX, ModelSettings
 from core.variant import REVIEWED, Variant
 from python_backends import bls, diagnostics, metrics
 from python_backends.cpu_priority import NORMAL, describe, lower, scheduling_of
@@ -28,8 +29,8 @@ from python_backends.gc_pauses import apply_policy
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BatchFacts, BatchLog
 from python_backends.warmup import WarmupRuns
-from python_backends.workers import WorkerPool
-from runtime.errors import ModelError
+from python_backends.workers import Pools, WorkerPool
+from runtime.errors import InvalidInputError, ModelError
 
 
 class BaseModel:
@@ -37,7 +38,7 @@ class BaseModel:
 
     default_filename = ""
     yields_cpu: ClassVar[bool] = True  # False: never lowered (the health check)
-    pool: WorkerPool | None = None  # the worker threads, where `worker_threads` asks
+    pool: Pools | None = None  # the worker threads, where `worker_threads` asks
 
     def initialize(self, args: dict[str, str]) -> None:
         self.config: dict[str, Any] = json.loads(args["model_config"])
@@ -65,7 +66,7 @@ class BaseModel:
         self.setup(args)
         # Worker threads answer after execute returns (python_backends/workers.py): made
         # before the stub yields its CPU, so they run at the model's scheduling.
-        self.pool = self._worker_pool(settings) if settings.worker_threads else None
+        self.pool = self._pools(settings) if settings.worker_threads else None
         apply_policy(settings.gc_policy)
         if not self.warmup.active:
             self.yield_cpu()
@@ -74,7 +75,11 @@ class BaseModel:
         """Lower every thread of this stub to its `cpu_scheduling` (its runtime's pools
         included; threads started later inherit it), once set up and warmed at normal
         priority: a stub that loads while other work takes the cores still gets ready."""
-        lowered = lower(*self.scheduling)
+        # With workers, the thread that hands requests over and the interactive workers
+        # keep normal priority; the bulk workers and the runtime's pools yield.
+        keep = frozenset() if self.pool is None else frozenset(
+            {threading.get_native_id(), *self.pool.normal_threads()})
+        lowered = lower(*self.scheduling, keep=keep)
         if lowered:
             self.log.info(f"cpu scheduling {self.scheduling[0]}: {len(lowered)} thread(s)")
         # what the dashboard and `tmr health` show: the policy this model's threads run at
@@ -105,11 +110,21 @@ class BaseModel:
         finally:
             self.serving.acquire()
 
-    def _worker_pool(self, settings: ModelSettings) -> WorkerPool:
-        return WorkerPool(self.name, settings.worker_threads,
-                          max(1, int(self.config.get("max_batch_size") or 1)),
-                          settings.worker_queue, self._answer, send_final, error_response,
-                          log=self.log.warning)
+    def _pools(self, settings: ModelSettings) -> Pools:
+        """The bulk workers and, where the config asks, the interactive ones."""
+        rows = max(1, int(self.config.get("max_batch_size") or 1))
+        bulk = WorkerPool(self.name, settings.worker_threads, rows, settings.worker_queue,
+                          self._answer, send_final, error_response, log=self.log.warning)
+        lane_inputs = [t["name"] for t in self.config.get("input", [])
+                       if t["name"].endswith(INTERACTIVE_INPUT_SUFFIX)]
+        interactive = WorkerPool(
+            lane_name(self.name), settings.interactive_workers, rows,
+            settings.interactive_queue, self._answer, send_final, error_response,
+            log=self.log.warning, full=lane_full(lane_name(self.name),
+                                                 settings.interactive_queue)
+        ) if settings.interactive_workers and lane_inputs else None
+        return Pools(bulk, interactive, lambda request: any(
+            pb_utils.get_input_tensor_by_name(request, n) is not None for n in lane_inputs))
 
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""
@@ -200,8 +215,14 @@ def send_final(sender: Any, response: Any) -> None:
 
 
 def input_array(request: Any, name: str) -> np.ndarray:
-    """The named input of a request as a numpy array."""
-    return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+    """The named input of a request as a numpy array: `name`, or its `_INTERACTIVE` twin
+    where the front's ensemble lane sent it (core/families/lanes.py)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        tensor = pb_utils.get_input_tensor_by_name(request, name + INTERACTIVE_INPUT_SUFFIX)
+    if tensor is None:
+        raise InvalidInputError(f"the request has no input {name!r}")
+    return tensor.as_numpy()
 
 
 def ok_response(outputs: dict[str, np.ndarray]) -> Any:

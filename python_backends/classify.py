@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,8 +69,17 @@ class ImageClassificationFront:
         self.labels = model.artifact_path().read_text(encoding="utf-8").splitlines()
         top_k = ImageFrontSettings.from_parameters(model.config).top_k
         self.default_k = min(top_k, len(self.labels))
-        rows = max(int(model.config.get("max_batch_size", 1)), 1)
-        self.buffer = ImageBatchBuffer(self.spec, rows)
+        self.rows = max(int(model.config.get("max_batch_size", 1)), 1)
+        self.buffers = threading.local()
+
+    @property
+    def buffer(self) -> ImageBatchBuffer:
+        """This thread's buffer: a front's workers (python_backends/workers.py) each fill
+        their own while another's rows are being encoded."""
+        buffer = getattr(self.buffers, "value", None)
+        if buffer is None:
+            buffer = self.buffers.value = ImageBatchBuffer(self.spec, self.rows)
+        return buffer
 
     def row_length(self, row: Any) -> int:
         return 1

@@ -41,13 +41,17 @@ def describe(policy: str, nice: int) -> str:
     return {IDLE: "SCHED_IDLE", NICE: f"nice {nice}"}.get(policy, NORMAL)
 
 
-def lower(policy: str, nice: int) -> list[int]:
+def lower(policy: str, nice: int, keep: frozenset[int] = frozenset()) -> list[int]:
     """Every thread of this process under `policy` (IDLE: SCHED_IDLE; NICE: `nice`;
-    NORMAL: unchanged); the thread ids changed. A thread that ended meanwhile is skipped."""
+    NORMAL: unchanged), but those in `keep` (a front's interactive workers and the thread
+    that hands requests to them); the thread ids changed. A thread that ended meanwhile is
+    skipped."""
     if policy == NORMAL:
         return []
     changed = []
     for tid in threads():
+        if tid in keep:
+            continue
         try:
             if policy == IDLE:
                 os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))

@@ -259,7 +259,8 @@ class FamilyRouter(BaseModel):
 
     def _serve(self, requests: list[Any]) -> list[Any]:
         level = self.current_level()
-        responses, valid = self.front.prepare_requests(requests)
+        with self.unlocked():  # tokenizing or decoding touches no shared state
+            responses, valid = self.front.prepare_requests(requests)
         self.policy.observe_batch([len(r.rows) for r in valid.values()], self.full_batch)
         if self.rollout.state is not None:
             for i, request in valid.items():

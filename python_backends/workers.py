@@ -100,10 +100,15 @@ class WorkerPool:
                  send: Callable[[Any, Any], None],
                  refusal: Callable[[ModelError], Any],
                  on_start: Callable[[], None] = lambda: None,
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+                 log: Callable[[str], None] = lambda _m: None,
+                 full: str = "") -> None:
+        """`full`: what a refusal for a full queue says after Triton's wording."""
         self.name, self.max_rows, self.max_queue = name, max(1, max_rows), max_queue
         self.serve, self.send_one, self.refusal = serve, send, refusal
         self.on_start, self.log = on_start, log
+        self.full = full or (f"{name} holds {max_queue} requests waiting; retry later or "
+                             "at another priority")
+        self.thread_ids: list[int] = []  # the workers' native ids (their CPU policy)
         self.waiting: deque[Job] = deque()
         self.ready = threading.Condition()
         self.stopping = False
@@ -122,8 +127,7 @@ class WorkerPool:
             if self.stopping:
                 why = f"{self.name} is stopping"
             elif len(self.waiting) >= self.max_queue:
-                why = (f"{QUEUE_FULL}: {self.name} holds {self.max_queue} requests "
-                       "waiting; retry later or at another priority")
+                why = f"{QUEUE_FULL}: {self.full}"
             else:
                 self.waiting.append(Job(request, sender, max(1, rows), now,
                                         deadline_of(request, now)))
@@ -134,6 +138,8 @@ class WorkerPool:
 
     # -- the workers --------------------------------------------------------------------
     def _work(self) -> None:
+        with self.ready:
+            self.thread_ids.append(threading.get_native_id())
         try:
             self.on_start()
         except Exception as err:  # a policy that cannot be set leaves the thread as it is
@@ -206,3 +212,26 @@ class WorkerPool:
         """Requests waiting (not yet taken by a worker)."""
         with self.ready:
             return len(self.waiting)
+
+
+class Pools:
+    """A front's two classes of work: bulk (`bulk`, every request on the front's own
+    inputs, at the server's bulk CPU policy) and interactive (`interactive`, requests its
+    ensemble lane sends on the `_INTERACTIVE` inputs, at normal priority); None where the
+    config asks for no interactive workers."""
+
+    def __init__(self, bulk: WorkerPool, interactive: WorkerPool | None,
+                 is_interactive: Callable[[Any], bool]) -> None:
+        self.bulk, self.interactive, self.is_interactive = bulk, interactive, is_interactive
+
+    def submit(self, request: Any, sender: Any, rows: int) -> None:
+        lane = self.interactive is not None and self.is_interactive(request)
+        (self.interactive if lane else self.bulk).submit(request, sender, rows)  # type: ignore[union-attr]
+
+    def normal_threads(self) -> set[int]:
+        """The threads that keep normal priority: the interactive workers."""
+        return set(self.interactive.thread_ids) if self.interactive is not None else set()
+
+    def stop(self) -> int:
+        """Both pools stopped (workers.WorkerPool.stop); the requests refused."""
+        return sum(pool.stop() for pool in (self.interactive, self.bulk) if pool is not None)

@@ -113,17 +113,29 @@ def openvino_runner(path: str | Path, threads: int, outputs: Sequence[str] | Non
     ports = [compiled.output(name) for name in names]
     spikes = SpikeWatch()
 
+    busy = [0]  # infer requests running: memory is released only with none (it refuses)
+    lock = threading.Lock()
+
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         request = getattr(requests, "value", None)
         if request is None:
             request = requests.value = compiled.create_infer_request()
+        with lock:
+            busy[0] += 1
         try:
             result = request.infer(feeds)
             answer = {name: np.array(result[port]) for name, port in zip(names, ports)}
-            if spikes.spiked(sum(array.size for array in feeds.values())):
-                compiled.release_memory()
         except Exception as err:  # OpenVINO raises RuntimeError and its own types
             raise RunnerError(str(err)) from err
+        finally:
+            with lock:
+                busy[0] -= 1
+        with lock:
+            if spikes.spiked(sum(array.size for array in feeds.values())) and not busy[0]:
+                try:
+                    compiled.release_memory()
+                except Exception as err:
+                    raise RunnerError(str(err)) from err
         return answer
 
     return run

@@ -18,7 +18,14 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 
 from core.families import Family, Tensor, family, warmup
-from core.families.lanes import LINKED, lane_config, lane_header, lane_name
+from core.families.lanes import (
+    LANE_WORKERS,
+    LINKED,
+    lane_config,
+    lane_header,
+    lane_name,
+    with_lane_inputs,
+)
 from core.families.spec import DIM, PRECISION_PARAMETER
 from core.files import write_atomically
 from core.hardware import BF16, FP32
@@ -28,6 +35,7 @@ from core.params import IDLE_THREADS_PARAMETER
 from core.settings import (
     ENCODER_THREADS,
     IN_PROCESS_PARAMETER,
+    INTERACTIVE_WORKERS_PARAMETER,
     SCHEDULING_PARAMETER,
     WORKERS_PARAMETER,
     DynamicBatching,
@@ -327,12 +335,13 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], var
     fam = family(spec.family)
     # The shared path yields to its interactive lanes under the server's bulk CPU policy
     # (core/cpu_policy.py), decided where it starts, as with the reviewed configs.
-    parameters = {k: v for k, v in spec.parameters.items()
-                  if k not in (IN_PROCESS_PARAMETER, WORKERS_PARAMETER)}
+    parameters = {k: v for k, v in spec.parameters.items() if k not in (
+        IN_PROCESS_PARAMETER, WORKERS_PARAMETER, INTERACTIVE_WORKERS_PARAMETER)}
     if layout.in_process:
         parameters[IN_PROCESS_PARAMETER] = "true"
-    if layout.front_workers:
+    if layout.front_workers:  # and the lane's requests in this process (lanes.py)
         parameters[WORKERS_PARAMETER] = str(layout.front_workers)
+        parameters[INTERACTIVE_WORKERS_PARAMETER] = str(LANE_WORKERS)
     # With workers the stub holds the queue (python_backends/workers.py) and execute
     # returns at once: Triton's batcher keeps no priority levels or queue policy, which
     # turn off its prefetching, so a request arriving during an execution of the one
@@ -341,6 +350,9 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], var
                    instances=layout.front_instances, parameters=parameters,
                    batching=DynamicBatching() if layout.front_workers else spec.batching)
     path = repository / front / "configs" / f"{variant.name}.pbtxt"
-    write_atomically(path, render(front_config(spec), profile_header(front, variant.name, why)))
+    config = front_config(spec)
+    if layout.front_workers:
+        config = with_lane_inputs(config)
+    write_atomically(path, render(config, profile_header(front, variant.name, why)))
     lane = [p for p in write_lane(repository, front) if p.name == path.name]
     return [*written, path, *lane]

@@ -38,6 +38,8 @@ from core.model_config import mc
 from core.settings import (
     IN_PROCESS_PARAMETER,
     IN_PROCESS_THREADS_PARAMETER,
+    INTERACTIVE_INPUT_SUFFIX,
+    INTERACTIVE_WORKERS_PARAMETER,
     LANE_SHARE,
     SCHEDULING_PARAMETER,
     WORKERS_PARAMETER,
@@ -45,6 +47,7 @@ from core.settings import (
 
 LANE_PARAMETER = "lane_of"  # a lane's config: the front it is the interactive lane of
 LANE_INSTANCES = 1
+LANE_WORKERS = 1  # a front's interactive workers, where its lane is an ensemble into it
 LANE_QUEUE = 8  # requests one lane execution serves; the rest are refused (UNAVAILABLE)
 LANE_REQUESTS_PARAMETER = "lane_requests"  # LadderSettings.lane_requests
 # What only the front answers to: the family's default front (core/families/catalog.py)
@@ -54,7 +57,12 @@ LINKED = ("1", "warmup")  # the front's version folder and warmup inputs, shared
 
 
 def lane_config(front: mc.ModelConfig, gpu: bool = False) -> mc.ModelConfig:
-    """The lane of `front` (one of its config files; `gpu`: its GPU profile)."""
+    """The lane of `front` (one of its config files; `gpu`: its GPU profile): an ensemble
+    into the front's own process where the front has interactive workers, else a front
+    model of its own."""
+    workers = front.parameters.get(INTERACTIVE_WORKERS_PARAMETER)
+    if workers is not None and int(workers.string_value or 0) > 0:
+        return ensemble_lane(front)
     lane = mc.ModelConfig()
     lane.CopyFrom(front)
     lane.name = lane_name(front.name)
@@ -73,6 +81,49 @@ def lane_config(front: mc.ModelConfig, gpu: bool = False) -> mc.ModelConfig:
     if not gpu:
         lane.parameters[IN_PROCESS_PARAMETER].string_value = "true"
         lane.parameters[IN_PROCESS_THREADS_PARAMETER].string_value = str(LANE_SHARE)
+    return lane
+
+
+def with_lane_inputs(front: mc.ModelConfig) -> mc.ModelConfig:
+    """`front` taking its lane's requests in its own process: every input optional, and an
+    optional `<input>_INTERACTIVE` twin of each, which only its ensemble lane feeds
+    (python_backends/base.py input_array reads either; a request carries one of them)."""
+    config = mc.ModelConfig()
+    config.CopyFrom(front)
+    inputs = [t for t in config.input if not t.name.endswith(INTERACTIVE_INPUT_SUFFIX)]
+    del config.input[:]
+    for tensor in inputs:
+        config.input.add().CopyFrom(tensor)
+        config.input[-1].optional = True
+    for tensor in inputs:
+        twin = config.input.add()
+        twin.CopyFrom(tensor)
+        twin.name = tensor.name + INTERACTIVE_INPUT_SUFFIX
+        twin.optional = True
+    return config
+
+
+def ensemble_lane(front: mc.ModelConfig) -> mc.ModelConfig:
+    """The lane as an ensemble over `front`: no process of its own, so no copy of the
+    model. Triton's core maps each input to the front's `_INTERACTIVE` twin, where the
+    front's interactive workers (normal CPU priority) take it, and each output back; the
+    request's parameters, priority and timeout travel with it (core r24.10 EnsembleContext)."""
+    lane = mc.ModelConfig(name=lane_name(front.name), platform="ensemble",
+                          max_batch_size=front.max_batch_size)
+    step = lane.ensemble_scheduling.step.add(model_name=front.name, model_version=-1)
+    for tensor in front.input:
+        if tensor.name.endswith(INTERACTIVE_INPUT_SUFFIX):
+            continue
+        public = lane.input.add()
+        public.CopyFrom(tensor)
+        public.optional = False
+        step.input_map[tensor.name + INTERACTIVE_INPUT_SUFFIX] = tensor.name
+    for tensor in front.output:
+        lane.output.add().CopyFrom(tensor)
+        step.output_map[tensor.name] = tensor.name
+    for key in ("family",):
+        lane.parameters[key].string_value = front.parameters[key].string_value
+    lane.parameters[LANE_PARAMETER].string_value = front.name
     return lane
 
 
