@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import tritonclient.http as httpclient
 from tmr_client import NO_RETRY, AsyncClient
 from tmr_client.auth import key_headers
 
@@ -267,3 +268,11 @@ def reloaded_with(server, model: str, parameters: dict[str, str]) -> Iterator[No
     finally:
         with AdminClient(server.http_url) as admin:
             admin.load(model, versions.read_config(server.opts.repository / model))
+
+
+def embed_texts(url: str, texts: list[str], model: str = "embed") -> np.ndarray:
+    """Raw KServe over HTTP: the EMBEDDING of `texts` from `model`."""
+    with httpclient.InferenceServerClient(url, network_timeout=60) as client:
+        data = httpclient.InferInput("TEXT", [len(texts), 1], "BYTES")
+        data.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
+        return client.infer(model, [data]).as_numpy("EMBEDDING")

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 from tmr_client import Client
+from tritonclient.utils import InferenceServerException
 
 from core import host_profile as hp
 from core import tune_record as tr
@@ -31,7 +33,7 @@ from server.launcher import TritonServer, stub_processes
 from server.profile import status
 from server.prometheus import metric_value
 from tests.conftest import MINILM_SOURCE, REPOSITORY, start_server, stop_cleanly
-from tests.integration.helpers import repository_of, tmr
+from tests.integration.helpers import embed_texts, repository_of, tmr
 from tests.integration.test_embed_serving import cosines, sentence_transformers_embeddings
 from tests.integration.test_rollout import FAST, Load
 
@@ -122,6 +124,24 @@ def test_where_the_primary_runs_is_the_layouts_choice(profiled) -> None:
     config = versions.served_config(profiled.repo / ENCODER, HOST)
     assert sum(g.count for g in config.instance_group) == (
         1 if profiled.layout.in_process else profiled.layout.encoder_instances)
+
+
+def test_the_lane_name_answers_raw_kserve_and_refuses_bad_input_with_a_400(profiled) -> None:
+    """Raw KServe to the lane's name, as a client without the SDK calls it: on a workers
+    profile an ensemble into the front's interactive worker, else a model of its own; the
+    same vector as the front's, and a bad text refused with a 400 that names it."""
+    url = profiled.server.http_url
+    text = ["a raw call to the lane"]
+    assert float(np.dot(embed_texts(url, text, "embed_interactive")[0],
+                        embed_texts(url, text, "embed")[0])) > 0.99999
+    for model in ("embed_interactive", "embed"):
+        with httpclient.InferenceServerClient(url) as client:
+            data = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+            data.set_data_from_numpy(np.array([[b"\xff\xfe"]], dtype=np.object_))
+            with pytest.raises(InferenceServerException) as err:
+                client.infer(model, [data])
+        assert err.value.status() == "400" and "UTF-8" in err.value.message(), model
+    assert embed_texts(url, ["still serving"], "embed_interactive").shape == (1, 384)
 
 
 def test_only_the_profiles_primary_is_loaded_at_start(profiled) -> None:

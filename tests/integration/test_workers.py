@@ -20,16 +20,9 @@ from core.model_config import mc
 from core.process_memory import stub_processes
 from server.launcher import TritonServer
 from tests.conftest import start_server, stop_cleanly
-from tests.integration.helpers import fresh, repository_of
+from tests.integration.helpers import embed_texts, fresh, repository_of
 
 WORKERS = 2
-
-
-def embed_texts(url: str, texts: list[str], model: str = "embed") -> np.ndarray:
-    with httpclient.InferenceServerClient(url, network_timeout=60) as client:
-        data = httpclient.InferInput("TEXT", [len(texts), 1], "BYTES")
-        data.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
-        return client.infer(model, [data]).as_numpy("EMBEDDING")
 
 
 @pytest.fixture(scope="module")

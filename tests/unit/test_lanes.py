@@ -16,11 +16,14 @@ from core.families.lanes import (
     LINKED,
     lane_config,
     lane_header,
+    with_lane_inputs,
 )
 from core.host_profile import LANE_MAX_THREADS, in_process_threads, lane_threads
 from core.settings import (
     EVERY_CORE,
     IN_PROCESS_PARAMETER,
+    INTERACTIVE_INPUT_SUFFIX,
+    INTERACTIVE_WORKERS_PARAMETER,
     LANE_SHARE,
     LadderSettings,
     ModelSettings,
@@ -79,3 +82,37 @@ def test_a_lane_takes_half_the_cores_so_a_saturated_lane_leaves_the_shared_path_
     assert in_process_threads(EVERY_CORE, cores) == cores
     assert in_process_threads(ThreadShare(), cores) is None  # one encoder instance's
     assert in_process_threads(ThreadShare.parse("3"), cores) == 3
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_a_front_with_interactive_workers_gets_an_ensemble_lane_into_its_process(
+        front: str) -> None:
+    """A workers profile (server/tune.py): the front takes `_INTERACTIVE` twins of its
+    inputs, and its lane is an ensemble with no process of its own that feeds them, the
+    outputs mapped back; both parse as Triton parses them."""
+    config = parse_config((REPOSITORY / front / "config.pbtxt").read_text(encoding="utf-8"))
+    config.parameters[INTERACTIVE_WORKERS_PARAMETER].string_value = "1"
+    inside = with_lane_inputs(config)
+    names = [t.name for t in inside.input]
+    public = [t.name for t in config.input]
+    assert names == public + [n + INTERACTIVE_INPUT_SUFFIX for n in public]
+    assert all(t.optional for t in inside.input)
+    assert with_lane_inputs(inside) == inside  # applying it twice changes nothing
+    lane = lane_config(inside)
+    assert lane.platform == "ensemble" and not lane.instance_group and not lane.backend
+    assert lane.name == f"{front}_interactive" and lane.max_batch_size == config.max_batch_size
+    assert [t.name for t in lane.input] == public and not any(t.optional for t in lane.input)
+    assert [t.name for t in lane.output] == [t.name for t in config.output]
+    (step,) = lane.ensemble_scheduling.step
+    assert step.model_name == front and step.model_version == -1
+    assert dict(step.input_map) == {n + INTERACTIVE_INPUT_SUFFIX: n for n in public}
+    assert dict(step.output_map) == {t.name: t.name for t in config.output}
+    assert lane.parameters[LANE_PARAMETER].string_value == front
+    assert parse_config(render(lane, "h")) == lane
+    assert parse_config(render(inside, "h")) == inside
+
+
+def test_a_front_without_interactive_workers_keeps_a_lane_of_its_own() -> None:
+    config = parse_config((REPOSITORY / FRONTS[0] / "config.pbtxt").read_text(encoding="utf-8"))
+    config.parameters[INTERACTIVE_WORKERS_PARAMETER].string_value = "0"
+    assert lane_config(config).backend == config.backend
