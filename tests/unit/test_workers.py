@@ -72,6 +72,17 @@ def pool_of(serve: Any, threads: int = 2, max_rows: int = 4, max_queue: int = 64
     return WorkerPool("m", threads, max_rows, max_queue, serve, send, refusal)
 
 
+def held_serve() -> tuple[threading.Event, Any]:
+    """A batch path that answers once the event is set."""
+    release = threading.Event()
+
+    def serve(requests: list[Request]) -> list[Any]:
+        release.wait(10)
+        return [("ok", r.value) for r in requests]
+
+    return release, serve
+
+
 def wait_all(senders: list[Sender], timeout: float = 10.0) -> None:
     for s in senders:
         assert s.done.wait(timeout), "a request was never answered"
@@ -123,12 +134,7 @@ def test_a_missing_response_is_made_good() -> None:
 
 @pytest.mark.timeout(30)
 def test_a_full_queue_refuses_at_once_with_tritons_wording() -> None:
-    release = threading.Event()
-
-    def serve(requests: list[Request]) -> list[Any]:
-        release.wait(10)
-        return [("ok", r.value) for r in requests]
-
+    release, serve = held_serve()
     pool = pool_of(serve, threads=1, max_rows=1, max_queue=2)
     busy = Sender()
     pool.submit(Request(0), busy, rows=1)
@@ -150,12 +156,7 @@ def test_a_full_queue_refuses_at_once_with_tritons_wording() -> None:
 
 @pytest.mark.timeout(30)
 def test_a_request_past_its_timeout_in_the_queue_gets_tritons_timeout_wording() -> None:
-    release = threading.Event()
-
-    def serve(requests: list[Request]) -> list[Any]:
-        release.wait(10)
-        return [("ok", r.value) for r in requests]
-
+    release, serve = held_serve()
     pool = pool_of(serve, threads=1, max_rows=1)
     first = Sender()
     pool.submit(Request(0), first, rows=1)
