@@ -128,6 +128,21 @@ def chunks_by_default(config: Mapping[str, Any]) -> bool:
     return (_parameter(config, OVERLENGTH_POLICY) or DEFAULT_OVERLENGTH_POLICY) == "chunk"
 
 
+WORKERS = "worker_threads"  # a front's bulk workers: a count, or "cores" (one per core)
+PER_CORE = "cores"
+SMALLEST_HOST_CORES = 2  # "cores" as a client counts them: it cannot see the server's
+
+
+def in_flight(config: Mapping[str, Any]) -> int:
+    """Chunks of one bulk call to keep in flight at once: one per instance of the model,
+    times its workers where a front serves with workers (python_backends/workers.py),
+    which each take a chunk at once; "cores" counts as SMALLEST_HOST_CORES."""
+    instances = sum(int(g.get("count", 1)) for g in config.get("instance_group") or []) or 1
+    raw = _parameter(config, WORKERS) or "0"
+    workers = SMALLEST_HOST_CORES if raw == PER_CORE else int(raw) if raw.isdigit() else 0
+    return instances * max(1, workers)
+
+
 # The SDK's own timeouts (core/timeouts.py holds the project's whole table and imports
 # these): each defined here once, where the SDK, which installs alone, can read it.
 NETWORK_TIMEOUT_S = 60.0  # an HTTP socket's timeout when the client has no `timeout=`

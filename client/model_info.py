@@ -85,9 +85,10 @@ def instance_count(config: Any) -> int | None:
 
 def in_flight_limit(instances: int | None) -> int:
     """How many chunks of a bulk call go to the server at once: one per instance of the
-    model. A chunk is a whole dynamic batch, so a second one per instance would only wait
-    in the queue, where the default (low) priority level expires requests after 2 s; the
-    network gap between one chunk's answer and the next is tiny beside a chunk's compute."""
+    model, or per worker of a front with workers (contract.in_flight). A chunk is a whole
+    dynamic batch, so a second one per instance would only wait in the queue, where the
+    default (low) priority level expires requests after 2 s; the network gap between one
+    chunk's answer and the next is tiny beside a chunk's compute."""
     return instances if instances else DEFAULT_IN_FLIGHT
 
 
@@ -125,7 +126,8 @@ class Access:
         rows = self.max_batch_size or request_rows(config)
         return ModelInfo(self.max_batch_size or max_batch_size(config),
                          tuple(output_names(config)),
-                         self.max_in_flight or in_flight_limit(instance_count(config)),
+                         self.max_in_flight or in_flight_limit(instance_count(config)
+                                                               and contract.in_flight(body)),
                          rows, min(rows, contract.chunk_request_rows(body)),
                          contract.chunks_by_default(body))
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from core.errors import CoreError
 from core.hardware import host_cpu
-from core.settings import ThreadShare
+from core.settings import WORKERS_PER_CORE, ThreadShare
 
 DEFAULT_MEMORY_BUDGET_MB = 1536.0  # the whole server's RSS, a ceiling (docs/serving.md)
 MIN_MARGIN = 0.02  # a gain under 2% is never taken, however steady the rounds
@@ -70,6 +70,12 @@ def host_cores() -> int:
 def runtime_threads(setting: int) -> int:
     """An encoder's intra-op threads for its config's setting: 0 is every usable core."""
     return setting or host_cores()
+
+
+def worker_count(setting: str, cores: int) -> int:
+    """A front's bulk workers for its `worker_threads` setting on `cores` usable cores:
+    one per core for "cores", else the count (0: none, execute serves)."""
+    return max(1, cores) if setting == WORKERS_PER_CORE else int(setting)
 
 
 def lane_threads(cores: int) -> int:

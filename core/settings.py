@@ -60,7 +60,7 @@ ENCODER_THREADS = 0
 # and the interactive lanes write them.
 IN_PROCESS_PARAMETER = "primary_in_process"
 IN_PROCESS_THREADS_PARAMETER = "in_process_threads"
-WORKERS_PARAMETER = "worker_threads"  # ModelSettings.worker_threads, a host profile's choice
+WORKERS_PARAMETER = contract.WORKERS  # ModelSettings.worker_threads
 INTERACTIVE_WORKERS_PARAMETER = "interactive_workers"  # ModelSettings.interactive_workers
 INTERACTIVE_INPUT_SUFFIX = "_INTERACTIVE"  # a front's input that its ensemble lane feeds
 
@@ -144,6 +144,16 @@ class ParameterSettings:
                 for f in fields(self) if f.metadata.get("written", True)}  # type: ignore
 
 
+WORKERS_PER_CORE = contract.PER_CORE  # ModelSettings.worker_threads: one per usable core
+
+
+def worker_setting(raw: str) -> str:
+    """A `worker_threads` value: "cores", or a count (0: none)."""
+    if raw != WORKERS_PER_CORE:
+        non_negative_int(raw)
+    return raw
+
+
 def nice_value(raw: str) -> int:
     """A nice value that lowers a thread: 1 to 19."""
     value = int(raw)
@@ -174,13 +184,14 @@ class ModelSettings(ParameterSettings):
     cpu_scheduling: str = setting("bulk", one_of(*SCHEDULINGS), written=False)
     cpu_nice: int = setting(10, nice_value, written=False)
     # Threads that serve batches after `execute` returns (python_backends/workers.py): one
-    # process serves concurrently with one copy of its weights. 0: execute serves.
-    worker_threads: int = setting(0, non_negative_int, written=False)
+    # process serves concurrently with one copy of its weights. "cores": one per usable
+    # core where the stub starts (core/host_profile.py worker_count); 0: execute serves.
+    worker_threads: str = setting("0", worker_setting)
     # Requests that may wait for a worker; past it a request is refused at once.
     worker_queue: int = setting(512, positive_int, written=False)
     # Workers at normal CPU priority for the interactive lane's requests, which reach this
     # front through its `_INTERACTIVE` inputs (an ensemble lane, core/families/lanes.py).
-    interactive_workers: int = setting(0, non_negative_int, written=False)
+    interactive_workers: int = setting(0, non_negative_int)
     # Lane requests that may wait; past it one is refused as a full queue, and the SDK and
     # the front door send it to the front at priority 1 instead.
     interactive_queue: int = setting(8, positive_int, written=False)
@@ -230,11 +241,11 @@ class LadderSettings(ParameterSettings):
     dedupe_rows: bool = True
     # The front runs its primary encoder's served version in its own process; BLS serves
     # the rest (python_backends/in_process.py). A host profile's choice, never a default.
-    primary_in_process: bool = setting(False, written=False)
+    primary_in_process: bool = False
     # Its threads (ThreadShare): one encoder instance's, every core, an interactive lane's
     # share (core/host_profile.py in_process_threads), or a count.
     in_process_threads: ThreadShare = setting(  # noqa: RUF009 (a field(); frozen value)
-        INSTANCE_SHARE, ThreadShare.parse, written=False)
+        INSTANCE_SHARE, ThreadShare.parse)
     # An interactive lane's requests per execution; the rest of a batch are refused at once
     # as a full queue, and the SDK and the front door send them to the front
     # (core/families/lanes.py). 0: every request (a front).
@@ -401,6 +412,18 @@ FRONT_BATCHING = DynamicBatching(
                        allow_timeout_override=True),
     },
 )
+# A front as one process (docs/serving.md, "One front process"): a bulk worker per usable
+# core and one for its ensemble lane (python_backends/workers.py), over its primary run
+# in its process on one thread a call, so each computes at its worker's CPU policy.
+ONE_PROCESS = ModelSettings(worker_threads=WORKERS_PER_CORE, interactive_workers=1)
+ONE_THREAD = ThreadShare("fixed", 1)
+
+
+def in_process(ladder: LadderSettings) -> LadderSettings:
+    """`ladder` with the primary in the front's process, one thread a call."""
+    return replace(ladder, primary_in_process=True, in_process_threads=ONE_THREAD)
+
+
 # Every class whose fields are config parameters, for the tests that keep them read.
 PARAMETER_SETTINGS: tuple[type[ParameterSettings], ...] = (
     ModelSettings, BackendSettings, LadderSettings, TextFrontSettings, ImageFrontSettings)

@@ -48,7 +48,7 @@ from server.stamp import run_dir, save_figure, write_report
 
 OVERLOAD = {"normal": 0.7, "2x": 2.0, "10x": 10.0}  # x measured capacity
 SCENARIOS = ("overload", "recover", "sawtooth", "priority")
-P1_ROUTES = ("lane", "door", "sdk")  # how priority 1 reaches the interactive lane
+P1_ROUTES = ("lane", "door", "sdk", "front")  # to the lane; front: Triton's priority alone
 FRONT = text_model().front  # the repository's text-embedding front model
 Sample = tuple[float, float, float]  # time.time(), highest level, router refusals so far
 Run = Callable[..., dict[str, Any]]  # measured() at one server: (users, name, **kwargs)
@@ -202,10 +202,10 @@ def markdown(capacity: float | None, results: dict[str, dict]) -> str:
 @contextlib.contextmanager
 def p1_route(route: str, host: str, grpc: str) -> Iterator[dict]:
     """Locust's environment sending priority 1 to FRONT's lane: named in the URL (lane),
-    through a front door started for it (door), or by the SDK over gRPC (sdk)."""
+    through a front door (door), by the SDK over gRPC (sdk); or to FRONT itself (front)."""
     if route != "door":
         yield {"TMR_SDK_HOST": grpc, "PYTHONPATH": str(sdk_path())} if route == "sdk" else {
-            "TMR_P1_PATH": f"/v2/models/{lane_name(FRONT)}/infer"}
+            "TMR_P1_PATH": f"/v2/models/{lane_name(FRONT)}/infer"} if route == "lane" else {}
         return
     key, (http_port, grpc_port) = "bench-" + "k" * 16, free_ports(2)
     settings = FrontDoorSettings(http_port=http_port, grpc_port=grpc_port, rate_per_minute=10**7)
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=None, help="a running server's HTTP host:port")
     parser.add_argument("--metrics-url", default=None, help="needed with --url")
     parser.add_argument("--grpc-url", default=None, help="its gRPC host:port, for --p1 sdk")
-    parser.add_argument("--p1", nargs="+", choices=P1_ROUTES, default=list(P1_ROUTES))
+    parser.add_argument("--p1", nargs="+", choices=P1_ROUTES, default=list(P1_ROUTES[:3]))
     for flag, default in (("--seconds", 10.0), ("--overload-s", 20), ("--gap-s", 1.0),
                           ("--normal-s", 4), ("--period-s", 2.0), ("--sawtooth-s", 60.0)):
         parser.add_argument(flag, type=type(default), default=default)  # Locust's -t: whole s

@@ -21,6 +21,7 @@ import numpy as np
 
 from core.cpu_policy import BulkCpu
 from core.families.lanes import lane_full, lane_name
+from core.host_profile import host_cores, worker_count
 from core.settings import INTERACTIVE_INPUT_SUFFIX, ModelSettings
 from core.variant import REVIEWED, Variant
 from python_backends import bls, diagnostics, metrics
@@ -66,7 +67,8 @@ class BaseModel:
         self.setup(args)
         # Worker threads answer after execute returns (python_backends/workers.py): made
         # before the stub yields its CPU, so they run at the model's scheduling.
-        self.pool = self._pools(settings) if settings.worker_threads else None
+        workers = worker_count(settings.worker_threads, host_cores())
+        self.pool = self._pools(settings, workers) if workers else None
         apply_policy(settings.gc_policy)
         if not self.warmup.active:
             self.yield_cpu()
@@ -110,10 +112,10 @@ class BaseModel:
         finally:
             self.serving.acquire()
 
-    def _pools(self, settings: ModelSettings) -> Pools:
-        """The bulk workers and, where the config asks, the interactive ones."""
+    def _pools(self, settings: ModelSettings, workers: int) -> Pools:
+        """`workers` bulk workers and, where the config asks, the interactive ones."""
         rows = max(1, int(self.config.get("max_batch_size") or 1))
-        bulk = WorkerPool(self.name, settings.worker_threads, rows, settings.worker_queue,
+        bulk = WorkerPool(self.name, workers, rows, settings.worker_queue,
                           self._answer, send_final, error_response, log=self.log.warning)
         lane_inputs = [t["name"] for t in self.config.get("input", [])
                        if t["name"].endswith(INTERACTIVE_INPUT_SUFFIX)]
@@ -123,8 +125,13 @@ class BaseModel:
             log=self.log.warning, full=lane_full(lane_name(self.name),
                                                  settings.interactive_queue)
         ) if settings.interactive_workers and lane_inputs else None
+        waiting = {level: metrics.Gauge(
+            "tmr_queue_waiting", "Requests waiting in the stub's own queue for a worker, per "
+            "priority (python_backends/workers.py)", {"model": self.name, "priority": level})
+            for level in ("1", "2")}
         return Pools(bulk, interactive, lambda request: any(
-            pb_utils.get_input_tensor_by_name(request, n) is not None for n in lane_inputs))
+            pb_utils.get_input_tensor_by_name(request, n) is not None for n in lane_inputs),
+            waiting)
 
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""
@@ -176,6 +183,8 @@ class BaseModel:
                 ModelError(f"{self.name} produced no response for this request")))
             self.batch_log.emit(requests, responses, self.batch, began,
                                 self.degradation_level())
+            if self.pool is not None:
+                self.pool.report()
             metrics.flush()  # the batch's counters, one round trip each
         return responses
 

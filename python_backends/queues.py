@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.settings import ModelSettings
+
 NO_PRIORITY = "0"  # the label of a model's single queue when it has no priority levels
 
 
@@ -20,8 +22,14 @@ def _size(policy: Mapping[str, Any] | None) -> int:
 def queue_capacities(config: Mapping[str, Any]) -> dict[str, int]:
     """{priority level: max_queue_size} of every bounded queue; unbounded (0) ones are left out.
 
-    A level without its own `priority_queue_policy` uses `default_queue_policy`.
+    A level without its own `priority_queue_policy` uses `default_queue_policy`. A front
+    whose workers hold the queue (python_backends/workers.py) has the stub's queues: its
+    lane's (`interactive_queue`, priority 1) and its bulk workers' (`worker_queue`, 2).
     """
+    settings = ModelSettings.from_parameters(config)
+    if settings.worker_threads != "0":
+        return {"1": settings.interactive_queue, "2": settings.worker_queue} \
+            if settings.interactive_workers else {NO_PRIORITY: settings.worker_queue}
     batching = config.get("dynamic_batching")
     if not batching:
         return {}

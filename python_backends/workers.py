@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,8 +221,15 @@ class Pools:
     config asks for no interactive workers."""
 
     def __init__(self, bulk: WorkerPool, interactive: WorkerPool | None,
-                 is_interactive: Callable[[Any], bool]) -> None:
+                 is_interactive: Callable[[Any], bool], gauges: Mapping[str, Any]) -> None:
+        """`gauges`: by priority ("1" the lane's, "2" the bulk's), what `report` sets."""
         self.bulk, self.interactive, self.is_interactive = bulk, interactive, is_interactive
+        self.gauges = gauges
+
+    def report(self) -> None:
+        """The requests waiting in each queue, on the gauges (sent with the batch's)."""
+        self.gauges["2"].set(self.bulk.depth())
+        self.gauges["1"].set(self.interactive.depth() if self.interactive else 0)
 
     def submit(self, request: Any, sender: Any, rows: int) -> None:
         lane = self.interactive is not None and self.is_interactive(request)

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tmr_client.contract import in_flight
 from tmr_client.core import request_rows
 
 from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
@@ -54,8 +55,8 @@ def openai_models(repository: Path = DEFAULT_REPOSITORY) -> dict[str, Any]:
                   "lane": model.lane,  # where x-priority 1 goes (core/families/lanes.py)
                   "max_batch": int(config.max_batch_size),
                   "request_rows": request_rows(config),
-                  # chunks of one request in flight at once: one per front instance
-                  "in_flight": max(1, sum(g.count for g in config.instance_group))}
+                  # chunks of one request in flight at once: one per instance or worker
+                  "in_flight": in_flight(body)}
         if model.family is IMAGE_CLASSIFICATION:
             images.append(common)
             continue

@@ -42,6 +42,7 @@ from core.ports import free_ports
 from core.process_memory import server_memory
 from core.repository import copy_repository
 from core.rollout import state_of
+from core.settings import WORKERS_PARAMETER, LadderSettings
 from core.startup import startup_models
 from core.variant import HOST, Variant
 from server.goodput import (
@@ -97,34 +98,37 @@ def text_models(repository: Path) -> list[FamilyModel]:
 
 
 def reviewed_candidate(repository: Path, model: FamilyModel) -> hp.Candidate:
+    """The reviewed configs as a layout: their front's workers and its in-process
+    primary's threads a call where it runs the primary itself (the family's default,
+    docs/serving.md "One front process"), else the encoder's instances."""
     front = front_spec(versions.read_config(repository / model.front))
     fmt = front.primary or model.family.serving.primary
     spec = encoder_spec(versions.read_config(repository / model.encoder(fmt)))
-    layout = hp.Layout(spec.instances, spec.threads,
-                       front.instances or model.family.serving.front_instances, spec.idle_session)
+    ladder = LadderSettings.from_parameters({"parameters": {
+        k: {"string_value": v} for k, v in front.parameters.items()}})
+    share = ladder.in_process_threads
+    threads = share.count if ladder.primary_in_process and share.kind == "fixed" else spec.threads
+    workers = hp.worker_count(front.parameters.get(WORKERS_PARAMETER, "0"), hp.host_cores())
+    layout = hp.Layout(spec.instances, threads,
+                       front.instances or model.family.serving.front_instances, spec.idle_session,
+                       ladder.primary_in_process, workers)
     return hp.Candidate(REVIEWED_NAME, fmt, spec.precision, layout, reviewed=True)
 
 
 def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[hp.Kind]:
-    """The candidates measured beside the reviewed configs:
-    OpenVINO at the host's precision in the reviewed layout, and each runtime run inside
-    the fronts' own stubs (no BLS hop and no encoder process: in-process on two cores
-    measured 1.35-1.68x the reviewed goodput with less memory, docs/serving.md), each
-    front instance with more threads for a lone request. `--full` adds the layout of
-    several encoder instances (layout_for), TorchScript, and OpenVINO at FP32."""
+    """The candidates measured beside the reviewed configs (one front process whose
+    workers share its in-process primary, docs/serving.md "One front process"): OpenVINO
+    at the host's precision in the reviewed layout, and OpenVINO and onnxruntime with the
+    workers sharing every core (a lone request gets them all; a worker per encoder
+    instance layout_for gives, at least two). `--full` adds onnxruntime over BLS in the
+    layout of several encoder instances (layout_for), TorchScript, and OpenVINO at FP32."""
     layout = hp.layout_for(host.cores)
-    # One front process whose workers (python_backends/workers.py) share one copy of the
-    # primary: one worker per encoder instance layout_for gives, at least two, sharing the
-    # cores (a copy per front instance held 809 MiB of `embed` on two cores: the tuner
-    # refused its 2x for memory, docs/serving.md).
-    inside = replace(layout, in_process=True, idle_session=False, front_instances=1,
-                     front_workers=max(2, layout.encoder_instances),
-                     encoder_threads=host.cores)
+    shared = replace(layout, in_process=True, idle_session=False, front_instances=1,
+                     front_workers=max(2, layout.encoder_instances), encoder_threads=host.cores)
     found = [hp.Kind("openvino", host.precision, replace(reviewed, idle_session=False)),
-             hp.Kind("openvino", host.precision, inside), hp.Kind("onnx", FP32, inside)]
+             hp.Kind("openvino", host.precision, shared), hp.Kind("onnx", FP32, shared)]
     if mode.extra:
-        if layout != reviewed:
-            found.append(hp.Kind("onnx", FP32, layout))
+        found.append(hp.Kind("onnx", FP32, layout))
         found.append(hp.Kind("torchscript", FP32, reviewed))
         if host.precision != FP32:
             found.append(hp.Kind("openvino", FP32, replace(reviewed, idle_session=False)))

@@ -19,7 +19,6 @@ from google.protobuf import json_format, text_format
 
 from core.families import Family, Tensor, family, warmup
 from core.families.lanes import (
-    LANE_WORKERS,
     LINKED,
     lane_config,
     lane_header,
@@ -35,6 +34,8 @@ from core.params import IDLE_THREADS_PARAMETER
 from core.settings import (
     ENCODER_THREADS,
     IN_PROCESS_PARAMETER,
+    IN_PROCESS_THREADS_PARAMETER,
+    INSTANCE_SHARE,
     INTERACTIVE_WORKERS_PARAMETER,
     SCHEDULING_PARAMETER,
     WORKERS_PARAMETER,
@@ -159,7 +160,10 @@ def front_config(spec: FrontSpec, profile: str = CPU) -> mc.ModelConfig:
     values = {**serving.front_parameters, **spec.parameters, "family": fam.name,
               "primary_model": fam.encoder_name(spec.base, primary),
               "fallback_model": fam.encoder_name(spec.base, serving.fallback)}
-    return json_format.ParseDict({
+    if profile == GPU:  # the encoder on the GPU, its own instance group (gpu_hosts.md)
+        values[IN_PROCESS_PARAMETER] = "false"
+        values[IN_PROCESS_THREADS_PARAMETER] = str(INSTANCE_SHARE)
+    config = json_format.ParseDict({
         "name": spec.name, "backend": fam.backend, "max_batch_size": serving.max_batch_size,
         "input": tensors(contract.front_inputs, sizes_of(spec.dimension)),
         "output": tensors(contract.front_outputs, sizes_of(spec.dimension)),
@@ -171,6 +175,9 @@ def front_config(spec: FrontSpec, profile: str = CPU) -> mc.ModelConfig:
         "model_warmup": warmup.samples(serving.warmup, contract.front_inputs,
                                        sizes_of(spec.dimension), serving.warmup.front_batches),
     }, mc.ModelConfig())
+    # a lane served in this process takes its requests on the inputs' twins (lanes.py)
+    lane_inside = int(values.get(INTERACTIVE_WORKERS_PARAMETER, "0") or 0) > 0
+    return with_lane_inputs(config) if lane_inside else config
 
 
 def parameters_of(config: mc.ModelConfig) -> dict[str, str]:
@@ -274,12 +281,17 @@ def write_front(repository: Path, spec: FrontSpec) -> None:
     write_atomically(folder / "config.pbtxt", render(front_config(spec), front_header(spec)))
     fam = family(spec.family)
     profile = folder / "configs" / "gpu.pbtxt"
-    if fam.format(spec.primary or fam.serving.primary).gpu:
+    gpu = front_config(spec, GPU)
+    if gpu == front_config(spec):
         profile.unlink(missing_ok=True)
-    else:
-        write_atomically(profile, render(front_config(spec, GPU), front_header(spec) + (
-            f"\nIts GPU profile (--model-config-name=gpu): {spec.primary} runs on the CPU "
-            f"only, so on a GPU host\nthe front calls {fam.serving.primary}.")))
+    else:  # a CPU-only primary, or one run in the front's process: the GPU's over BLS
+        primary = spec.primary or fam.serving.primary
+        why = (f"{primary} runs on the CPU only, so on a GPU host\nthe front calls "
+               f"{fam.serving.primary}" if not fam.format(primary).gpu else
+               "the front calls its encoder on the GPU\nover BLS rather than in its own "
+               "process (docs/gpu_hosts.md)")
+        write_atomically(profile, render(gpu, front_header(spec) + (
+            f"\nIts GPU profile (--model-config-name=gpu): {why}.")))
     write_lane(repository, spec.name)
 
 
@@ -288,13 +300,17 @@ def write_lane(repository: Path, front: str) -> list[Path]:
     front's version folder and warmup inputs; a lane file whose front file is gone goes
     too. The paths written."""
     folder = repository / lane_name(front)
-    written = []
+    written: list[Path] = []
+    main: mc.ModelConfig | None = None
     for source in config_files(repository / front):
         if not source.is_file():
             continue
         relative = source.relative_to(repository / front)
         config = lane_config(parse_config(source.read_text(encoding="utf-8")),
                              gpu=relative.stem == GPU)
+        if relative.parent.name == "configs" and config == main:
+            continue  # an ensemble lane the profile leaves as it is: Triton serves the main
+        main = config if relative.name == "config.pbtxt" else main
         written.append(write_atomically(folder / relative,
                                         render(config, lane_header(front, relative))))
     for stale in config_files(folder):
@@ -335,24 +351,17 @@ def write_variant(repository: Path, front: str, encoders: Mapping[str, str], var
     fam = family(spec.family)
     # The shared path yields to its interactive lanes under the server's bulk CPU policy
     # (core/cpu_policy.py), decided where it starts, as with the reviewed configs.
-    parameters = {k: v for k, v in spec.parameters.items() if k not in (
-        IN_PROCESS_PARAMETER, WORKERS_PARAMETER, INTERACTIVE_WORKERS_PARAMETER)}
+    # Where the primary runs, with the layout's threads a call (a count, or every core);
+    # the workers the layout's, or the reviewed front's (its lane inside it either way).
+    parameters = dict(spec.parameters)
+    parameters[IN_PROCESS_PARAMETER] = "true" if layout.in_process else "false"
     if layout.in_process:
-        parameters[IN_PROCESS_PARAMETER] = "true"
-    if layout.front_workers:  # and the lane's requests in this process (lanes.py)
-        parameters[WORKERS_PARAMETER] = str(layout.front_workers)
-        parameters[INTERACTIVE_WORKERS_PARAMETER] = str(LANE_WORKERS)
-    # With workers the stub holds the queue (python_backends/workers.py) and execute
-    # returns at once: Triton's batcher keeps no priority levels or queue policy, which
-    # turn off its prefetching, so a request arriving during an execution of the one
-    # instance waits up to 500 ms (core r24.10 BatcherThread; docs/serving.md).
-    spec = replace(spec, primary=None if primary == fam.serving.primary else primary,
-                   instances=layout.front_instances, parameters=parameters,
-                   batching=DynamicBatching() if layout.front_workers else spec.batching)
-    path = repository / front / "configs" / f"{variant.name}.pbtxt"
-    config = front_config(spec)
+        parameters[IN_PROCESS_THREADS_PARAMETER] = str(layout.encoder_threads or "every_core")
     if layout.front_workers:
-        config = with_lane_inputs(config)
-    write_atomically(path, render(config, profile_header(front, variant.name, why)))
+        parameters[WORKERS_PARAMETER] = str(layout.front_workers)
+    spec = replace(spec, primary=None if primary == fam.serving.primary else primary,
+                   instances=layout.front_instances, parameters=parameters)
+    path = repository / front / "configs" / f"{variant.name}.pbtxt"
+    write_atomically(path, render(front_config(spec), profile_header(front, variant.name, why)))
     lane = [p for p in write_lane(repository, front) if p.name == path.name]
     return [*written, path, *lane]

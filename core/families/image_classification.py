@@ -37,7 +37,13 @@ from core.families.spec import (
 )
 from core.families.warmup import WarmupPlan
 from core.rollout import top1_agreement
-from core.settings import FRONT_BATCHING, ImageFrontSettings, LadderSettings, ModelSettings
+from core.settings import (
+    ONE_PROCESS,
+    DynamicBatching,
+    ImageFrontSettings,
+    LadderSettings,
+    in_process,
+)
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
 # An encoded JPEG, PNG or WebP per row: bytes, base64 text or `data:image/...;base64,`
@@ -105,12 +111,12 @@ IMAGE_CLASSIFICATION = Family(
         # The model's image parameters (colour mode, resize, crop, normalisation, limits)
         # come from its source; these are the family's: level 1 calls of 4 images, and 1024
         # cached answers (by the image's digest) at level 3.
-        front_settings=(ModelSettings(), replace(LadderSettings(), small_batch_rows=4,
-                                                 cache_entries=1024), ImageFrontSettings()),
-        # An execution takes 4 images when more are queued (docs/serving.md, "Priority").
-        front_batching=replace(FRONT_BATCHING.with_queue_sizes(256, 64),
-                               preferred_batch_size=(4,)),
-        front_instances=2,
+        front_settings=(ONE_PROCESS, in_process(replace(
+            LadderSettings(), small_batch_rows=4, cache_entries=1024)), ImageFrontSettings()),
+        # One process, as the text family (docs/serving.md, "One front process"); an
+        # execution takes 4 images when more wait.
+        front_batching=DynamicBatching(preferred_batch_size=(4,)),
+        front_instances=1,
         max_batch_size=16,
         # A real photo: one alone (a lone request) and 4 (what an execution takes under
         # load, preferred_batch_size) at the front and at each encoder.

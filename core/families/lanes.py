@@ -47,7 +47,6 @@ from core.settings import (
 
 LANE_PARAMETER = "lane_of"  # a lane's config: the front it is the interactive lane of
 LANE_INSTANCES = 1
-LANE_WORKERS = 1  # a front's interactive workers, where its lane is an ensemble into it
 LANE_QUEUE = 8  # requests one lane execution serves; the rest are refused (UNAVAILABLE)
 LANE_REQUESTS_PARAMETER = "lane_requests"  # LadderSettings.lane_requests
 # What only the front answers to: the family's default front (core/families/catalog.py)

@@ -12,7 +12,6 @@ ONNX INT8 (dynamic quantization; the gate compares cosines with eager PyTorch).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 import numpy as np
 from tmr_client import contract
@@ -31,7 +30,13 @@ from core.families.spec import (
 )
 from core.families.warmup import WarmupPlan
 from core.rollout import row_cosine
-from core.settings import FRONT_BATCHING, LadderSettings, ModelSettings, TextFrontSettings
+from core.settings import (
+    ONE_PROCESS,
+    DynamicBatching,
+    LadderSettings,
+    TextFrontSettings,
+    in_process,
+)
 
 # The front's tensors (the front model, the SDK and the configs name them from here) ...
 TEXT = Tensor(contract.TEXT, "TYPE_STRING", (1,))
@@ -96,13 +101,13 @@ TEXT_EMBEDDING = Family(
     serving=ServingDefaults(
         primary="onnx",
         fallback="int8",
-        front_settings=(ModelSettings(), LadderSettings(), TextFrontSettings()),
-        # Level 2 (low) may queue 128 requests (about 0.6 s of work), level 1 512. An
-        # execution takes 8 rows when more are queued, so a priority-1 request waits for one
-        # short execution, not for 64 rows of bulk work (docs/serving.md, "Priority").
-        front_batching=replace(FRONT_BATCHING.with_queue_sizes(512, 128),
-                               preferred_batch_size=(8,)),
-        front_instances=2,
+        # One process: the bulk workers and the lane's worker over one in-process copy
+        # (docs/serving.md, "One front process"). The stub holds the queue, so Triton's
+        # batcher keeps no queue policy (with one instance it would stall a lone request).
+        # An execution takes 8 rows when more wait: what a client puts in one request.
+        front_settings=(ONE_PROCESS, in_process(LadderSettings()), TextFrontSettings()),
+        front_batching=DynamicBatching(preferred_batch_size=(8,)),
+        front_instances=1,
         max_batch_size=64,
         # A typical text of 32 tokens: one alone (a lone request) and 8 (what an execution
         # takes under load, preferred_batch_size) at the front and at each encoder.

@@ -110,8 +110,9 @@ def embed_config_json() -> dict:
                                      preserving_proto_field_name=True)
 
 
-def test_queue_capacities_of_embed_are_its_per_priority_max_queue_size() -> None:
-    assert queue_capacities(embed_config_json()) == {"1": 512, "2": 128}
+def test_queue_capacities_of_embed_are_its_workers_queues() -> None:
+    # its workers hold the queue: the lane's 8 waiting, the bulk workers' 512
+    assert queue_capacities(embed_config_json()) == {"1": 8, "2": 512}
 
 
 @pytest.mark.parametrize(("batching", "expected"), [

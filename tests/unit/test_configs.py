@@ -30,7 +30,7 @@ from core.families.configs import (
 )
 from core.paths import DEFAULT_REPOSITORY as REPO
 from core.paths import PROJECT_ROOT
-from core.settings import LadderSettings, ParameterSettings
+from core.settings import INTERACTIVE_INPUT_SUFFIX, LadderSettings, ParameterSettings
 from runtime import images
 
 CPU_CORES = 2  # this machine's cores: CPU encoders must not oversubscribe them
@@ -94,7 +94,19 @@ def test_a_front_whose_primary_is_cpu_only_gets_a_gpu_profile_routed_to_the_defa
     assert cpu.parameters["primary_model"].string_value == "minilm_openvino"
     assert gpu.parameters["primary_model"].string_value == "minilm_onnx"
     assert front_spec(cpu).primary == "openvino"
-    write_front(tmp_path, replace(spec, primary=None))  # back to the default: no profile
+    write_front(tmp_path, replace(spec, primary=None))  # back to the default:
+    gpu = parse(tmp_path / "embed" / "configs" / "gpu.pbtxt")  # its primary on the GPU,
+    assert gpu.parameters["primary_model"].string_value == "minilm_onnx"  # over BLS
+    assert gpu.parameters["primary_in_process"].string_value == "false"
+    assert parse(tmp_path / "embed" / "config.pbtxt").parameters[
+        "primary_in_process"].string_value == "true"
+
+
+def test_a_front_without_an_in_process_primary_has_no_gpu_profile(tmp_path):
+    spec = front_spec(config("embed"))
+    parameters = {**spec.parameters, "primary_in_process": "false",
+                  "in_process_threads": "instance"}
+    write_front(tmp_path, replace(spec, parameters=parameters))
     assert not (tmp_path / "embed" / "configs" / "gpu.pbtxt").exists()
 
 
@@ -119,7 +131,13 @@ def test_front_and_encoder_tensors_are_the_familys(model):
     dim = int(config(next(iter(model.encoders.values()))).output[0].dims[-1])
     io = [(t.name, mc.DataType.Value(t.data_type), list(t.resolved({"dim": dim})))
           for t in (*fam.contract.front_inputs, *fam.contract.front_outputs)]
-    assert [(t.name, t.data_type, list(t.dims)) for t in (*front.input, *front.output)] == io
+    # the family's inputs, then their _INTERACTIVE twins (its ensemble lane's), every one
+    # optional; then the family's outputs
+    public = [t for t in front.input if not t.name.endswith(INTERACTIVE_INPUT_SUFFIX)]
+    twins = [t for t in front.input if t.name.endswith(INTERACTIVE_INPUT_SUFFIX)]
+    assert [t.name for t in twins] == [t.name + INTERACTIVE_INPUT_SUFFIX for t in public]
+    assert all(t.optional for t in front.input)
+    assert [(t.name, t.data_type, list(t.dims)) for t in (*public, *front.output)] == io
     for fmt, name in model.encoders.items():
         suffix = fam.format(fmt).output_suffix
         encoder = config(name)
@@ -155,22 +173,19 @@ def test_encoder_takes_a_whole_front_batch_in_one_bls_call(name):
 
 
 @pytest.mark.parametrize("name", FRONTS)
-def test_front_has_priority_levels_each_with_a_timeout_policy_and_low_sheds_first(name):
-    batching = config(name).dynamic_batching
-    levels = batching.priority_levels
-    assert levels >= 2
-    assert 1 <= batching.default_priority_level <= levels
-    policies = batching.priority_queue_policy
-    assert set(policies) == set(range(1, levels + 1))
-    for level, policy in policies.items():
-        assert policy.default_timeout_microseconds > 0, level
-        assert policy.allow_timeout_override, level
-    assert policies[levels].max_queue_size < policies[1].max_queue_size
-
-
-@pytest.mark.parametrize("name", FRONTS)
-def test_front_has_at_least_two_instances_because_one_stalls_with_priorities_on_2_51(name):
-    assert sum(g.count for g in config(name).instance_group) >= 2
+def test_front_is_one_process_whose_workers_hold_the_queue(name):
+    """One instance, answering after execute returns (python_backends/workers.py): the stub
+    holds the queue and its bounds, so Triton's batcher has no priority levels or queue
+    policy, which with one instance turn off its prefetching and stall a lone request up to
+    500 ms (core r24.10; docs/serving.md, "One front process")."""
+    front = config(name)
+    assert sum(g.count for g in front.instance_group) == 1
+    batching = front.dynamic_batching
+    assert batching.priority_levels == 0 and not batching.priority_queue_policy
+    assert not batching.HasField("default_queue_policy")
+    params = parameters_of(front)
+    assert params["worker_threads"] == "cores" and params["interactive_workers"] == "1"
+    assert params["primary_in_process"] == "true" and params["in_process_threads"] == "1"
 
 
 @pytest.mark.parametrize("name", ENCODERS)

@@ -19,13 +19,12 @@ from core import tune_record as tr
 from core import variant
 from core.families.catalog import find, served_encoder
 from core.families.configs import write_variant
-from core.families.lanes import LANE_INSTANCES
 from core.paths import DEFAULT_REPOSITORY
 from core.settings import (
     IN_PROCESS_PARAMETER,
-    SCHEDULING_PARAMETER,
     LadderSettings,
     ModelSettings,
+    ThreadShare,
 )
 from core.startup import startup_models
 from core.variant import GPU, HOST
@@ -213,10 +212,10 @@ def parse(path: Path) -> mc.ModelConfig:
 def test_a_host_variant_differs_from_its_reviewed_config_only_in_instances_and_parameters(
         configs: Path) -> None:
     written = profile_openvino(configs)
+    # the lane, an ensemble into the front, is the same on every profile: not written
     assert {p.parent.parent.name for p in written} == {
-        "embed", "embed_interactive", "minilm_onnx", "minilm_torchscript", "minilm_int8",
-        "minilm_openvino"}
-    counts = {"embed": 8, "embed_interactive": LANE_INSTANCES}
+        "embed", "minilm_onnx", "minilm_torchscript", "minilm_int8", "minilm_openvino"}
+    counts = {"embed": 8}
     for path in written:
         profile, main = parse(path), parse(path.parent.parent / "config.pbtxt")
         assert [(g.count, g.kind) for g in profile.instance_group] == [
@@ -231,36 +230,42 @@ def test_a_host_variant_differs_from_its_reviewed_config_only_in_instances_and_p
     front = served_config(configs / "embed", HOST).parameters
     assert front["primary_model"].string_value == "minilm_openvino"
     # The shared path yields under the server's bulk CPU policy, decided where it starts
-    # (core/cpu_policy.py), on the profile as on the reviewed configs; the lane is normal.
+    # (core/cpu_policy.py), on the profile as on the reviewed configs; the lane's worker,
+    # in the front's process, stays normal (python_backends/base.py yield_cpu).
     shared = ["embed", "minilm_onnx", "minilm_torchscript", "minilm_int8", "minilm_openvino"]
     for name in shared:
         for served in (HOST, REVIEWED_CONFIGS):
             params = {"parameters": {k: {"string_value": v.string_value} for k, v in
                                      served_config(configs / name, served).parameters.items()}}
             assert ModelSettings.from_parameters(params).cpu_scheduling == "bulk", name
-    lane = served_config(configs / "embed_interactive", HOST).parameters
-    assert lane[SCHEDULING_PARAMETER].string_value == "normal"
+    assert served_config(configs / "embed_interactive", HOST).platform == "ensemble"
+    # over BLS here: the front holds no copy, and its workers stay the reviewed ones
+    assert front[IN_PROCESS_PARAMETER].string_value == "false"
+    assert front["worker_threads"].string_value == "cores"
 
 
 def test_an_in_process_variant_has_the_front_run_the_primary_and_keeps_one_encoder_instance(
         configs: Path) -> None:
     model = find(configs, "minilm")
     assert model.front is not None
-    inside = hp.Layout(2, 1, 2, idle_session=False, in_process=True)
+    inside = hp.Layout(2, 2, 1, idle_session=False, in_process=True, front_workers=2)
     write_variant(configs, model.front, model.encoders, HOST, "openvino", "bf16",
                   inside, "a test host")
     front = served_config(configs / "embed", HOST)
     assert front.parameters[IN_PROCESS_PARAMETER].string_value == "true"
-    assert LadderSettings.from_parameters(config_json(front)).primary_in_process
-    assert sum(g.count for g in front.instance_group) == 2
+    ladder = LadderSettings.from_parameters(config_json(front))
+    assert ladder.primary_in_process and ladder.in_process_threads == ThreadShare.parse("2")
+    assert front.parameters["worker_threads"].string_value == "2"
+    assert sum(g.count for g in front.instance_group) == 1
     counts = {name: sum(g.count for g in served_config(configs / name, HOST)
                         .instance_group) for name in model.encoders.values()}
     # The primary answers BLS calls only (a rollout's candidate, direct calls): one
     # instance; the fallback keeps the layout's, since the ladder calls it under load.
     assert counts["minilm_openvino"] == 1 and counts["minilm_int8"] == 2
-    # Written again without it (a new tune chose the BLS layout): the parameter is gone.
+    # Written again over BLS (a new tune chose that layout): the front holds no copy.
     profile_openvino(configs)
-    assert IN_PROCESS_PARAMETER not in served_config(configs / "embed", HOST).parameters
+    assert served_config(configs / "embed", HOST).parameters[
+        IN_PROCESS_PARAMETER].string_value == "false"
     assert "in process" in inside.describe() and "in process" not in REVIEWED.describe()
 
 
@@ -286,7 +291,8 @@ def test_the_served_view_routes_startup_and_releases_to_the_profiles_encoder(
         configs: Path) -> None:
     profile_openvino(configs)
     assert served_encoder(configs, "minilm", variant.REVIEWED) == "minilm_onnx"
-    assert "minilm_onnx" in startup_models(configs, variant.REVIEWED)
+    # the reviewed front runs minilm_onnx in its own process: not loaded at start
+    assert "minilm_onnx" not in startup_models(configs, variant.REVIEWED)
     assert served_encoder(configs, "minilm", HOST) == "minilm_openvino"
     assert served_encoder(configs, "embed", HOST) == "minilm_openvino"
     assert served_encoder(configs, "minilm_onnx", HOST) == "minilm_onnx"  # itself

@@ -107,8 +107,9 @@ def test_queue_alerts_fire_at_60_and_80_percent_of_configured_capacity() -> None
     alerts = {r["alert"]: r for r in rules() if "alert" in r}
     assert alerts["TmrQueueFilling"]["expr"] == "model:tmr_queue_fill:ratio > 0.6"
     assert alerts["TmrQueueNearlyFull"]["expr"] == "model:tmr_queue_fill:ratio > 0.8"
+    # Triton's queue and the stub's own (a front whose workers hold it), over the capacity
     assert base_metrics({"model:tmr_queue_fill:ratio"}, recording_rules()) == \
-        {"nv_inference_pending_request_count", "tmr_queue_capacity"}
+        {"nv_inference_pending_request_count", "tmr_queue_waiting", "tmr_queue_capacity"}
 
 
 def test_shorten_for_rewrites_every_for_and_keeps_the_rules_valid(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
 from core.params import ConfigError
 from core.settings import (
     FRONT_BATCHING,
+    ONE_THREAD,
     DynamicBatching,
     LadderSettings,
     ModelSettings,
@@ -39,7 +40,7 @@ def test_the_ladder_renders_under_the_existing_keys_with_the_shipped_values() ->
         "queue_ratio": "0.9", "degrade_down_ratio": "0.5", "min_dwell_s": "5",
         "recover_dwell_s": "1", "failures_to_degrade": "3", "memory_limit_mb": "4096",
         "small_batch_rows": "8", "cache_entries": "4096", "forced_level": "-1",
-        "dedupe_rows": "true"}
+        "dedupe_rows": "true", "primary_in_process": "false", "in_process_threads": "instance"}
 
 
 def test_a_knob_not_written_into_configs_still_has_a_default_and_is_read() -> None:
@@ -78,19 +79,23 @@ def differences(settings: object) -> dict[str, object]:
 
 
 def test_each_family_holds_only_its_differences_from_the_defaults() -> None:
-    assert [differences(s) for s in TEXT_EMBEDDING.serving.front_settings] == [{}, {}, {}]
+    # one process each (docs/serving.md, "One front process"): workers per core and a lane
+    # worker over the primary in process, one thread a call
+    one_process = [{"worker_threads": "cores", "interactive_workers": 1},
+                   {"primary_in_process": True, "in_process_threads": ONE_THREAD}]
+    assert [differences(s) for s in TEXT_EMBEDDING.serving.front_settings] == \
+        [one_process[0], one_process[1], {}]
     assert [differences(s) for s in IMAGE_CLASSIFICATION.serving.front_settings] == \
-        [{}, {"small_batch_rows": 4, "cache_entries": 1024}, {}]
-    sizes = {fam.name: [p.max_queue_size for _, p in sorted(
-        fam.serving.front_batching.priority_queue_policy.items())] for fam in (TEXT_EMBEDDING,
-                                                                      IMAGE_CLASSIFICATION)}
-    assert sizes == {"text_embedding": [512, 128], "image_classification": [256, 64]}
+        [one_process[0], {**one_process[1], "small_batch_rows": 4, "cache_entries": 1024}, {}]
+    for fam in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION):  # the stub holds the queue
+        batching = fam.serving.front_batching
+        assert batching.priority_levels == 0 and not batching.priority_queue_policy
+        assert fam.serving.front_instances == 1
     preferred = {fam.name: fam.serving.front_batching.preferred_batch_size
                  for fam in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION)}
     assert preferred == {"text_embedding": (8,), "image_classification": (4,)}
     for fam in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION):
-        assert replace(fam.serving.front_batching, priority_queue_policy={},
-                       preferred_batch_size=()) == replace(FRONT_BATCHING, priority_queue_policy={})
+        assert replace(fam.serving.front_batching, preferred_batch_size=()) == DynamicBatching()
 
 
 def test_request_rows_are_the_largest_preferred_batch_within_max_batch_size() -> None:

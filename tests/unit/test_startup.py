@@ -72,12 +72,13 @@ def test_routed_models_are_the_fronts_and_their_bls_encoders_only() -> None:
     assert routed_models({"health": {}}) == []
 
 
-def test_the_shipped_repository_loads_no_torchscript_encoder_at_start() -> None:
+def test_the_shipped_repository_loads_one_process_per_model_and_no_encoder_at_start() -> None:
+    """Each front runs its primary in its own process and its lane is an ensemble into it
+    (docs/serving.md, "One front process"): no encoder model is loaded at start."""
     assert startup_models(DEFAULT_REPOSITORY, REVIEWED) == [
-        "digits", "digits_interactive", "digits_onnx",
-        "efficientnet_lite0", "efficientnet_lite0_interactive",
-        "efficientnet_lite0_onnx", "embed", "embed_interactive", "health",
-        "minilm_onnx"]  # stub_env, the INT8 fallbacks, TorchScript, OpenVINO: on demand
+        "digits", "digits_interactive", "efficientnet_lite0",
+        "efficientnet_lite0_interactive", "embed", "embed_interactive", "health"]
+    # stub_env, every encoder (ONNX, INT8, TorchScript, OpenVINO): on demand
 
 
 TWO = {**MODELS, "embed_interactive": {**FRONT, "lane_of": "embed"},
@@ -94,8 +95,8 @@ def test_a_selection_serves_its_fronts_lanes_bls_encoders_and_health(wanted: lis
 
 def test_a_selection_of_the_shipped_repository_by_family() -> None:
     assert startup_models(DEFAULT_REPOSITORY, REVIEWED, wanted=["image_classification"]) == [
-        "digits", "digits_interactive", "digits_onnx", "efficientnet_lite0",
-        "efficientnet_lite0_interactive", "efficientnet_lite0_onnx", "health"]
+        "digits", "digits_interactive", "efficientnet_lite0",
+        "efficientnet_lite0_interactive", "health"]
 
 
 def test_a_selection_of_something_unknown_names_what_there_is() -> None:
