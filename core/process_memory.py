@@ -86,8 +86,21 @@ def server_memory(server_pid: int, proc: Path = Path("/proc")) -> dict[str, Usag
         readings = [memory_kb(p, proc) for p in pids]
         table[name] = Usage(len(pids), sum(r for r, _ in readings) / 1024,
                             sum(p for _, p in readings) / 1024,
-                            ", ".join(sorted({scheduling(p, proc) for p in pids} - {""})))
+                            ", ".join(sorted({policy for p in pids
+                                              for policy in thread_schedulings(p, proc)})))
     return table
+
+
+def thread_schedulings(pid: int, proc: Path = Path("/proc")) -> set[str]:
+    """The CPU policies of a process's threads: a front whose workers serve both classes
+    runs its bulk workers yielding and its lane's worker at normal (python_backends/
+    workers.py), so it shows both; the process's own policy where its threads are gone."""
+    try:
+        tasks = [int(t.name) for t in (proc / str(pid) / "task").iterdir() if t.name.isdigit()]
+    except OSError:
+        tasks = []
+    found = {scheduling(t, proc / str(pid) / "task") for t in tasks} - {""}
+    return found or {scheduling(pid, proc)} - {""}
 
 
 def tree_memory(root_pid: int, proc: Path = Path("/proc")) -> Usage:

@@ -125,13 +125,16 @@ class BaseModel:
             log=self.log.warning, full=lane_full(lane_name(self.name),
                                                  settings.interactive_queue)
         ) if settings.interactive_workers and lane_inputs else None
-        waiting = {level: metrics.Gauge(
+        labels = [{"model": self.name, "priority": level} for level in ("1", "2")]
+        waiting = {ls["priority"]: metrics.Gauge(
             "tmr_queue_waiting", "Requests waiting in the stub's own queue for a worker, per "
-            "priority (python_backends/workers.py)", {"model": self.name, "priority": level})
-            for level in ("1", "2")}
+            "priority (python_backends/workers.py)", ls) for ls in labels}
+        taken = {ls["priority"]: metrics.Counter(
+            "tmr_requests_by_priority_total", "Requests the model's workers took, by class: "
+            "1 its lane's (interactive), 2 the rest (bulk)", ls) for ls in labels}
         return Pools(bulk, interactive, lambda request: any(
             pb_utils.get_input_tensor_by_name(request, n) is not None for n in lane_inputs),
-            waiting)
+            waiting, taken)
 
     def setup(self, args: dict[str, str]) -> None:
         """Build heavy state (sessions, tokenizers) once per instance."""

@@ -221,10 +221,12 @@ class Pools:
     config asks for no interactive workers."""
 
     def __init__(self, bulk: WorkerPool, interactive: WorkerPool | None,
-                 is_interactive: Callable[[Any], bool], gauges: Mapping[str, Any]) -> None:
-        """`gauges`: by priority ("1" the lane's, "2" the bulk's), what `report` sets."""
+                 is_interactive: Callable[[Any], bool], gauges: Mapping[str, Any],
+                 counters: Mapping[str, Any]) -> None:
+        """`gauges` and `counters`: by priority ("1" the lane's, "2" the bulk's), the
+        requests waiting (set by `report`) and those each class took."""
         self.bulk, self.interactive, self.is_interactive = bulk, interactive, is_interactive
-        self.gauges = gauges
+        self.gauges, self.counters = gauges, counters
 
     def report(self) -> None:
         """The requests waiting in each queue, on the gauges (sent with the batch's)."""
@@ -233,6 +235,7 @@ class Pools:
 
     def submit(self, request: Any, sender: Any, rows: int) -> None:
         lane = self.interactive is not None and self.is_interactive(request)
+        self.counters["1" if lane else "2"].inc()
         (self.interactive if lane else self.bulk).submit(request, sender, rows)  # type: ignore[union-attr]
 
     def normal_threads(self) -> set[int]:
