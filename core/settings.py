@@ -412,7 +412,7 @@ FRONT_BATCHING = DynamicBatching(
                        allow_timeout_override=True),
     },
 )
-# A front as one process (docs/serving.md, "One front process"): a bulk worker per usable
+# A front as one process (docs/serving.md, "One model, one process"): a bulk worker per usable
 # core and one for its ensemble lane (python_backends/workers.py), over its primary run
 # in its process on one thread a call, so each computes at its worker's CPU policy.
 ONE_PROCESS = ModelSettings(worker_threads=WORKERS_PER_CORE, interactive_workers=1)

@@ -100,7 +100,7 @@ def text_models(repository: Path) -> list[FamilyModel]:
 def reviewed_candidate(repository: Path, model: FamilyModel) -> hp.Candidate:
     """The reviewed configs as a layout: their front's workers and its in-process
     primary's threads a call where it runs the primary itself (the family's default,
-    docs/serving.md "One front process"), else the encoder's instances."""
+    docs/serving.md "One model, one process"), else the encoder's instances."""
     front = front_spec(versions.read_config(repository / model.front))
     fmt = front.primary or model.family.serving.primary
     spec = encoder_spec(versions.read_config(repository / model.encoder(fmt)))
@@ -117,7 +117,7 @@ def reviewed_candidate(repository: Path, model: FamilyModel) -> hp.Candidate:
 
 def kinds(host: hp.Host, reviewed: hp.Layout, mode: Mode) -> list[hp.Kind]:
     """The candidates measured beside the reviewed configs (one front process whose
-    workers share its in-process primary, docs/serving.md "One front process"): OpenVINO
+    workers share its in-process primary, docs/serving.md "One model, one process"): OpenVINO
     at the host's precision in the reviewed layout, and OpenVINO and onnxruntime with the
     workers sharing every core (a lone request gets them all; a worker per encoder
     instance layout_for gives, at least two). `--full` adds onnxruntime over BLS in the

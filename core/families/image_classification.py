@@ -113,7 +113,7 @@ IMAGE_CLASSIFICATION = Family(
         # cached answers (by the image's digest) at level 3.
         front_settings=(ONE_PROCESS, in_process(replace(
             LadderSettings(), small_batch_rows=4, cache_entries=1024)), ImageFrontSettings()),
-        # One process, as the text family (docs/serving.md, "One front process"); an
+        # One process, as the text family (docs/serving.md, "One model, one process"); an
         # execution takes 4 images when more wait.
         front_batching=DynamicBatching(preferred_batch_size=(4,)),
         front_instances=1,

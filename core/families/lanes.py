@@ -1,29 +1,26 @@
-"""The interactive lane of a front: priority-1 traffic on instances of its own.
+"""The interactive lane of a front: priority-1 traffic that the kernel serves first.
 
-Triton orders its queues by priority but never preempts an execution: a priority-1
-request waits for a front instance, and behind it an encoder instance, that a bulk batch
-holds (docs/serving.md#priority-lanes). A lane is a second front model over the same
-encoders, `<front>_interactive`, derived from each of the front's config files (the
-reviewed one, the GPU profile, a host profile), so it runs the same family code, ladder,
-dedupe, rollout split and versions. What differs:
+Triton orders its queues by priority but never preempts an execution, and a Python model
+cannot see a request's priority. So each front has a lane, `<front>_interactive`, derived
+from each of the front's config files (the reviewed one, the GPU profile, a host profile).
 
-- one instance, which runs the primary encoder's served version in its own process on
-  half the usable cores (`primary_in_process`, `in_process_threads` LANE_SHARE;
-  core/host_profile.py lane_threads): its own encoder instance, so no bulk batch stands
-  between it and the runtime, and a saturated lane leaves the shared path the other half.
-  On the GPU profile the encoder runs on the GPU and the lane calls it over BLS;
-- normal CPU scheduling, while its front's shared path takes the server's bulk CPU policy
-  (core/cpu_policy.py: SCHED_IDLE or nice 10): the kernel hands the lane a core the
-  moment it wakes;
-- at most `LANE_QUEUE` requests an execution (`lane_requests`), and nothing waits past
-  it: the lane's batcher has no preferred size, so an execution takes every request
-  waiting, and the stub refuses all but the first `LANE_QUEUE` at once as a full queue
-  ("Exceeds maximum queue size"); the SDK and the front door send them to the front
-  itself at priority 1 instead, so a flood of priority 1 never holds the lane's cores
-  beyond its threads and never loses a request. The bound is the stub's, not a Triton
-  queue policy: with one instance, a queue policy turns off Triton 2.51's prefetching of
-  the next batch, and a request that arrives during an execution then waits for the
-  batcher's 500 ms timeout or the next arrival (docs/serving.md, "Priority 1 alone").
+Where the front has interactive workers (every shipped front: one model, one process,
+docs/serving.md), the lane is an ensemble into the front's own process (`ensemble_lane`):
+no process and no copy of the model. Triton maps each input to the front's optional
+`<input>_INTERACTIVE` twin (`with_lane_inputs`), and the front hands such a request to its
+interactive worker, at normal CPU priority, while its bulk workers take the server's bulk
+CPU policy (core/cpu_policy.py); the request's parameters, priority and timeout travel
+with it. A full lane queue refuses at once as a full queue ("Exceeds maximum queue
+size", `lane_full`), and the SDK and the front door send the request to the front at
+priority 1 instead.
+
+Where it has none (a family that does not ask for workers), the lane is a front model of
+its own (`lane_config`): one instance that runs the primary encoder's served version in
+its own process on the lane's share of the cores, at normal CPU scheduling, serving at
+most `LANE_QUEUE` requests an execution and refusing the rest at once the same way. Its
+bound is the stub's, not a Triton queue policy: with one instance, a queue policy turns
+off Triton 2.51's prefetching of the next batch, and a request that arrives during an
+execution then waits for the batcher's 500 ms timeout or the next arrival.
 
 Its version folder and warmup are links to the front's; `lane_of` names the front.
 """

@@ -102,7 +102,7 @@ TEXT_EMBEDDING = Family(
         primary="onnx",
         fallback="int8",
         # One process: the bulk workers and the lane's worker over one in-process copy
-        # (docs/serving.md, "One front process"). The stub holds the queue, so Triton's
+        # (docs/serving.md, "One model, one process"). The stub holds the queue, so Triton's
         # batcher keeps no queue policy (with one instance it would stall a lone request).
         # An execution takes 8 rows when more wait: what a client puts in one request.
         front_settings=(ONE_PROCESS, in_process(LadderSettings()), TextFrontSettings()),

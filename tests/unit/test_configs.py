@@ -177,7 +177,7 @@ def test_front_is_one_process_whose_workers_hold_the_queue(name):
     """One instance, answering after execute returns (python_backends/workers.py): the stub
     holds the queue and its bounds, so Triton's batcher has no priority levels or queue
     policy, which with one instance turn off its prefetching and stall a lone request up to
-    500 ms (core r24.10; docs/serving.md, "One front process")."""
+    500 ms (core r24.10; docs/serving.md, "One model, one process")."""
     front = config(name)
     assert sum(g.count for g in front.instance_group) == 1
     batching = front.dynamic_batching

@@ -65,7 +65,7 @@ def test_a_lane_is_what_its_fronts_config_files_derive(front: str) -> None:
 @pytest.mark.parametrize("front", FRONTS)
 def test_a_shipped_lane_is_an_ensemble_into_its_fronts_process(front: str) -> None:
     """No process and no copy of its own: its requests reach the front's interactive
-    worker through the front's _INTERACTIVE inputs (docs/serving.md, "One front process")."""
+    worker through the front's _INTERACTIVE inputs (docs/serving.md, "One model, one process")."""
     lane = parse_config((REPOSITORY / f"{front}_interactive" / "config.pbtxt").read_text())
     assert lane.platform == "ensemble" and not lane.instance_group
     assert lane.parameters[LANE_PARAMETER].string_value == front

@@ -79,7 +79,7 @@ def differences(settings: object) -> dict[str, object]:
 
 
 def test_each_family_holds_only_its_differences_from_the_defaults() -> None:
-    # one process each (docs/serving.md, "One front process"): workers per core and a lane
+    # one process each (docs/serving.md, "One model, one process"): workers per core and a lane
     # worker over the primary in process, one thread a call
     one_process = [{"worker_threads": "cores", "interactive_workers": 1},
                    {"primary_in_process": True, "in_process_threads": ONE_THREAD}]

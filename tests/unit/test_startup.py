@@ -74,7 +74,7 @@ def test_routed_models_are_the_fronts_and_their_bls_encoders_only() -> None:
 
 def test_the_shipped_repository_loads_one_process_per_model_and_no_encoder_at_start() -> None:
     """Each front runs its primary in its own process and its lane is an ensemble into it
-    (docs/serving.md, "One front process"): no encoder model is loaded at start."""
+    (docs/serving.md, "One model, one process"): no encoder model is loaded at start."""
     assert startup_models(DEFAULT_REPOSITORY, REVIEWED) == [
         "digits", "digits_interactive", "efficientnet_lite0",
         "efficientnet_lite0_interactive", "embed", "embed_interactive", "health"]
