@@ -206,7 +206,7 @@ def add_model_command(args: AddOptions) -> int:
         from cli.tune import TuneOptions, tune_command
 
         tune_command(TuneOptions(args.repository, "default", DEFAULT_MEMORY_BUDGET_MB,
-                                 show=False, if_stale=True))
+                                 show=False, if_stale=True, only=(args.model,)))
     if args.url:
         from core.families.catalog import find
         from server.admin import load_models

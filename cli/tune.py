@@ -29,6 +29,7 @@ class TuneOptions:
     if_stale: bool
     json: bool = False
     objective_ms: float | None = None  # score at this p99 (default: the tuner's rule)
+    only: tuple[str, ...] = ()  # `tmr add`: the models added, timed alone (server/tune.py)
 
 
 def make_options(args: argparse.Namespace) -> TuneOptions:
@@ -94,7 +95,7 @@ def tune_command(opts: TuneOptions) -> int:
 
     try:
         tune(opts.repository, precision_gate, opts.mode, opts.memory_budget_mb,
-             progress_bar(time.monotonic()), objective_ms=opts.objective_ms)
+             progress_bar(time.monotonic()), objective_ms=opts.objective_ms, only=opts.only)
     except NothingToTime as err:
         print(f"tmr tune: {err}")
         return 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +185,23 @@ def stale_reasons(record: TuneRecord, host: Host, repository: Path) -> list[str]
     if changed:
         reasons.append(f"served versions changed: {', '.join(changed)}")
     return reasons
+
+
+def only_added(record: TuneRecord | None, host: Host, repository: Path) -> bool:
+    """Whether `record` still fits but for models added since: `tmr add` then measures the
+    added model alone and keeps what the record chose for the others (`merged`)."""
+    if record is None:
+        return False
+    reasons = stale_reasons(record, host, repository)
+    return all(r.startswith("models added since") for r in reasons)
+
+
+def merged(old: TuneRecord, new: TuneRecord, repository: Path) -> TuneRecord:
+    """`old` with what `new` measured (an added model's fronts, gates and servers), and the
+    repository as it is now: the record fits again without timing the others anew."""
+    names = tuple(sorted({*old.models, *new.models}))
+    return replace(new, models=names, repository_models=tuple(model_folders(repository)),
+                   reviewed_digest=reviewed_digest(repository, names),
+                   versions=served_versions(repository, names),
+                   fronts={**old.fronts, **new.fronts}, gates={**old.gates, **new.gates},
+                   points=(*old.points, *new.points))

@@ -178,13 +178,15 @@ def write_variants(copy: Path, models: Sequence[FamilyModel],
                           f"a tuning candidate on {host.model}")
 
 
-def candidate_server(copy: Path, i: int, logs: Path) -> TritonServer:
+def candidate_server(copy: Path, i: int, logs: Path, fronts: Sequence[str] = ()
+                     ) -> TritonServer:
     """The server of variant tune<i> (0: the reviewed configs), loading what `tmr serve`
-    loads under it."""
+    loads under it (`fronts`: what `tmr serve --models` loads for them)."""
     variant = Variant(f"tune{i}") if i else variants.REVIEWED
     return TritonServer(ServerOptions(
         repository=copy, ports=Ports(*free_ports(3)), variant=variant,
-        load_models=tuple(startup_models(copy, variant))), log_path=logs / f"tune{i}.log")
+        load_models=tuple(startup_models(copy, variant, wanted=fronts))),
+        log_path=logs / f"tune{i}.log")
 
 
 SETTLE_S = 2.0  # an unmeasured loop per server and front before the rounds
@@ -301,11 +303,19 @@ def memory_by_model(server: TritonServer) -> dict[str, float]:
 def tune(repository: Path, gate: Gate, mode_name: str = "default",
          memory_budget_mb: float = hp.DEFAULT_MEMORY_BUDGET_MB,
          progress: Progress = lambda what, done: None, logs: Path | None = None,
-         objective_ms: float | None = None) -> tr.TuneRecord:
+         objective_ms: float | None = None, only: Sequence[str] = ()) -> tr.TuneRecord:
     """Measure, decide, write the profile (or remove a stale one); the record written.
-    `objective_ms`: score every candidate at this p99 (default: objective_for's)."""
+    `objective_ms`: score every candidate at this p99 (default: objective_for's). `only`
+    (`tmr add`): the models just added, measured alone where the record fits but for
+    them, the record's choices for the others kept (tune_record.merged)."""
     began, host, mode = time.monotonic(), hp.Host.current(), MODES[mode_name]
-    models = text_models(repository)
+    old = tr.read_record(repository) if only else None
+    added = tr.only_added(old, host, repository)
+    models = [m for m in text_models(repository) if not added or m.base in only]
+    if added and not models:  # nothing of the added to time: the others' choices stand
+        tr.write_record(repository, tr.merged(old, old, repository))  # type: ignore[arg-type]
+        raise NothingToTime(f"nothing to time among {', '.join(only)}: the host profile "
+                            "of the other models stands")
     check_tunable(repository, models)
     reviewed = {m.base: reviewed_candidate(repository, m) for m in models}
     first = next(iter(reviewed.values()))
@@ -319,7 +329,8 @@ def tune(repository: Path, gate: Gate, mode_name: str = "default",
         servers = []
         for i in range(len(wanted) + 1):  # one after the other: each start uses every core
             progress(f"starting server {i + 1} of {len(wanted) + 1}", 0.05 + 0.05 * i)
-            servers.append(stack.enter_context(candidate_server(copy, i, logs or Path(tmp))))
+            servers.append(stack.enter_context(candidate_server(
+                copy, i, logs or Path(tmp), [m.front for m in models] if added else ())))
         rounds = measure(servers, models, mode, progress)
         progress("bulk and long texts on every server, then their memory", 0.97)
         for server in servers:
@@ -360,7 +371,9 @@ def tune(repository: Path, gate: Gate, mode_name: str = "default",
         points=tuple({"candidate": i, "model": base, "round": r, **p.__dict__}
                      for (i, base), per_round in rounds.points.items()
                      for r, round_points_ in enumerate(per_round) for p in round_points_))
-    write_profile(repository, record, models)
+    if added:
+        record = tr.merged(old, record, repository)  # type: ignore[arg-type]
+    write_profile(repository, record, models, keep_others=added)
     progress("done", 1.0)
     return record
 
@@ -371,11 +384,13 @@ def text_fronts(models: Sequence[FamilyModel]) -> list[tuple[str, FamilyModel]]:
 
 
 def write_profile(repository: Path, record: tr.TuneRecord,
-                  models: Sequence[FamilyModel]) -> None:
-    """configs/host.pbtxt of every model whose candidate won (none elsewhere), the record
-    and its report."""
+                  models: Sequence[FamilyModel], keep_others: bool = False) -> None:
+    """configs/host.pbtxt of every model whose candidate won (none elsewhere; with
+    `keep_others`, the other models' files as they are), the record and its report."""
+    ours = {name for m in models for name in m.models}
     for path in tr.profile_files(repository):
-        path.unlink()
+        if not keep_others or path.parent.parent.name in ours:
+            path.unlink()
     for front, model in text_fronts(models):
         chosen = record.fronts[front].chosen
         if not chosen.reviewed:

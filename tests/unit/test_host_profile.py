@@ -339,6 +339,27 @@ def test_a_profile_is_stale_on_another_cpu_core_count_config_version_or_model(
     assert tr.stale_reasons(record, host, configs) == ["models added since: mpnet_onnx"]
 
 
+def test_a_record_stale_only_for_an_added_model_is_merged_with_its_measurement(
+        configs: Path) -> None:
+    """`tmr add` times the added model alone (server/tune.py `only`): the record keeps its
+    choice for the others and fits again once merged with what was measured."""
+    host = hp.Host("AMD EPYC", ("avx2", "avx512_bf16"), 2, "bf16")
+    record = record_for(configs, host, profiled=True)
+    shutil.copytree(configs / "minilm_onnx", configs / "mpnet_onnx")
+    assert tr.only_added(record, host, configs)
+    assert not tr.only_added(record, replace(host, cores=16), configs)  # more than added
+    assert not tr.only_added(None, host, configs)
+    choice = replace(record.fronts["embed"], model="mpnet")
+    new = replace(record, models=("mpnet_onnx",), fronts={"mpnet": choice},
+                  gates={"mpnet openvino bf16": {"failure": None}})
+    both = tr.merged(record, new, configs)
+    assert tr.stale_reasons(both, host, configs) == []
+    assert set(both.fronts) == {"embed", "mpnet"} and both.fronts["embed"] == \
+        record.fronts["embed"]
+    assert set(both.models) == {*record.models, "mpnet_onnx"}
+    assert "mpnet openvino bf16" in both.gates and both.profiled == ["embed", "mpnet"]
+
+
 def test_a_rollouts_state_and_policy_do_not_make_a_profile_stale(configs: Path) -> None:
     names = ["minilm_onnx"]
     before = tr.reviewed_digest(configs, names)
