@@ -8,11 +8,12 @@ through its encoder probe; a model outside every family has no probe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from core.families import Family, family
+from core.families.lanes import LANE_PARAMETER
 from core.model_config import mc
 
 
@@ -50,8 +51,23 @@ def probe_params(config: mc.ModelConfig) -> dict[str, str]:
     return params
 
 
-def probe_target(config: mc.ModelConfig) -> ProbeTarget | None:
-    """The probe of a model from its config; None for a model outside every family."""
+def lane_front(config: mc.ModelConfig) -> str | None:
+    """The front an ensemble lane runs in (core/families/lanes.py), else None."""
+    if config.platform != "ensemble" or LANE_PARAMETER not in config.parameters:
+        return None
+    return config.parameters[LANE_PARAMETER].string_value
+
+
+def probe_target(config: mc.ModelConfig, front: mc.ModelConfig | None = None
+                 ) -> ProbeTarget | None:
+    """The probe of a model from its config; None for a model outside every family. An
+    ensemble lane (`lane_front`) is probed as its front, whose config `front` is, under
+    its own name: the same inputs reach the front's interactive worker."""
+    if front is not None and lane_front(config) is not None:
+        target = probe_target(front)
+        # probed at priority 1, the class it carries (the front takes any level as one)
+        return None if target is None else replace(target, model=config.name,
+                                                    priority_levels=1)
     if "family" not in config.parameters:
         return None
     params = probe_params(config)

@@ -193,8 +193,10 @@ class ModelSettings(ParameterSettings):
     # front through its `_INTERACTIVE` inputs (an ensemble lane, core/families/lanes.py).
     interactive_workers: int = setting(0, non_negative_int)
     # Lane requests that may wait; past it one is refused as a full queue, and the SDK and
-    # the front door send it to the front at priority 1 instead.
-    interactive_queue: int = setting(8, positive_int, written=False)
+    # the front door send it to the front at priority 1 instead. As deep as the bulk queue:
+    # the lane is priority 1's queue, so a burst waits there, ahead of bulk work, rather
+    # than overflowing behind it (its one worker is the starvation bound).
+    interactive_queue: int = setting(512, positive_int, written=False)
 
 
 @dataclass(frozen=True)

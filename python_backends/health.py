@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from core.families.catalog import catalog
-from core.probes import probe_target
+from core.probes import lane_front, probe_target
 from core.process_memory import server_memory, total
 from core.startup import repository_parameters, required_models
 from core.versions import served_config
@@ -58,7 +58,10 @@ class HealthModel(BaseModel):
         self.probes = {}
         for model in catalog(repository, self.variant):
             for name in model.models:
-                target = probe_target(served_config(repository / name, self.variant))
+                config = served_config(repository / name, self.variant)
+                front = lane_front(config)
+                target = probe_target(config, front and served_config(repository / front,
+                                                                      self.variant))
                 if target is not None:
                     self.probes[name] = target
         self.parameters = repository_parameters(repository, self.variant)

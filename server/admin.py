@@ -26,6 +26,7 @@ from core.served_by import OUTPUT as SERVED_BY
 from core.served_by import ServedBy
 from core.startup import bls_encoders
 from core.timeouts import LEVEL_WAIT
+from core.versions import read_config
 from server.admin_client import AdminClient, Check
 
 AUTO = -1
@@ -45,7 +46,9 @@ def force_level_explicit(url: str, level: int, model: str = DEFAULT_FRONT,
     """
     with AdminClient(url, admin_key) as admin:
         lane = lane_name(model)
-        for name in (model, *([lane] if lane in admin.ready_models() else [])):
+        # a lane of its own has a ladder; an ensemble lane runs in the front's (lanes.py)
+        own = lane in admin.ready_models() and FORCED_LEVEL in admin.config(lane).parameters
+        for name in (model, *([lane] if own else [])):
             admin.reload(name, {FORCED_LEVEL: str(level)})
 
 
@@ -53,7 +56,9 @@ def force_level_poll(repository: Path, level: int, model: str = DEFAULT_FRONT) -
     """Edit config.pbtxt in place (poll mode), the lane's too: Triton reloads them on its
     next scan."""
     for name in (model, lane_name(model)):
-        if (repository / name / "config.pbtxt").is_file():
+        path = repository / name / "config.pbtxt"
+        if path.is_file() and (name == model or FORCED_LEVEL in read_config(path.parent)
+                               .parameters):  # an ensemble lane has no ladder of its own
             set_parameter(repository, name, FORCED_LEVEL, str(level))
 
 

@@ -29,7 +29,7 @@ from tmr_client.errors import TritonClientError, from_exception
 from tritonclient.utils import np_to_triton_dtype
 
 from core.model_config import mc
-from core.probes import ProbeTarget, probe_target
+from core.probes import ProbeTarget, lane_front, probe_target
 from server import settings
 
 T = TypeVar("T")
@@ -177,7 +177,10 @@ class AdminClient:
         """The probe of every ready family model on the server (or of those named), fronts
         first; models outside every family are left out."""
         names = self.ready_models() if models is None else models
-        found = [probe_target(self.config(m)) for m in names]
+        configs = {m: self.config(m) for m in names}
+        fronts = {m: lane_front(c) for m, c in configs.items()}
+        found = [probe_target(c, fronts[m] and self.config(fronts[m]))  # type: ignore[arg-type]
+                 for m, c in configs.items()]
         return sorted((t for t in found if t is not None),
                       key=lambda t: (not t.is_front, t.model))
 

@@ -130,29 +130,28 @@ def repository_call(url: str, action: str, model: str) -> None:
         admin.close()
 
 
-def test_unloading_the_primary_under_load_falls_back_without_failed_requests(router) -> None:
+def test_unloading_the_primary_model_under_load_costs_nothing_its_front_holds_it(
+        router) -> None:
+    """The front runs its primary's served version in its own process (one model, one
+    process): unloading the encoder model under load fails nothing and moves no row to
+    the fallback. (Where a front calls its primary over BLS, the GPU profile, a vanished
+    primary fails over within the batch: python_backends/front.py `_run_plan`.)"""
     async def scenario() -> tuple[list, list]:
-        # Priority 2: the shared front calls its primary over BLS; the interactive lane
-        # runs its own copy in process, which unloading the encoder leaves serving.
         load = asyncio.ensure_future(steady_high_priority_load(router.grpc_url, 6.0,
                                                                priority=2))
         await asyncio.sleep(2.0)
         await asyncio.to_thread(repository_call, router.http_url, "unload_model", "minilm_onnx")
         return await load
 
+    fallbacks = metric_value(router.metrics_url, "tmr_degradation_fallbacks_total")
     try:
         served, errors = asyncio.run(scenario())
     finally:
         repository_call(router.http_url, "load_model", "minilm_onnx")
-        force_level_explicit(router.http_url, AUTO)  # reload embed: a fresh ladder at L0
     assert errors == []
-    assert any(s.startswith("minilm_onnx:") for s in served)
-    assert any(s.startswith("minilm_int8:") for s in served), "never fell back"
-    assert metric_value(router.metrics_url, "tmr_degradation_fallbacks_total") >= 1
-    assert metric_value(router.metrics_url, "tmr_degradation_transitions_total",
-                        **{"from": "0", "to": "2"}) >= 1
-    assert wait_for_level(router.http_url, AUTO) == "minilm_onnx:1:fp32:L0"
-
+    assert served and all(s.startswith("minilm_onnx:1:fp32:L0") for s in served), \
+        sorted(set(served))
+    assert metric_value(router.metrics_url, "tmr_degradation_fallbacks_total") == fallbacks
 
 
 def test_cached_answers_level_serves_repeated_texts_from_the_router_cache(router) -> None:

@@ -227,16 +227,14 @@ def test_the_shared_path_yields_to_the_kernel_and_its_lane_does_not(profiled) ->
     stubs = stub_processes(profiled.server.process.pid)
     shared = stubs.get("embed", [])  # its fallback runs in it, and in process its primary
     lane = stubs.get("embed_interactive", [])
-    if profiled.layout.front_workers:
-        # One process: the bulk workers and the runtime's threads yield; the interactive
-        # worker the ensemble lane feeds, and the thread that hands requests over, do not.
-        assert len(shared) == 1 and not lane, sorted(stubs)
-        classes = [c for pid in shared for c in scheduling_classes_list(pid)]
-        assert "IDL" in classes and "TS" in classes, classes
-        return
-    assert shared and lane, sorted(stubs)
-    assert {c for pid in shared for c in scheduling_classes(pid)} == {"IDL"}
-    assert {c for pid in lane for c in scheduling_classes(pid)} == {"TS"}
+    # One front process on either layout: its bulk workers and runtime's threads yield;
+    # the interactive worker its ensemble lane feeds, and the thread that hands requests
+    # over, do not. Over BLS the encoder's stub yields whole.
+    assert len(shared) == 1 and not lane, sorted(stubs)
+    classes = [c for pid in shared for c in scheduling_classes_list(pid)]
+    assert "IDL" in classes and "TS" in classes, classes
+    for encoder in set(stubs) - {"embed", "health"}:
+        assert {c for pid in stubs[encoder] for c in scheduling_classes(pid)} == {"IDL"}
 
 
 def test_the_profile_make_setup_tuned_here_fits_this_host() -> None:

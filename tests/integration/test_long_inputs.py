@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,14 +21,13 @@ from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import (
     assert_serving,
     http_post,
-    model_counts,
+    metric_value,
     reloaded_with,
-    settled_counts,
 )
 
 pytestmark = pytest.mark.timeout(300)
 
-ENCODER = "minilm_onnx"  # embed's primary encoder
+FRONT = "embed"  # it runs its primary encoder in its own process
 MAX_TOKENS = 256
 REPO = Path(__file__).resolve().parents[2]
 # Real long texts: a licence every Debian machine ships, and this project's own docs.
@@ -164,17 +165,33 @@ def test_a_chunked_text_is_the_token_weighted_mean_of_its_windows_in_eager_pytor
         assert abs(np.linalg.norm(answer.embeddings[i]) - 1) < 1e-5
 
 
+def front_count(server, name: str, **labels: str) -> float:
+    return metric_value(server.metrics_url, name, model=FRONT, **labels)
+
+
+def settled(server, name: str, before: float, expected: float, **labels: str) -> float:
+    """A front counter's growth since `before`, once it reaches `expected` (sent with the
+    batch's metrics) or after 10 s."""
+    deadline = time.monotonic() + 10
+    while (grown := front_count(server, name, **labels) - before) < expected \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return grown
+
+
 def test_a_long_document_costs_its_windows_and_nothing_more(triton) -> None:
-    """Each window is one row of the encoder's dynamic batches: the encoder counts exactly
-    as many inferences as the document has windows."""
+    """Each window is one row of the encoder's batches: the front's encoder runs over
+    exactly the tokens of the document's windows, in fewer calls than windows."""
     text = LONG_TEXTS["docs/serving.md (first 24 kB)"]
-    before = model_counts(triton.http_url, ENCODER)
+    tokens0 = front_count(triton, "tmr_encoder_tokens_total", kind="real")
+    calls0 = front_count(triton, "tmr_encoder_calls_total")
     with Client(triton.grpc_url, protocol="grpc") as client:
-        windows = client.embed_with_info([text], truncate="chunk").windows[0]
-    after = settled_counts(triton.http_url, ENCODER, before.inference_count + windows)
+        answer = client.embed_with_info([text], truncate="chunk")
+    windows, tokens = answer.windows[0], answer.tokens[0]
     assert windows > 20
-    assert after.inference_count - before.inference_count == windows
-    assert after.execution_count - before.execution_count < windows  # batched, not one a call
+    assert settled(triton, "tmr_encoder_tokens_total", tokens0, tokens, kind="real") == tokens
+    calls = front_count(triton, "tmr_encoder_calls_total") - calls0
+    assert 1 <= calls < windows  # batched, not one a call
 
 
 def test_the_windows_overlap_can_be_asked_for_per_request(triton, reference) -> None:
@@ -188,13 +205,16 @@ def test_the_windows_overlap_can_be_asked_for_per_request(triton, reference) -> 
 
 
 def test_identical_texts_of_a_request_are_encoded_once(triton) -> None:
-    texts = ["the same sentence, sent four times"] * 4 + ["another one"]
-    before = model_counts(triton.http_url, ENCODER)
+    texts = [f"the same sentence, sent four times {uuid.uuid4().hex[:6]}"] * 4 + [
+        f"another one {uuid.uuid4().hex[:6]}"]
+    tokens0 = front_count(triton, "tmr_encoder_tokens_total", kind="real")
+    copies0 = front_count(triton, "tmr_duplicate_rows_total")
     with Client(triton.http_url) as client:
-        vectors = client.embed(texts)
-    after = settled_counts(triton.http_url, ENCODER, before.inference_count + 2)
-    assert after.inference_count - before.inference_count == 2
-    assert np.array_equal(vectors[0], vectors[3])
+        answer = client.embed_with_info(texts)
+    encoded = answer.tokens[0] + answer.tokens[4]  # each distinct text once
+    assert settled(triton, "tmr_encoder_tokens_total", tokens0, encoded, kind="real") == encoded
+    assert front_count(triton, "tmr_duplicate_rows_total") - copies0 == 3
+    assert np.array_equal(answer.embeddings[0], answer.embeddings[3])
 
 
 # -- bounds and bad input -----------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""Priority levels and queue policies of `embed`: high jumps the queue, low is shed first."""
+"""Priority through the SDK on `embed`: high (the SDK sends it to the lane) jumps the bulk
+backlog, a full queue sheds with QueueFullError, a request whose timeout passes in the
+front's queue ends as DeadlineExceededError."""
 
 from __future__ import annotations
 
@@ -15,17 +17,15 @@ from tmr_client import (
     TritonClientError,
 )
 
-from tests.integration.helpers import assert_serving, reset_router
+from tests.integration.helpers import assert_serving, reloaded_with, reset_router
 
 TEXT = "priority queues shed low value work first when the server is overloaded"
 HIGH, LOW = 1, 2
-# Triton's own ordering on the shared front: the SDK's lanes=False keeps priority 1 there
-# (with lanes, it goes to the model's interactive lane: tests/integration/test_lanes.py).
-# The SDK cuts each call of 64 short texts into requests of the front's preferred batch
-# (one execution each), at most one per instance in flight, so a call's requests queue
-# behind other calls' at their priority. Short texts keep the whole backlog well inside
-# the low level's 2 s queue timeout, even on a loaded CI machine. Every request's texts
-# are unique, so Triton's response cache cannot answer any of them.
+# The front's workers hold its queue (docs/serving.md, "One model, one process"): the
+# SDK's priority 1 goes to the model's interactive lane, served by the front's interactive
+# worker; `lanes=False` keeps a call on the front, in arrival order with the bulk work.
+# The SDK cuts each call of 64 short texts into requests of the front's preferred batch,
+# a few in flight at once. Every request's texts are unique, so no cache answers them.
 
 
 def full_batch(tag: str) -> list[str]:
@@ -34,7 +34,7 @@ def full_batch(tag: str) -> list[str]:
 
 
 BACKLOG = 12  # low calls of 64 texts; 3 instances take 3 requests at once, the rest wait
-FLOOD = 600  # single-text low requests: more than 3 executing batches + 128 queued
+FLOOD = 600  # single-text low requests: more than the workers' batches + 64 queued
 
 
 async def timed(coro) -> tuple[float, object]:
@@ -46,41 +46,41 @@ async def timed(coro) -> tuple[float, object]:
 
 
 async def backlog_then_high(url: str) -> tuple[list, list]:
-    async with AsyncClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as client:
-        await client.max_batch_size()
-        lows = [asyncio.ensure_future(timed(client.embed(full_batch(f"low {i}"), priority=LOW)))
+    async with AsyncClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as bulk, \
+            AsyncClient(url, protocol="grpc", retry=NO_RETRY) as client:
+        await bulk.max_batch_size()
+        await client.embed(["warm the lane"], priority=HIGH)
+        lows = [asyncio.ensure_future(timed(bulk.embed(full_batch(f"low {i}"), priority=LOW)))
                 for i in range(BACKLOG)]
         await asyncio.sleep(0.05)
-        highs = [asyncio.ensure_future(timed(client.embed(full_batch(f"high {i}"),
+        highs = [asyncio.ensure_future(timed(client.embed([f"high {i} {time.time()}"],
                                                           priority=HIGH)))
                  for i in range(2)]
         return await asyncio.gather(*lows), await asyncio.gather(*highs)
 
 
-async def queue_is_full(lows: list[asyncio.Future], limit_s: float = 30.0) -> None:
-    """Return once some low request was refused with QueueFullError."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if any(f.done() and isinstance(f.result()[1], QueueFullError) for f in lows):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{FLOOD} low-priority requests never filled the queue")
-
-
-async def flood_with_expiring_highs(url: str) -> tuple[list, list]:
+async def flood_then(url: str, tries: int = 0) -> tuple[list, list]:
+    """FLOOD single-text requests at once; with `tries`, first a backlog of BACKLOG calls
+    of 64 texts, then `tries` calls with a 1 ms timeout spread over it: such a call
+    expires in the front's queue unless a worker takes it within that 1 ms, so several
+    tries behind a busy backlog make an expiry certain. (the lows, the tries' outcomes)"""
     async with AsyncClient(url, protocol="grpc", retry=NO_RETRY, lanes=False) as client:
         await client.max_batch_size()
+        if tries:
+            backlog = [asyncio.ensure_future(client.embed(full_batch(f"backlog {i}"),
+                                                          priority=LOW))
+                       for i in range(BACKLOG)]
+            await asyncio.sleep(0.1)
+            expiring = []
+            for i in range(tries):
+                expiring.append(asyncio.ensure_future(timed(client.embed(
+                    [f"expiring {i} {time.time()}"], priority=HIGH, timeout_ms=1))))
+                await asyncio.sleep(0.05)
+            await asyncio.gather(*backlog, return_exceptions=True)
+            return [], [r for _, r in await asyncio.gather(*expiring)]
         lows = [asyncio.ensure_future(timed(client.embed([f"{TEXT} {i}"], priority=LOW)))
                 for i in range(FLOOD)]
-        await queue_is_full(lows)  # every instance busy: the next requests must wait
-        # A 1 ms queue timeout expires unless an instance frees up within that 1 ms, which
-        # can happen; several tries spread over the flood make at least one expiry certain.
-        expiring = []
-        for i in range(5):
-            expiring.append(asyncio.ensure_future(
-                timed(client.embed(full_batch(f"expiring {i}"), priority=HIGH, timeout_ms=1))))
-            await asyncio.sleep(0.05)
-        return await asyncio.gather(*lows), [r for _, r in await asyncio.gather(*expiring)]
+        return await asyncio.gather(*lows), []
 
 
 def test_high_priority_requests_finish_ahead_of_queued_low_ones(triton) -> None:
@@ -97,7 +97,11 @@ def test_high_priority_requests_finish_ahead_of_queued_low_ones(triton) -> None:
 
 @pytest.fixture(scope="module")
 def flood(triton) -> Iterator[tuple[list, list]]:
-    result = asyncio.run(flood_with_expiring_highs(triton.grpc_url))
+    # a bulk queue of 64 (512 shipped) that the flood fills on any host
+    with reloaded_with(triton, "embed", {"worker_queue": "64"}):
+        lows, _ = asyncio.run(flood_then(triton.grpc_url))
+    _, expiring = asyncio.run(flood_then(triton.grpc_url, tries=5))
+    result = (lows, expiring)
     assert_serving(triton.http_url)
     yield result
     reset_router(triton.http_url)
@@ -115,6 +119,7 @@ def test_full_low_priority_queue_rejects_with_queue_full_error(flood) -> None:
 def test_client_timeout_expires_in_queue_as_deadline_exceeded(flood) -> None:
     _, expiring = flood
     failed = [r for r in expiring if isinstance(r, Exception)]
-    assert failed, "no request with a 1 ms queue timeout expired while the queue was full"
-    assert all(isinstance(e, DeadlineExceededError) for e in failed), failed
-    assert all("Request timeout expired" in e.message for e in failed)
+    expired = [e for e in failed if isinstance(e, DeadlineExceededError)]
+    assert expired, f"no request with a 1 ms timeout expired in the queue: {failed}"
+    assert all("Request timeout expired" in e.message for e in expired)
+    assert all(isinstance(e, DeadlineExceededError | QueueFullError) for e in failed), failed

@@ -1,11 +1,13 @@
-"""Priority end to end with plain tritonclient, Triton's standard `priority` only: a
-priority-1 request overtakes a priority-2 backlog queued before it (HTTP, gRPC, and the
-image family), and under sustained priority-1 saturation priority 2 is refused with 503 /
-UNAVAILABLE after at most its queue's timeout, never with anything else.
+"""Priority end to end with plain tritonclient: a request to a front's interactive lane
+overtakes a backlog queued on the front before it (HTTP, gRPC, and the image family), and
+a flood of the lane never starves the front's bulk work: the lane refuses what its queue
+cannot hold with 503 / UNAVAILABLE "Exceeds maximum queue size", never anything else.
 
-Each backlog request is one execution's worth of rows (the front's preferred batch), so
-the order in which requests finish is the order Triton's priority queue dispatched them.
-The assertions count requests; none times anything."""
+Since one model is one process (docs/serving.md, "One model, one process"), the front's
+workers hold the queue and the lane's requests reach its interactive worker through the
+lane's name; a raw client's Triton `priority` on the front's own name is not ordered
+(the stub cannot see it). Each backlog request is one execution's worth of rows (the
+front's preferred batch). The assertions count requests; none times anything."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import asyncio
 import io
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -22,8 +24,9 @@ import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
 from core.families import IMAGE_CLASSIFICATION, TEXT_EMBEDDING
+from core.families.lanes import lane_name
 from tests.image_samples import cat
-from tests.integration.helpers import assert_serving
+from tests.integration.helpers import assert_serving, reloaded_with
 
 HIGH, LOW = 1, 2
 TEXT_ROWS = TEXT_EMBEDDING.serving.front_batching.preferred_batch_size[0]
@@ -68,12 +71,13 @@ async def infer_error(client: object, infer_input: Callable[..., object], model:
 async def finish_order(protocol: str, url: str, model: str, tensor: str,
                        make_rows: Callable[[int], list[bytes]], rows: int,
                        backlog: int, highs: int) -> tuple[float, list, list]:
-    """Queue `backlog` priority-2 requests, then `highs` priority-1 ones: when the highs
-    were sent, and (when each ended, its error or None) for both groups."""
+    """Queue `backlog` priority-2 requests on `model`, then `highs` on its lane: when the
+    highs were sent, and (when each ended, its error or None) for both groups."""
     client, infer_input = client_for(protocol, url)
 
     async def send(payload: list[bytes], priority: int) -> tuple[float, object]:
-        error = await infer_error(client, infer_input, model, tensor, payload, priority)
+        to = lane_name(model) if priority == HIGH else model
+        error = await infer_error(client, infer_input, to, tensor, payload, priority)
         return time.monotonic(), error
 
     try:
@@ -106,7 +110,7 @@ def assert_overtaken(sent: float, lows: list, highs: list, instances: int) -> No
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_priority_1_overtakes_a_queued_priority_2_backlog(triton, protocol) -> None:
     url = triton.http_url if protocol == "http" else triton.grpc_url
-    # 3 instances take 3 executions of TEXT_ROWS rows; the rest wait in the queue
+    # the bulk workers take a batch each; the rest wait in the front's queue
     sent, lows, highs = asyncio.run(finish_order(
         protocol, url, "embed", TEXT_EMBEDDING.contract.front_inputs[0].name, texts, TEXT_ROWS,
         backlog=60, highs=4))
@@ -115,7 +119,7 @@ def test_priority_1_overtakes_a_queued_priority_2_backlog(triton, protocol) -> N
 
 
 def test_priority_1_overtakes_a_priority_2_image_backlog(triton) -> None:
-    # 2 instances take 2 executions of IMAGE_ROWS images; the rest wait
+    # the bulk workers take a batch each; the rest wait in the front's queue
     sent, lows, highs = asyncio.run(finish_order(
         "grpc", triton.grpc_url, "efficientnet_lite0",
         IMAGE_CLASSIFICATION.contract.front_inputs[0].name, images, IMAGE_ROWS, backlog=20,
@@ -124,26 +128,27 @@ def test_priority_1_overtakes_a_priority_2_image_backlog(triton) -> None:
     assert_serving(triton.http_url)
 
 
-async def saturate_with_priority_1(url: str, seconds: float, clients: int,
-                                   lows: int) -> tuple[list, list]:
-    """`clients` priority-1 clients back to back for `seconds`; meanwhile `lows`
-    priority-2 requests one after another. (high errors, low outcomes)."""
+async def flood_the_lane(url: str, seconds: float, clients: int,
+                         lows: int) -> tuple[list, list]:
+    """`clients` raw clients of the lane back to back for `seconds`; meanwhile `lows`
+    requests to the front one after another. (the lane's errors, the lows' outcomes)"""
     client, infer_input = client_for("http", url)
     tensor = TEXT_EMBEDDING.contract.front_inputs[0].name
     deadline = time.monotonic() + seconds
     high_errors: list = []
 
-    def call(priority: int) -> Awaitable[object]:
-        return infer_error(client, infer_input, "embed", tensor, texts(1), priority)
-
     async def high() -> None:
         while time.monotonic() < deadline:
-            if (error := await call(HIGH)) is not None:
+            error = await infer_error(client, infer_input, lane_name("embed"), tensor,
+                                      texts(1), HIGH)
+            if error is not None:
                 high_errors.append(error)
+                await asyncio.sleep(0.05)  # as Retry-After asks
 
     async def low_stream() -> list:
-        await asyncio.sleep(0.5)  # the priority-1 queue is never empty from here on
-        return [await call(LOW) for _ in range(lows)]
+        await asyncio.sleep(0.5)  # the lane's queue is full from here on
+        return [await infer_error(client, infer_input, "embed", tensor, texts(TEXT_ROWS), LOW)
+                for _ in range(lows)]
 
     try:
         results = await asyncio.gather(low_stream(), *(high() for _ in range(clients)))
@@ -152,31 +157,33 @@ async def saturate_with_priority_1(url: str, seconds: float, clients: int,
         await client.close()
 
 
-def test_priority_2_under_priority_1_saturation_is_refused_with_503_not_left_waiting(
-        triton) -> None:
-    """The starvation rule (docs/serving.md): priority 2 is served, or refused with 503
-    once its queue timeout passes (or at once when its queue is full); never another
-    error, and every request ends."""
-    high_errors, lows = asyncio.run(saturate_with_priority_1(
-        triton.http_url, seconds=8.0, clients=64, lows=2))
-    assert high_errors == []
-    refused = [e for e in lows if e is not None]
-    for error in refused:
+def test_a_flooded_lane_refuses_its_overflow_and_never_starves_the_front(triton) -> None:
+    """The starvation bound (docs/serving.md): the lane has one worker on one thread, so
+    a flood of it leaves the bulk workers the other cores; what its queue cannot hold is
+    refused at once with 503 and Triton's full-queue wording, never another error, and
+    every request ends."""
+    with reloaded_with(triton, "embed", {"interactive_queue": "8"}):  # 64 clients fill it
+        high_errors, lows = asyncio.run(flood_the_lane(
+            triton.http_url, seconds=8.0, clients=64, lows=4))
+    assert lows == [None] * 4  # the front's work is served under the flood
+    assert high_errors, "the lane never refused: its queue held 64 clients"
+    for error in high_errors:
         assert error.status() == "503", error
-        assert any(m in error.message() for m in ("Request timeout expired",
-                                                   "Exceeds maximum queue size")), error
-    assert refused, "priority 2 was served although priority 1 kept the queue full"
+        assert "Exceeds maximum queue size" in error.message(), error
     assert_serving(triton.http_url)
 
 
-
-def test_the_watchdog_probes_a_front_at_each_priority_and_exports_both(triton) -> None:
+def test_the_watchdog_probes_a_front_and_its_lane_and_exports_both(triton) -> None:
+    """The per-class view: the front probed at its default level, its lane (an ensemble
+    into the front's interactive worker) at priority 1."""
     from server.watchdog import Watchdog
 
-    watchdog = Watchdog(triton.http_url, triton.metrics_url, ["embed"], interval_s=0.5)
+    lane = lane_name("embed")
+    watchdog = Watchdog(triton.http_url, triton.metrics_url, ["embed", lane], interval_s=0.5)
+    classes = {"embed": "0", lane: "1"}
 
-    def served(priority: str, name: str = "tmr_priority_probes_total") -> float:
-        labels = {"model": "embed", "priority": priority}
+    def served(model: str, name: str = "tmr_priority_probes_total") -> float:
+        labels = {"model": model, "priority": classes[model]}
         if name == "tmr_priority_probes_total":
             labels["outcome"] = "served"
         return watchdog.registry.get_sample_value(name, labels) or 0.0
@@ -184,13 +191,13 @@ def test_the_watchdog_probes_a_front_at_each_priority_and_exports_both(triton) -
     watchdog.start()
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (served("1") and served("2")):
+        while time.monotonic() < deadline and not all(served(m) for m in classes):
             time.sleep(0.2)
     finally:
         watchdog.stop()
         watchdog.join(timeout=30)
     assert watchdog.events == []  # a healthy model is never reloaded
-    for priority in ("1", "2"):
-        assert served(priority) >= 1
-        assert served(priority, "tmr_priority_probe_latency_seconds_count") == served(priority)
+    for model in classes:
+        assert served(model) >= 1
+        assert served(model, "tmr_priority_probe_latency_seconds_count") == served(model)
     assert_serving(triton.http_url)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 from tmr_client import UnavailableError
 
-from core.repository import copy_repository
+from core.repository import copy_repository, edit_config
 from server.admin import AUTO, deep_health, wait_for_level
 from server.launcher import TritonServer, stub_processes
 from server.watchdog import Watchdog
@@ -37,6 +37,10 @@ EXIT_TIMEOUT_S = 5
 def fragile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     root = tmp_path_factory.mktemp("stub_failure")
     repo = copy_repository([REPOSITORY], root / "repository")
+    # embed calls minilm_onnx over BLS, as on a GPU host (where the encoder keeps its own
+    # instances): the path whose encoder stub can die under it
+    edit_config(repo, "embed", lambda c: c.parameters["primary_in_process"].__setattr__(
+        "string_value", "false"))
     server = start_server(repo, root / "tritonserver.log", exit_timeout_s=EXIT_TIMEOUT_S)
     yield server
     began = time.monotonic()
@@ -56,8 +60,7 @@ def test_killed_primary_stub_fails_over_and_the_watchdog_restores_it(fragile) ->
 
     async def scenario() -> tuple[list, list]:
         gate = LoadGate()
-        # Priority 2: the shared front calls minilm_onnx over BLS (the lane runs its own
-        # copy in process and never sees this stub die).
+        # Priority 2: the front's bulk workers call minilm_onnx over BLS.
         load = asyncio.ensure_future(steady_high_priority_load(fragile.grpc_url, 10.0, gate,
                                                                priority=2))
         await asyncio.sleep(2.0)

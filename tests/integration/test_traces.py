@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from tmr_client import Client
 
+from core.repository import edit_config
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
 from server.traces import TraceBackend
@@ -62,7 +63,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("traces")
     with TraceBackend(root / "phoenix", port=0) as backend:
         # rate 0: Triton traces exactly the requests that carry a traceparent
-        server = start_server(repository_of(root, *MODELS), root / "tritonserver.log",
+        repo = repository_of(root, *MODELS)
+        # The front calls its encoder over BLS, as on a GPU host or a host profile's BLS
+        # layout: the path whose spans must join the trace (in process, the front's own
+        # compute span holds the encoder's work)
+        edit_config(repo, FRONT, lambda c: c.parameters["primary_in_process"].__setattr__(
+            "string_value", "false"))
+        server = start_server(repo, root / "tritonserver.log",
                               trace_url=backend.otlp_url, trace_rate=0)
         door = open_front_door(server, trace_rate=1)  # the door starts one for each
         try:

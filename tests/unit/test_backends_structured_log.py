@@ -111,8 +111,8 @@ def embed_config_json() -> dict:
 
 
 def test_queue_capacities_of_embed_are_its_workers_queues() -> None:
-    # its workers hold the queue: the lane's 8 waiting, the bulk workers' 512
-    assert queue_capacities(embed_config_json()) == {"1": 8, "2": 512}
+    # its workers hold the queue: the lane's 512 waiting, the bulk workers' 512
+    assert queue_capacities(embed_config_json()) == {"1": 512, "2": 512}
 
 
 @pytest.mark.parametrize(("batching", "expected"), [
