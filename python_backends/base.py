@@ -157,9 +157,7 @@ class BaseModel:
         response is made good, so Triton always gets one response per request."""
         warming = self.warmup.active
         if self.pool is not None and not warming:
-            for request in requests:  # answered by the pool's workers (workers.py)
-                self.pool.submit(request, request.get_response_sender(), request_rows(request))
-            return None  # type: ignore[return-value]
+            return self._hand_over(requests)
         began = time.monotonic()
         responses = self._answer(requests)
         if warming:
@@ -167,6 +165,26 @@ class BaseModel:
             if not self.warmup.active:
                 self.yield_cpu()
         return responses
+
+    def _hand_over(self, requests: list[Any]) -> list[Any] | None:
+        """Every request to the pool's workers (workers.py), answered after this returns;
+        but a traced one is answered here: Triton 2.51 crashed (SIGSEGV in
+        TRITONBACKEND_RequestRelease) releasing a traced request whose response a worker
+        had already sent. None entries are the workers' to answer."""
+        inline = [bls.traced(r) for r in requests]
+        if not any(inline):
+            for request in requests:
+                self.pool.submit(request, request.get_response_sender(),  # type: ignore[union-attr]
+                                 request_rows(request))
+            return None
+        answers = iter(self._answer([r for r, here in zip(requests, inline) if here]))
+        out = []
+        for request, here in zip(requests, inline):
+            if not here:
+                self.pool.submit(request, request.get_response_sender(),  # type: ignore[union-attr]
+                                 request_rows(request))
+            out.append(next(answers) if here else None)
+        return out
 
     def _answer(self, requests: list[Any]) -> list[Any]:
         """One response per request of a batch, on whichever thread serves it."""

@@ -26,6 +26,12 @@ UNAVAILABLE_KINDS = frozenset({FailureKind.QUEUE_FULL, FailureKind.TIMEOUT,
 _TRACE: ContextVar[Any] = ContextVar("bls_trace", default=None)
 
 
+def traced(request: Any) -> bool:
+    """Whether Triton traces this request (tracing on, and this one sampled)."""
+    trace = request.trace() if hasattr(request, "trace") else None
+    return bool(trace is not None and getattr(trace, "get_context", lambda: None)())
+
+
 def follow(requests: Sequence[Any]) -> None:
     """Make the batch's BLS calls children of its first traced request. A batched call has
     one parent: the other requests of the batch keep their own request, model and compute

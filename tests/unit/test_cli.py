@@ -167,7 +167,7 @@ def test_classify_of_an_unreadable_file_is_a_clear_error_and_exit_1(
 def test_tune_takes_one_mode_a_memory_budget_and_show() -> None:
     from cli.tune import TuneOptions
 
-    assert parsed("tune") == TuneOptions(DEFAULT_REPOSITORY, "default", 1536.0, False, False)
+    assert parsed("tune") == TuneOptions(DEFAULT_REPOSITORY, "default", 1024.0, False, False)
     assert parsed("tune", "--quick").mode == "quick"
     assert parsed("tune", "--full", "--memory-budget", "3000").memory_budget_mb == 3000.0
     assert parsed("tune", "--show").show and parsed("tune", "--if-stale").if_stale
