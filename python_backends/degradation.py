@@ -108,8 +108,12 @@ class DegradationPolicy:
 
     def observe_batch(self, request_rows: Sequence[int], max_batch_size: int) -> None:
         """A dynamic batch arrived: its rows per request."""
+        self.observe_share(queued_share(request_rows, max_batch_size))
+
+    def observe_share(self, share: float) -> None:
+        """What waited, as a share of a full execution (queued_share, or a worker pool's
+        backlog_share)."""
         alpha = self.settings.queue_ewma_alpha
-        share = queued_share(request_rows, max_batch_size)
         self.queued = alpha * share + (1 - alpha) * self.queued
 
     def observe_success(self) -> None:

@@ -218,9 +218,7 @@ class FamilyRouter(BaseModel):
         local = {fallback.name: LocalEncoder(repository, fallback.name, fallback.output,
                                              share, self.log.info, self.variant)}
         if self.settings.primary_in_process:
-            # A front's workers (python_backends/workers.py) call this one copy at once:
-            # onnxruntime's session and OpenVINO's compiled model (an infer request per
-            # thread) are safe to share, and a lone request keeps every thread.
+            # the front's workers (workers.py) share this one copy (runtime/runners.py)
             threads = in_process_threads(self.settings.in_process_threads, cores)
             local[primary.name] = LocalEncoder(repository, primary.name, primary.output,
                                                threads or 0, self.log.info, self.variant)
@@ -261,7 +259,10 @@ class FamilyRouter(BaseModel):
         level = self.current_level()
         with self.unlocked():  # tokenizing or decoding touches no shared state
             responses, valid = self.front.prepare_requests(requests)
-        self.policy.observe_batch([len(r.rows) for r in valid.values()], self.full_batch)
+        if self.pool is None:
+            self.policy.observe_batch([len(r.rows) for r in valid.values()], self.full_batch)
+        else:  # the stub's own queue (workers.py)
+            self.policy.observe_share(self.pool.bulk.backlog_share())
         if self.rollout.state is not None:
             for i, request in valid.items():
                 self._apply_rollout_key(request, requests[i])

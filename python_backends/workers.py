@@ -213,6 +213,15 @@ class WorkerPool:
         with self.ready:
             return len(self.waiting)
 
+    def backlog_share(self) -> float:
+        """The rows waiting beyond one batch for every worker, as a share of a batch
+        (capped at 1): what the ladder reads as requests that wait (degradation.py). A
+        closed-loop client's steady queue, within one round of the workers, reads 0."""
+        with self.ready:
+            rows = sum(job.rows for job in self.waiting)
+        beyond = rows - len(self.workers) * self.max_rows
+        return min(max(beyond, 0) / self.max_rows, 1.0)
+
 
 class Pools:
     """A front's two classes of work: bulk (`bulk`, every request on the front's own

@@ -207,3 +207,23 @@ def test_a_sender_that_fails_does_not_stop_the_worker() -> None:
     wait_all([kept])
     assert kept.sent == [("ok", 1)]
     pool.stop()
+
+
+@pytest.mark.timeout(30)
+def test_the_backlog_share_counts_only_what_waits_beyond_a_round_of_the_workers() -> None:
+    release, serve = held_serve()
+    pool = pool_of(serve, threads=2, max_rows=4)
+    senders = [Sender() for _ in range(2)]
+    for s in senders:  # one batch a worker, both held
+        pool.submit(Request(0), s, rows=4)
+    deadline = time.monotonic() + 5
+    while pool.stats.in_flight < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool.backlog_share() == 0.0
+    waiting = [Sender() for _ in range(3)]
+    for s in waiting:  # 12 rows waiting: one round of both workers (8) and 4 beyond
+        pool.submit(Request(1), s, rows=4)
+    assert pool.backlog_share() == 1.0
+    release.set()
+    wait_all([*senders, *waiting])
+    pool.stop()
