@@ -63,6 +63,7 @@ IN_PROCESS_THREADS_PARAMETER = "in_process_threads"
 WORKERS_PARAMETER = contract.WORKERS  # ModelSettings.worker_threads
 INTERACTIVE_WORKERS_PARAMETER = "interactive_workers"  # ModelSettings.interactive_workers
 INTERACTIVE_INPUT_SUFFIX = "_INTERACTIVE"  # a front's input that its ensemble lane feeds
+TRACED_ENV = "TMR_TRACED"  # the launcher's word to the stubs: this server traces requests
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ wrong, `execute` still returns exactly one response per request (`one_per_reques
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +23,8 @@ import numpy as np
 from core.cpu_policy import BulkCpu
 from core.families.lanes import lane_full, lane_name
 from core.host_profile import host_cores, worker_count
-from core.settings import INTERACTIVE_INPUT_SUFFIX, ModelSettings
+from core.settings import INTERACTIVE_INPUT_SUFFIX, TRACED_ENV, ModelSettings
+from core.timeouts import QUEUE_PRIORITY_1, QUEUE_PRIORITY_2
 from core.variant import REVIEWED, Variant
 from python_backends import bls, diagnostics, metrics
 from python_backends.cpu_priority import NORMAL, describe, lower, scheduling_of
@@ -67,7 +69,10 @@ class BaseModel:
         self.setup(args)
         # Worker threads answer after execute returns (python_backends/workers.py): made
         # before the stub yields its CPU, so they run at the model's scheduling.
-        workers = worker_count(settings.worker_threads, host_cores())
+        # A traced server's fronts serve in execute: Triton 2.51 crashed releasing a traced
+        # request a worker had answered, and lost the trace of one (_hand_over).
+        workers = 0 if os.environ.get(TRACED_ENV) else worker_count(settings.worker_threads,
+                                                                      host_cores())
         self.pool = self._pools(settings, workers) if workers else None
         apply_policy(settings.gc_policy)
         if not self.warmup.active:
@@ -115,15 +120,18 @@ class BaseModel:
     def _pools(self, settings: ModelSettings, workers: int) -> Pools:
         """`workers` bulk workers and, where the config asks, the interactive ones."""
         rows = max(1, int(self.config.get("max_batch_size") or 1))
+        # the queues' timeouts, as Triton's priority levels had them (core/timeouts.py)
         bulk = WorkerPool(self.name, workers, rows, settings.worker_queue,
-                          self._answer, send_final, error_response, log=self.log.warning)
+                          self._answer, send_final, error_response, log=self.log.warning,
+                          timeout_s=QUEUE_PRIORITY_2.seconds)
         lane_inputs = [t["name"] for t in self.config.get("input", [])
                        if t["name"].endswith(INTERACTIVE_INPUT_SUFFIX)]
         interactive = WorkerPool(
             lane_name(self.name), settings.interactive_workers, rows,
             settings.interactive_queue, self._answer, send_final, error_response,
             log=self.log.warning, full=lane_full(lane_name(self.name),
-                                                 settings.interactive_queue)
+                                                 settings.interactive_queue),
+            timeout_s=QUEUE_PRIORITY_1.seconds,
         ) if settings.interactive_workers and lane_inputs else None
         labels = [{"model": self.name, "priority": level} for level in ("1", "2")]
         waiting = {ls["priority"]: metrics.Gauge(

@@ -64,14 +64,16 @@ def expired(batch: Sequence[Job], now: float) -> tuple[list[Job], list[Job]]:
     return live, late
 
 
-def deadline_of(request: Any, now: float) -> float | None:
-    """A request's own timeout (microseconds, Triton's `timeout` of the request) as a
-    monotonic deadline; None when it set none."""
+def deadline_of(request: Any, now: float, default_s: float = 0.0) -> float | None:
+    """When a request must leave the queue (monotonic): its own timeout (microseconds,
+    Triton's `timeout` of the request) where shorter than the queue's `default_s`, as
+    Triton's `allow_timeout_override` does; None when neither is set."""
     try:
-        timeout_us = int(request.timeout())
+        timeout_s = int(request.timeout()) / 1e6
     except (AttributeError, TypeError, ValueError):
-        return None
-    return now + timeout_us / 1e6 if timeout_us > 0 else None
+        timeout_s = 0.0
+    limits = [t for t in (timeout_s, default_s) if t > 0]
+    return now + min(limits) if limits else None
 
 
 @dataclass
@@ -101,8 +103,10 @@ class WorkerPool:
                  refusal: Callable[[ModelError], Any],
                  on_start: Callable[[], None] = lambda: None,
                  log: Callable[[str], None] = lambda _m: None,
-                 full: str = "") -> None:
-        """`full`: what a refusal for a full queue says after Triton's wording."""
+                 full: str = "", timeout_s: float = 0.0) -> None:
+        """`full`: what a refusal for a full queue says after Triton's wording;
+        `timeout_s`: the longest a request waits here (0: its own timeout only)."""
+        self.timeout_s = timeout_s
         self.name, self.max_rows, self.max_queue = name, max(1, max_rows), max_queue
         self.serve, self.send_one, self.refusal = serve, send, refusal
         self.on_start, self.log = on_start, log
@@ -130,7 +134,7 @@ class WorkerPool:
                 why = f"{QUEUE_FULL}: {self.full}"
             else:
                 self.waiting.append(Job(request, sender, max(1, rows), now,
-                                        deadline_of(request, now)))
+                                        deadline_of(request, now, self.timeout_s)))
                 self.ready.notify()
                 return
             self.stats.refused += 1

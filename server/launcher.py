@@ -28,6 +28,7 @@ from typing import IO
 from core.cpu_policy import BULK_CPU_ENV
 from core.paths import PROJECT_ROOT
 from core.process_memory import stub_processes
+from core.settings import TRACED_ENV
 from core.variant import VARIANT_ENV
 from server import diagnostics
 from server.distribution import ServerHome, prepare_home
@@ -196,6 +197,8 @@ class TritonServer(LocalServer):
         env[VARIANT_ENV] = self.opts.variant.name
         # and how their shared path yields the CPU (core/cpu_policy.py)
         env[BULK_CPU_ENV] = self.opts.bulk_cpu.env_value()
+        # and whether it traces: the fronts then serve in execute (python_backends/base.py)
+        env[TRACED_ENV] = "1" if self.opts.trace_url else ""
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in [str(self.home.dist.libs), *interpreter_libdir(),
                         env.get("LD_LIBRARY_PATH", "")] if p

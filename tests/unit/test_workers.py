@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from python_backends.workers import QUEUE_FULL, TIMED_OUT, Job, WorkerPool, expired, take
+from python_backends.workers import (
+    QUEUE_FULL,
+    TIMED_OUT,
+    Job,
+    WorkerPool,
+    deadline_of,
+    expired,
+    take,
+)
 from runtime.errors import ModelError
 
 
@@ -227,3 +235,11 @@ def test_the_backlog_share_counts_only_what_waits_beyond_a_round_of_the_workers(
     release.set()
     wait_all([*senders, *waiting])
     pool.stop()
+
+
+def test_a_deadline_is_the_shorter_of_the_requests_timeout_and_the_queues() -> None:
+    assert deadline_of(Request(0, timeout_us=0), now=100.0) is None
+    assert deadline_of(Request(0, timeout_us=0), now=100.0, default_s=2.0) == 102.0
+    assert deadline_of(Request(0, timeout_us=500_000), now=100.0, default_s=2.0) == 100.5
+    assert deadline_of(Request(0, timeout_us=5_000_000), now=100.0, default_s=2.0) == 102.0
+    assert deadline_of(Request(0, timeout_us=5_000_000), now=100.0) == 105.0
