@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.errors import ModelError, UnavailableError
@@ -86,7 +86,6 @@ class PoolStats:
     expired: int = 0
     batches: int = 0
     in_flight: int = 0
-    waiting: dict[str, int] = field(default_factory=dict)
 
 
 class WorkerPool:
@@ -94,14 +93,13 @@ class WorkerPool:
 
     `serve(requests) -> responses` is the model's own batch path (one response per
     request, or an exception for all); `send(sender, response)` sends one final response;
-    `refusal(message)` builds an error response; `on_start()` runs in each worker thread
-    first (its CPU scheduling)."""
+    `refusal(message)` builds an error response. The workers' CPU policy is the model's
+    (python_backends/base.py `yield_cpu`, by their `thread_ids`)."""
 
     def __init__(self, name: str, threads: int, max_rows: int, max_queue: int,
                  serve: Callable[[list[Any]], list[Any]],
                  send: Callable[[Any, Any], None],
                  refusal: Callable[[ModelError], Any],
-                 on_start: Callable[[], None] = lambda: None,
                  log: Callable[[str], None] = lambda _m: None,
                  full: str = "", timeout_s: float = 0.0) -> None:
         """`full`: what a refusal for a full queue says after Triton's wording;
@@ -109,7 +107,7 @@ class WorkerPool:
         self.timeout_s = timeout_s
         self.name, self.max_rows, self.max_queue = name, max(1, max_rows), max_queue
         self.serve, self.send_one, self.refusal = serve, send, refusal
-        self.on_start, self.log = on_start, log
+        self.log = log
         self.full = full or (f"{name} holds {max_queue} requests waiting; retry later or "
                              "at another priority")
         self.thread_ids: list[int] = []  # the workers' native ids (their CPU policy)
@@ -144,10 +142,6 @@ class WorkerPool:
     def _work(self) -> None:
         with self.ready:
             self.thread_ids.append(threading.get_native_id())
-        try:
-            self.on_start()
-        except Exception as err:  # a policy that cannot be set leaves the thread as it is
-            self.log(f"{threading.current_thread().name}: scheduling not applied: {err}")
         while True:
             with self.ready:
                 while not self.waiting and not self.stopping:
