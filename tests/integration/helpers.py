@@ -276,3 +276,14 @@ def embed_texts(url: str, texts: list[str], model: str = "embed") -> np.ndarray:
         data = httpclient.InferInput("TEXT", [len(texts), 1], "BYTES")
         data.set_data_from_numpy(np.array([[t.encode()] for t in texts], dtype=np.object_))
         return client.infer(model, [data]).as_numpy("EMBEDDING")
+
+
+def grown(metrics_url: str, name: str, before: float, at_least: float,
+          timeout_s: float = 10.0, **labels: str) -> float:
+    """How much a counter grew since `before`, once it grew by `at_least` or after
+    `timeout_s` (a stub's counters reach /metrics with its batch's flush)."""
+    deadline = time.monotonic() + timeout_s
+    while (growth := metric_value(metrics_url, name, **labels) - before) < at_least \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return growth

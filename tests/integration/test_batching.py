@@ -17,6 +17,7 @@ from server.launcher import TritonServer
 from tests.conftest import MINILM_SOURCE, start_server, stop_cleanly
 from tests.integration.helpers import (
     concurrent_encoder_calls,
+    grown,
     metric_value,
     model_counts,
     repository_of,
@@ -40,10 +41,8 @@ def encoder_calls(server: TritonServer, front: str = "embed") -> float:
 def calls_since(server: TritonServer, before: float, at_least: int = 1) -> float:
     """Encoder calls since `before`, once the counter (sent with a batch's metrics) shows
     at least `at_least` of them, or after 10 s."""
-    deadline = time.monotonic() + 10
-    while (calls := encoder_calls(server) - before) < at_least and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return calls
+    return grown(server.metrics_url, "tmr_encoder_calls_total", before, at_least,
+                 model="embed")
 
 
 def test_concurrent_texts_of_different_lengths_share_executions(triton) -> None:

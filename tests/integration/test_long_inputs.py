@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from export.chunk_reference import ChunkReference, cosine
 from tests.conftest import MINILM_SOURCE
 from tests.integration.helpers import (
     assert_serving,
+    grown,
     http_post,
     metric_value,
     reloaded_with,
@@ -172,11 +172,7 @@ def front_count(server, name: str, **labels: str) -> float:
 def settled(server, name: str, before: float, expected: float, **labels: str) -> float:
     """A front counter's growth since `before`, once it reaches `expected` (sent with the
     batch's metrics) or after 10 s."""
-    deadline = time.monotonic() + 10
-    while (grown := front_count(server, name, **labels) - before) < expected \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return grown
+    return grown(server.metrics_url, name, before, expected, model=FRONT, **labels)
 
 
 def test_a_long_document_costs_its_windows_and_nothing_more(triton) -> None:
