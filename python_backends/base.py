@@ -42,6 +42,7 @@ class BaseModel:
     default_filename = ""
     yields_cpu: ClassVar[bool] = True  # False: never lowered (the health check)
     pool: Pools | None = None  # the worker threads, where `worker_threads` asks
+    hold_rows = 0  # bulk rows waiting that keep execute (_hold); 0: never
 
     def initialize(self, args: dict[str, str]) -> None:
         self.config: dict[str, Any] = json.loads(args["model_config"])
@@ -74,6 +75,8 @@ class BaseModel:
         workers = 0 if os.environ.get(TRACED_ENV) else worker_count(settings.worker_threads,
                                                                       host_cores())
         self.pool = self._pools(settings, workers) if workers else None
+        levels = (self.config.get("dynamic_batching") or {}).get("priority_levels") or 0
+        self.hold_rows = 1 if self.pool and int(levels) else 0
         apply_policy(settings.gc_policy)
         if not self.warmup.active:
             self.yield_cpu()
@@ -184,6 +187,7 @@ class BaseModel:
             for request in requests:
                 self.pool.submit(request, request.get_response_sender(),  # type: ignore[union-attr]
                                  request_rows(request))
+            self._hold()
             return None
         answers = iter(self._answer([r for r, here in zip(requests, inline) if here]))
         out = []
@@ -192,7 +196,17 @@ class BaseModel:
                 self.pool.submit(request, request.get_response_sender(),  # type: ignore[union-attr]
                                  request_rows(request))
             out.append(next(answers) if here else None)
+        self._hold()
         return out
+
+    def _hold(self) -> None:
+        """Where the front's batcher has Triton priority levels (an operator's choice,
+        docs/serving.md "Triton's priority on the front itself"), keep this execute while
+        bulk requests wait for a worker, so later ones wait in Triton's queue, where a
+        client's `priority` orders them (the stub cannot read it): priority 1 reaches a
+        worker ahead of queued bulk work. At most the bulk queue's timeout."""
+        if self.hold_rows:
+            self.pool.bulk.hold(self.hold_rows, QUEUE_PRIORITY_2.seconds)  # type: ignore[union-attr]
 
     def _answer(self, requests: list[Any]) -> list[Any]:
         """One response per request of a batch, on whichever thread serves it."""

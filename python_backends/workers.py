@@ -112,7 +112,9 @@ class WorkerPool:
                              "at another priority")
         self.thread_ids: list[int] = []  # the workers' native ids (their CPU policy)
         self.waiting: deque[Job] = deque()
-        self.ready = threading.Condition()
+        lock = threading.Lock()
+        self.ready = threading.Condition(lock)  # the workers wait on it for jobs
+        self.room = threading.Condition(lock)  # `hold` waits on it for the queue to drain
         self.stopping = False
         self.stats = PoolStats()
         self.workers = [threading.Thread(target=self._work, name=f"tmr-{name}-{i}",
@@ -150,6 +152,7 @@ class WorkerPool:
                     return
                 batch = take(self.waiting, self.max_rows)
                 self.stats.in_flight += len(batch)
+                self.room.notify_all()
             self._serve_batch(batch)
 
     def _serve_batch(self, batch: list[Job]) -> None:
@@ -193,6 +196,7 @@ class WorkerPool:
         with self.ready:
             self.stopping = True
             self.ready.notify_all()
+            self.room.notify_all()
         for worker in self.workers:
             worker.join(max(0.0, deadline - time.monotonic()))
         with self.ready:
@@ -205,6 +209,19 @@ class WorkerPool:
         for worker in self.workers:  # the batches under way are answered, not cut off
             worker.join(grace_s)
         return len(left)
+
+    def hold(self, rows: int, longest_s: float) -> float:
+        """Wait while `rows` or more rows wait here (at most `longest_s`, and never while
+        stopping): the caller is `execute`, so what arrives meanwhile waits in Triton's
+        queue, ordered by its priority levels, instead of in arrival order here. The
+        seconds held."""
+        began = time.monotonic()
+        until = began + longest_s
+        with self.room:
+            while (not self.stopping and sum(job.rows for job in self.waiting) >= rows
+                   and time.monotonic() < until):
+                self.room.wait(until - time.monotonic())
+        return time.monotonic() - began
 
     def depth(self) -> int:
         """Requests waiting (not yet taken by a worker)."""

@@ -243,3 +243,39 @@ def test_a_deadline_is_the_shorter_of_the_requests_timeout_and_the_queues() -> N
     assert deadline_of(Request(0, timeout_us=500_000), now=100.0, default_s=2.0) == 100.5
     assert deadline_of(Request(0, timeout_us=5_000_000), now=100.0, default_s=2.0) == 102.0
     assert deadline_of(Request(0, timeout_us=5_000_000), now=100.0) == 105.0
+
+
+@pytest.mark.timeout(30)
+def test_hold_waits_until_a_worker_takes_what_waits() -> None:
+    release, serve = held_serve()
+    pool = pool_of(serve, threads=1, max_rows=1)
+    busy, queued = Sender(), Sender()
+    pool.submit(Request(0), busy, rows=1)
+    pool.submit(Request(1), queued, rows=1)  # waits: the one worker is busy
+    took: list[float] = []
+    holder = threading.Thread(target=lambda: took.append(pool.hold(1, 10.0)))
+    holder.start()
+    time.sleep(0.2)
+    assert holder.is_alive()  # still held: a request waits for the worker
+    release.set()  # the worker finishes and takes the waiting one
+    holder.join(5)
+    assert not holder.is_alive() and 0.15 < took[0] < 5
+    wait_all([busy, queued])
+    pool.stop()
+
+
+@pytest.mark.timeout(30)
+def test_hold_is_bounded_and_lets_go_at_a_stop() -> None:
+    release, serve = held_serve()
+    pool = pool_of(serve, threads=1, max_rows=1)
+    senders = [Sender() for _ in range(3)]
+    for i, s in enumerate(senders):
+        pool.submit(Request(i), s, rows=1)
+    assert 0.05 <= pool.hold(1, 0.1) < 2  # bounded by longest_s
+    assert pool.hold(5, 10.0) < 0.5  # fewer rows wait than the bound: no hold
+    stopper = threading.Timer(0.2, lambda: pool.stop(grace_s=0.1))
+    stopper.start()
+    assert pool.hold(1, 10.0) < 5  # a stop lets execute go
+    release.set()
+    stopper.join()
+    wait_all(senders)
