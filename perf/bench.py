@@ -138,8 +138,7 @@ def in_process_rates(onnx_path: Path, front: str, seconds: float = 4.0) -> dict[
         queue: mp.Queue = mp.Queue()
         procs = [mp.Process(target=_worker, args=(str(onnx_path), front, batch, seconds, queue))
                  for _ in range(mp.cpu_count())]
-        for proc in procs:
-            proc.start()
+        _ = [proc.start() for proc in procs]
         rates[batch] = sum(queue.get() for _ in procs)
         for proc in procs:
             proc.join()

@@ -5,8 +5,8 @@ perf input with a unique suffix), so no cache answers. Users:
 - `ClosedLoop`: one text a request, back to back, no priority (the peers' ladder);
   `HighClosed` / `LowClosed` at priority 1 / 2, TMR_HIGH_USERS / TMR_LOW_USERS of each.
 - `SingleText` (priority 1, TMR_SINGLE_RPS a second a user, to TMR_P1_HOST / TMR_P1_PATH
-  where set, or by the SDK to TMR_SDK_HOST) and `Bulk` (priority 2, TMR_BULK_ROWS
-  texts a request, back to back): the priority mix, TMR_SINGLE_USERS / TMR_BULK_USERS.
+  where set, or by the SDK to TMR_SDK_HOST) and `Bulk` (priority 2, TMR_BULK_ROWS texts of
+  TMR_BULK_WORDS words a request, back to back): the mix, TMR_SINGLE_/TMR_BULK_USERS.
 - `ImageLoop`: one image a request to TMR_IMAGE_MODELS, back to back (perf/memory.py).
 - `OpenLoop` / `GrpcOpenLoop`: TMR_USER_RPS arrivals a second a user whatever the server
   does, TMR_HIGH_SHARE at priority 1, over KServe HTTP or gRPC (TMR_GRPC_HOST).
@@ -42,7 +42,7 @@ PATH = ENV.get("TMR_PATH") or {"kserve": f"/v2/models/{MODEL}/infer",
                                "openai": "/v1/embeddings", "infer": "/infer"}[ENDPOINT]
 HEADERS = json.loads(ENV.get("TMR_HEADERS", "{}"))
 SINGLE_RPS = float(ENV.get("TMR_SINGLE_RPS", "4"))
-BULK_ROWS = int(ENV.get("TMR_BULK_ROWS", "32"))
+BULK_ROWS, BULK_WORDS = int(ENV.get("TMR_BULK_ROWS", "16")), int(ENV.get("TMR_BULK_WORDS", "0"))
 USER_RPS = float(ENV.get("TMR_USER_RPS", "5"))
 HIGH_SHARE = float(ENV.get("TMR_HIGH_SHARE", "0.2"))
 STAGES = json.loads(ENV.get("TMR_STAGES", "[]"))
@@ -85,9 +85,10 @@ def phase(elapsed_s: float) -> str:
     return ""
 
 
-def texts(n: int) -> list[str]:
-    """`n` base texts in turn, each with a suffix no other request carries."""
-    return [f"{BASE[i % len(BASE)]} ({NONCE}-{i})" for i in itertools.islice(COUNTER, n)]
+def texts(n: int, words: int = 0) -> list[str]:
+    """`n` base texts in turn (repeated to `words` words), each with a new suffix."""
+    base = [" ".join((b.split() * words)[:words]) if words else b for b in BASE]
+    return [f"{base[i % len(base)]} ({NONCE}-{i})" for i in itertools.islice(COUNTER, n)]
 
 
 def label(priority: int, rows: int = 1) -> str:
@@ -107,7 +108,7 @@ def body(rows: list[str], priority: int) -> dict:
     request: dict = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(rows), 1],
                                  "data": rows}]}
     if priority:
-        request["parameters"] = {"priority": priority}
+        request["parameters"] = {"priority": priority, "truncate": bool(BULK_WORDS)}
     return request
 
 
@@ -145,7 +146,8 @@ class Embedder(FastHttpUser):
     wait_time = constant(0)  # back to back, unless a class paces itself
 
     def send(self, rows: int, priority: int) -> None:
-        with self.client.post(self.path, json=body(texts(rows), priority), headers=HEADERS,
+        batch = texts(rows, BULK_WORDS if priority == 2 else 0)
+        with self.client.post(self.path, json=body(batch, priority), headers=HEADERS,
                               name=label(priority, rows), catch_response=True) as response:
             try:
                 answer = response.json()

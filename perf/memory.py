@@ -52,8 +52,7 @@ def measure(out: Path, seconds: float, models: tuple[str, ...] = (), users: int 
         warm = server_memory(server.pid)
         run = locust(out, f"http://{server.http_url}", MIXED if images else MIXED[:2],
                      seconds=seconds, count=users, name="mixed",
-                     env={"TMR_IMAGE_MODELS": images, "TMR_BULK_ROWS": "16",
-                          "TMR_MODEL": text_model().front})
+                     env={"TMR_IMAGE_MODELS": images, "TMR_MODEL": text_model().front})
         loaded = server_memory(server.pid)
     return MemoryRun(warm, loaded, seconds,
                      {n: (s.served, s.failures) for n, s in run.stats.items()})

@@ -138,7 +138,7 @@ def priority(run: Run, capacity: float, seconds: float, route: str,
              p1: dict[str, str]) -> dict[str, Any]:
     """Priority 1 alone, the bulk job alone, both (`p1` routes priority 1 by `route`)."""
     users = max(1, round(0.15 * capacity / 4))  # SingleText: 4 a second a user
-    env = {**p1, "TMR_SINGLE_USERS": str(users), "TMR_BULK_USERS": "16", "TMR_BULK_ROWS": "16"}
+    env = {**p1, "TMR_SINGLE_USERS": str(users), "TMR_BULK_USERS": "16"}  # TMR_BULK_ROWS: 16
     rows = [{**r, "phase": f"{route}: {name}"} for users_, name, n in (
         (["SingleText"], "p1 alone", users), (["Bulk"], "bulk alone", 16),
         (["SingleText", "Bulk"], "mix", users + 16))

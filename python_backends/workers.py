@@ -31,6 +31,7 @@ from runtime.errors import ModelError, UnavailableError
 QUEUE_FULL = "Exceeds maximum queue size"  # Triton's wording, matched by the SDK and door
 TIMED_OUT = "Request timeout expired"  # Triton's wording for a queue timeout
 STOP_GRACE_S = 5.0  # what a stop waits for queued requests before refusing the rest
+REAP_S = 0.05  # how late past its deadline a waiting request may be answered
 
 
 @dataclass
@@ -115,17 +116,21 @@ class WorkerPool:
         lock = threading.Lock()
         self.ready = threading.Condition(lock)  # the workers wait on it for jobs
         self.room = threading.Condition(lock)  # `hold` waits on it for the queue to drain
+        self.arrived = threading.Condition(lock)  # the reaper waits on it for a job
         self.stopping = False
         self.stats = PoolStats()
         self.workers = [threading.Thread(target=self._work, name=f"tmr-{name}-{i}",
                                          daemon=True) for i in range(max(1, threads))]
         for worker in self.workers:
             worker.start()
+        threading.Thread(target=self._reap, name=f"tmr-{name}-reaper", daemon=True).start()
 
     # -- the stub's execute thread ------------------------------------------------------
     def submit(self, request: Any, sender: Any, rows: int) -> None:
-        """Queue one request, or refuse it at once (full queue, stopping)."""
+        """Queue one request, or refuse it at once (full queue, stopping); answer those
+        whose deadline passed while they waited (`_refuse_late`)."""
         now = time.monotonic()
+        self._refuse_late(now)
         with self.ready:
             self.stats.submitted += 1
             if self.stopping:
@@ -136,15 +141,47 @@ class WorkerPool:
                 self.waiting.append(Job(request, sender, max(1, rows), now,
                                         deadline_of(request, now, self.timeout_s)))
                 self.ready.notify()
+                self.arrived.notify()
                 return
             self.stats.refused += 1
         self._send(sender, self.refusal(UnavailableError(why)))
+
+    def _refuse_late(self, now: float) -> None:
+        """Answer every waiting job past its deadline now, not when a worker reaches it:
+        under a long backlog that could be many batches later."""
+        with self.ready:
+            if not any(j.deadline is not None and now > j.deadline for j in self.waiting):
+                return
+            live, late = expired(list(self.waiting), now)
+            self.waiting = deque(live)
+            self.stats.expired += len(late)
+            self.room.notify_all()
+        for job in late:
+            self._send(job.sender, self._late(job, now))
+
+    def _reap(self) -> None:
+        """While jobs wait, answer the late ones at their deadline (within REAP_S), also
+        when every worker is busy and nothing arrives."""
+        while True:
+            with self.arrived:
+                while not self.waiting and not self.stopping:
+                    self.arrived.wait()
+                if self.stopping:
+                    return
+                self.arrived.wait(REAP_S)
+            self._refuse_late(time.monotonic())
+
+    def _late(self, job: Job, now: float) -> Any:
+        return self.refusal(UnavailableError(
+            f"{TIMED_OUT}: waited {(now - job.queued_at) * 1000:.0f} ms in {self.name}'s "
+            "queue, past its timeout"))
 
     # -- the workers --------------------------------------------------------------------
     def _work(self) -> None:
         with self.ready:
             self.thread_ids.append(threading.get_native_id())
         while True:
+            self._refuse_late(time.monotonic())
             with self.ready:
                 while not self.waiting and not self.stopping:
                     self.ready.wait()
@@ -156,12 +193,10 @@ class WorkerPool:
             self._serve_batch(batch)
 
     def _serve_batch(self, batch: list[Job]) -> None:
-        live, late = expired(batch, time.monotonic())
+        now = time.monotonic()
+        live, late = expired(batch, now)
         for job in late:
-            waited = time.monotonic() - job.queued_at
-            self._send(job.sender, self.refusal(UnavailableError(
-                f"{TIMED_OUT}: waited {waited * 1000:.0f} ms in {self.name}'s queue, past "
-                "the request's timeout")))
+            self._send(job.sender, self._late(job, now))
         responses: list[Any] = []
         if live:
             try:
@@ -197,6 +232,7 @@ class WorkerPool:
             self.stopping = True
             self.ready.notify_all()
             self.room.notify_all()
+            self.arrived.notify_all()
         for worker in self.workers:
             worker.join(max(0.0, deadline - time.monotonic()))
         with self.ready:

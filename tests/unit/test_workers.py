@@ -279,3 +279,20 @@ def test_hold_is_bounded_and_lets_go_at_a_stop() -> None:
     release.set()
     stopper.join()
     wait_all(senders)
+
+
+@pytest.mark.timeout(30)
+def test_a_late_request_is_answered_at_its_deadline_while_every_worker_is_busy() -> None:
+    release, serve = held_serve()
+    pool = pool_of(serve, threads=1, max_rows=1)
+    busy, late = Sender(), Sender()
+    pool.submit(Request(0), busy, rows=1)
+    began = time.monotonic()
+    pool.submit(Request(1, timeout_us=100_000), late, rows=1)  # 100 ms; the worker is held
+    assert late.done.wait(5), "the late request waited for the worker"
+    assert time.monotonic() - began < 2 and not busy.done.is_set()
+    assert late.sent[0][0] == "error" and TIMED_OUT in late.sent[0][1]
+    release.set()
+    wait_all([busy])
+    assert len(late.sent) == 1
+    pool.stop()
