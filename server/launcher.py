@@ -34,7 +34,7 @@ from server import diagnostics
 from server.distribution import ServerHome, prepare_home
 from server.errors import ModelLoadError, PortInUseError, ServerStartError
 from server.local_server import LocalServer
-from server.settings import ServerOptions, server_flags
+from server.settings import STUB_MALLOC, ServerOptions, server_flags
 
 HOME_DIR = PROJECT_ROOT / ".triton"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)' version (\d+): (.*?)\"?$")
@@ -72,7 +72,7 @@ def stub_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     env["PATH"] = os.pathsep.join(p for p in (venv_bin, env.get("PATH", "")) if p)
     env["PYTHONNOUSERSITE"] = "1"
     env.pop("PYTHONHOME", None)
-    return env
+    return {**STUB_MALLOC, **env}
 
 
 def interpreter_libdir() -> list[str]:

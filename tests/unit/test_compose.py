@@ -35,6 +35,7 @@ from server.settings import (
     NGINX_IMAGE,
     PROMETHEUS_IMAGE,
     PYTHON_IMAGE,
+    STUB_MALLOC,
     TRITON_IMAGE,
     TRITON_SDK_IMAGE,
     FrontDoorSettings,
@@ -119,6 +120,7 @@ def test_triton_runs_the_dev_server_flags_with_the_gpu_profile_and_the_admin_key
     assert service("triton")["command"] == ["tritonserver", *expected]
     # the stubs read the configs of the variant Triton serves (core/variant.py)
     assert service("triton")["environment"][VARIANT_ENV] == GPU.name
+    assert {k: service("triton")["environment"][k] for k in STUB_MALLOC} == STUB_MALLOC
     restricted = [f for f in yaml.safe_load(RAW)["services"]["triton"]["command"]
                   if "restricted" in f]
     assert len(restricted) == 2

@@ -29,6 +29,7 @@ from server.launcher import (
     stop_process,
     stub_environment,
 )
+from server.settings import STUB_MALLOC
 
 # Observed verbatim in Triton 2.51 logs.
 LOAD_FAILURE_LINE = (
@@ -132,6 +133,13 @@ def test_stub_environment_puts_project_root_then_venv_site_packages_on_pythonpat
     paths = env["PYTHONPATH"].split(os.pathsep)
     assert paths == [str(PROJECT_ROOT), sysconfig.get_paths()["purelib"], str(sdk_path())]
     assert Path(paths[1]).is_relative_to(Path(sys.prefix))
+
+
+def test_stub_environment_sets_the_malloc_thresholds_unless_the_operator_did():
+    env = stub_environment({"PATH": "/usr/bin"})
+    assert {k: env[k] for k in STUB_MALLOC} == STUB_MALLOC
+    own = stub_environment({"PATH": "/usr/bin", "MALLOC_ARENA_MAX": "8"})
+    assert own["MALLOC_ARENA_MAX"] == "8"
 
 
 def test_a_stub_imports_core_and_the_sdk_by_pythonpath_alone():
