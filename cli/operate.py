@@ -24,6 +24,7 @@ from cli.options import (
     resolve_url,
     text_front,
 )
+from core.paths import DEFAULT_REPOSITORY
 from core.timeouts import LEVEL_WAIT
 
 LEVELS = ["auto", "0", "1", "2", "3", "4"]
@@ -95,6 +96,18 @@ def cpu_policies(by_model: dict) -> str:
     return "; ".join(f"{policy}: {', '.join(names)}" for policy, names in models.items())
 
 
+def profile_line() -> str:
+    """What this repository serves on this host and since when (server/profile.py), in
+    one line: a rollout since the tuning is named, not an error."""
+    from core.host_profile import ProfileError
+    from server.profile import select
+
+    try:
+        return select(DEFAULT_REPOSITORY)[1].splitlines()[0]
+    except ProfileError as err:
+        return str(err).splitlines()[0]
+
+
 def health_command(opts: HealthOptions) -> int:
     from tmr_client.errors import ServerUnreachableError
 
@@ -108,13 +121,17 @@ def health_command(opts: HealthOptions) -> int:
     idle = [] if opts.models is not None else [
         m for m in idle_models(opts.url) if m not in probed]
     memory = server_memory_report(opts.url)
+    configs = profile_line()
     if opts.json:
         print(json.dumps({"url": opts.url, "ok": all(c.ok for c in checks), "checks": [
             {"model": c.model, "ok": c.ok, "ms": round(c.ms, 3), "detail": c.detail}
-            for c in checks], "not_loaded": idle, "memory": memory}, indent=2))
+            for c in checks], "not_loaded": idle, "memory": memory, "configs": configs},
+            indent=2))
         return 0 if all(c.ok for c in checks) else 1
+    width = max((len(c.model) for c in checks), default=20)
     for c in checks:
-        print(f"{'OK  ' if c.ok else 'FAIL'} {c.model:<20} {c.ms:>8.1f} ms  {c.detail}")
+        print(f"{'OK  ' if c.ok else 'FAIL'} {c.model:<{width}} {c.ms:>8.1f} ms  {c.detail}")
+    print(f"configs here: {configs}")
     if idle:
         print(f"not loaded (on demand, not probed): {', '.join(idle)}")
     if memory is not None:

@@ -210,7 +210,17 @@ class Client(ClientBase):
         if remaining is None:
             return self._call(self._client.infer, call.model, request.inputs, **kwargs)
         pending = self._call(self._client.async_infer, call.model, request.inputs, **kwargs)
-        return self._call(pending.get_result, timeout=remaining)
+        try:
+            return self._call(pending.get_result, timeout=remaining)
+        except TritonClientError:
+            # Let the request go: its greenlet holds the client's one pooled connection,
+            # and one kept alive (a caller that keeps this error keeps it) never gave it
+            # back, so the next call raised gevent's LoopExit. Killed, it drops that
+            # connection; Triton still serves the request (HTTP cannot cancel it in 2.51).
+            greenlet = getattr(pending, "_greenlet", None)
+            if greenlet is not None and not greenlet.dead:
+                greenlet.kill(block=False)
+            raise
 
     def _grpc_infer(self, call: Call, request: Request) -> Any:
         """One try over gRPC, awaited at most the time left and never cancelled

@@ -164,24 +164,40 @@ def served_versions(repository: Path, models: Sequence[str]) -> dict[str, int | 
 
 def stale_reasons(record: TuneRecord, host: Host, repository: Path) -> list[str]:
     """Why a written profile no longer fits this host or this repository; [] when it does."""
-    was = record.host
-    reasons = []
+    return unfit_reasons(record, host, repository) + changed_since(record, repository)
+
+
+def unfit_reasons(record: TuneRecord, host: Host, repository: Path) -> list[str]:
+    """Why the profile cannot serve at all: this host's CPU or cores are not those it was
+    tuned on, a model it tuned is gone, or the reviewed configs it was derived from
+    changed (its configs would undo the edit)."""
+    was, reasons = record.host, []
     if was.model != host.model or was.flags != host.flags:
         reasons.append(f"tuned on {was.model!r} {list(was.flags)}, this host is "
                        f"{host.model!r} {list(host.flags)}")
     if was.cores != host.cores:
         reasons.append(f"tuned for {was.cores} usable cores, this host has {host.cores}")
-    added = sorted(set(model_folders(repository)) - set(record.repository_models))
-    if added:
-        reasons.append(f"models added since: {', '.join(added)}")
     missing = [m for m in record.models if not (repository / m / "config.pbtxt").exists()]
     if missing:
         return [*reasons, f"models gone from the repository: {', '.join(missing)}"]
     if record.reviewed_digest != reviewed_digest(repository, record.models):
         reasons.append("the reviewed configs changed since it was tuned")
-    now = served_versions(repository, record.models)
+    return reasons
+
+
+def changed_since(record: TuneRecord, repository: Path) -> list[str]:
+    """What an operation changed since the tuning without undoing it: models added (they
+    serve their reviewed configs) and served versions (a rollout, promote, rollback or
+    export). The profile keeps serving and says so (server/profile.py); `tmr tune`
+    measures them."""
+    reasons = []
+    added = sorted(set(model_folders(repository)) - set(record.repository_models))
+    if added:
+        reasons.append(f"models added since: {', '.join(added)}")
+    present = [m for m in record.models if (repository / m / "config.pbtxt").exists()]
+    now = served_versions(repository, present)
     changed = [f"{m} v{was_v}->v{now[m]}" for m, was_v in record.versions.items()
-               if now.get(m) != was_v]
+               if m in now and now[m] != was_v]
     if changed:
         reasons.append(f"served versions changed: {', '.join(changed)}")
     return reasons

@@ -1,6 +1,8 @@
 """Which configs a server serves on this host: the host profile `tmr tune` wrote when it
-still fits, the reviewed configs when there is none or the operator asks, and never a
-stale profile (core/host_profile.py has the rules)."""
+still fits this host, the reviewed configs when there is none or the operator asks, and
+never a profile tuned on another host or from other reviewed configs. Operations since the
+tuning (a rollout, promote, rollback, export or an added model) do not stop it: it keeps
+serving and says what changed (core/tune_record.py `changed_since`)."""
 
 from __future__ import annotations
 
@@ -25,15 +27,29 @@ def status(repository: Path) -> tuple[bool, str]:
         return False, str(err)
     if record is None:
         return False, "no host profile here: `tmr tune` has not run"
-    reasons = tr.stale_reasons(record, hp.Host.current(), repository)
+    reasons = tr.unfit_reasons(record, hp.Host.current(), repository)
     gone = [f for f in record.profiled
             if not (repository / f / "configs" / f"{HOST.name}.pbtxt").exists()]
     if gone:
         reasons.append(f"its configs/{HOST.name}.pbtxt is gone from {', '.join(gone)}")
     if reasons:
         return False, "the host profile is stale: " + "; ".join(reasons)
-    return True, f"tuned {record.written_at} on this host ({record.host.model}, " \
-                 f"{record.host.cores} cores)"
+    tuned = f"tuned {record.written_at} on this host ({record.host.model}, " \
+            f"{record.host.cores} cores)"
+    if changed := tr.changed_since(record, repository):
+        tuned += f"; since then {'; '.join(changed)} (their choices stand until `tmr tune` " \
+                 "measures them again)"
+    return True, tuned
+
+
+def changed_since(repository: Path) -> list[str]:
+    """What operations changed since the written profile was tuned ([] without one):
+    `tmr tune --if-stale` measures again where there is any."""
+    try:
+        record = tr.read_record(repository)
+    except hp.ProfileError:
+        return []
+    return tr.changed_since(record, repository) if record is not None else []
 
 
 def choices(record: tr.TuneRecord) -> str:
@@ -61,7 +77,7 @@ def select(repository: Path, reviewed: bool = False,
     fits, why = status(repository)
     record = tr.read_record(repository) if fits else None
     if not fits and (repository / tr.RECORD_FILE).exists():
-        raise hp.ProfileError(f"{why}.\n{RETUNE}")
+        raise hp.ProfileError(f"{why}\n{RETUNE}")
     if record is None:
         return REVIEWED, (f"serving the reviewed configs: {why} (`tmr tune` fits them to "
                           "this host)")

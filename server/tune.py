@@ -81,6 +81,8 @@ MODES = {"quick": Mode(2, (1, 2, 4, 8), 1.5, False),
 # measured the neighbours, not the candidates: it is repeated, at most MAX_REPEATS times.
 BUSY_SHARE = 0.25
 MAX_REPEATS = 3
+# The progress bar: the servers start up to STARTED, warm up to WARMED, then the rounds.
+STARTED, WARMED = 0.2, 0.25
 
 Progress = Callable[[str, float], None]  # (what, fraction done)
 # (encoder folder, precision) -> (figures, why it fails or None): export.gate.precision_gate
@@ -250,7 +252,7 @@ def measure(servers: Sequence[TritonServer], models: Sequence[FamilyModel], mode
     """The points of every (server, model) per round, the rounds interleaving the servers
     (each round in a rotated order); a round in which other work took more than
     BUSY_SHARE of the cores is measured again, at most MAX_REPEATS times in all."""
-    progress("warming every server before the rounds", 0.1)
+    progress("warming every server before the rounds", STARTED)
     settle(servers, models, mode)
     rounds, attempt, cells = Rounds(), 0, mode.rounds * len(servers) * len(models)
     clean = 0
@@ -261,8 +263,8 @@ def measure(servers: Sequence[TritonServer], models: Sequence[FamilyModel], mode
         for n, i in enumerate(order):
             for model in models:
                 progress(f"round {clean + 1}/{mode.rounds}: {model.front} on candidate {i}",
-                         0.1 + 0.85 * min(1.0, (clean * len(servers) + n) * len(models)
-                                          / cells))
+                         WARMED + (0.95 - WARMED) * min(
+                             1.0, (clean * len(servers) + n) * len(models) / cells))
                 measured[i, model.base] = asyncio.run(round_points(
                     servers[i].http_url, str(model.front), mode))
         attempt += 1
@@ -328,7 +330,8 @@ def tune(repository: Path, gate: Gate, mode_name: str = "default",
         write_variants(copy, models, wanted, host)
         servers = []
         for i in range(len(wanted) + 1):  # one after the other: each start uses every core
-            progress(f"starting server {i + 1} of {len(wanted) + 1}", 0.05 + 0.05 * i)
+            progress(f"starting server {i + 1} of {len(wanted) + 1}",
+                     STARTED * i / (len(wanted) + 1))
             servers.append(stack.enter_context(candidate_server(
                 copy, i, logs or Path(tmp), [m.front for m in models] if added else ())))
         rounds = measure(servers, models, mode, progress)

@@ -8,6 +8,7 @@ winner (core.families.configs.write_variant), served with --model-config-name=ho
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -207,6 +208,46 @@ def test_the_lane_follows_a_rollback_and_a_promote(profiled) -> None:
                     break
                 time.sleep(0.5)
         assert served == laned == expected, (command, served, laned)
+
+
+def record_before_the_rollouts(repo: Path, layout: hp.Layout, precision: str) -> None:
+    """A tuning record as `tmr tune` would have written it before this module's rollouts:
+    this host, the reviewed configs, the profile's candidate chosen, the encoder at v1."""
+    names = tuple(m for m in MODELS if m != "embed_interactive")
+    base = hp.Candidate("reviewed", "onnx", "fp32", layout, (100.0,), 500.0, reviewed=True)
+    chosen = hp.Candidate(f"openvino {precision}", "openvino", precision, layout, (150.0,),
+                          500.0)
+    choice = tr.FrontChoice("minilm", hp.Verdict.SERVES, "measured", 60.0, "the test's",
+                            (base, chosen), chosen.name, {chosen.name: 1.5})
+    tr.write_record(repo, tr.TuneRecord(
+        "2026-12-07T00:00", "default", 1.0, hp.Host.current(), 2, None, 1024.0, names,
+        tuple(tr.model_folders(repo)), tr.reviewed_digest(repo, names),
+        {**tr.served_versions(repo, names), ENCODER: 1}, {"embed": choice}))
+
+
+def test_a_rollout_after_rollouts_serves_on_the_profile_they_made_stale(
+        profiled, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 56: after the rollout, promote and rollback above, the tuning record names v1
+    while v2 serves. The profile still fits this host, so the next rollout runs at once,
+    on the profile's configs, under load with no failed request; `tmr tune --show` and
+    `tmr health` name the change, and `tmr tune --if-stale` would measure it."""
+    repo, server = profiled.repo, profiled.server
+    monkeypatch.delenv(VARIANT_ENV, raising=False)  # the CLI selects from the record
+    record_before_the_rollouts(repo, profiled.layout, profiled.precision)
+    fits, why = status(repo)
+    assert fits and "served versions changed: minilm_openvino v1->v2" in why, why
+    shown = tmr("tune", "--show", "--repository", str(repo))
+    assert "serving the host profile" in shown.stdout and "v1->v2" in shown.stdout, shown
+    shutil.copytree(repo / ENCODER / "2", repo / ENCODER / "3")  # v3: the same weights
+    args = ["--url", server.http_url, "--metrics-url", server.metrics_url,
+            "--repository", str(repo), *FAST, "--max-p99-ratio", "3"]
+    with Load(server.http_url, server.grpc_url) as load:
+        done = tmr("rollout", "minilm", "3", *args, timeout_s=250)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load.requests > 0 and load.failures == []
+    for path in versions.config_files(repo / ENCODER):
+        assert "versions: [ 3 ]" in path.read_text(), path
+    assert "v1->v3" in status(repo)[1]
 
 
 def scheduling_classes_list(pid: int) -> list[str]:

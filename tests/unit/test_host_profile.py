@@ -403,9 +403,32 @@ def test_serve_selects_the_profile_only_where_it_fits(
     assert profile.select(configs, asked=GPU)[0] == GPU
     monkeypatch.setattr(hp.Host, "current", classmethod(lambda cls: replace(host, cores=1)))
     with pytest.raises(hp.ProfileError, match=r"stale: tuned for 2 usable cores, this host "
-                       r"has 1\.\nrun `tmr tune`"):
+                       r"has 1\nrun `tmr tune`"):
         profile.select(configs)
     assert "stale" in profile.describe(configs)
+
+
+def test_a_version_change_keeps_the_profile_serving_and_says_so(
+        configs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rollout, promote, rollback or export changes a served version: the profile still
+    fits this host, so it serves on and names the change; `--if-stale` tunes again."""
+    from server import profile
+
+    host = hp.Host("AMD EPYC", ("avx2", "avx512_bf16"), 2, "bf16")
+    monkeypatch.setattr(hp.Host, "current", classmethod(lambda cls: host))
+    written_profile(configs, host, profiled=True)
+    assert profile.changed_since(configs) == []
+    (configs / "minilm_onnx" / "2").mkdir()
+    onnx = (configs / "minilm_onnx" / "config.pbtxt").read_text()
+    (configs / "minilm_onnx" / "config.pbtxt").write_text(
+        onnx.replace("versions: [ 1 ]", "versions: [ 2 ]"))
+    name, line = profile.select(configs)
+    assert name == HOST and "since then served versions changed: minilm_onnx v1->v2" in line
+    assert profile.status(configs)[0]
+    assert profile.changed_since(configs) == ["served versions changed: minilm_onnx v1->v2"]
+    shutil.copytree(configs / "minilm_onnx", configs / "mpnet_onnx")
+    assert profile.select(configs)[0] == HOST
+    assert "models added since: mpnet_onnx" in profile.describe(configs)
 
 
 def test_serve_refuses_a_stale_profile_with_its_reason_and_exit_2(
