@@ -203,6 +203,16 @@ def changed_since(record: TuneRecord, repository: Path) -> list[str]:
     return reasons
 
 
+def changes_here(repository: Path) -> list[str]:
+    """What operations changed since the repository's written profile was tuned ([] without
+    one, or with one that cannot be read: `tmr tune --show` says why)."""
+    try:
+        record = read_record(repository)
+    except ProfileError:
+        return []
+    return changed_since(record, repository) if record is not None else []
+
+
 def only_added(record: TuneRecord | None, host: Host, repository: Path) -> bool:
     """Whether `record` still fits but for models added since: `tmr add` then measures the
     added model alone and keeps what the record chose for the others (`merged`)."""

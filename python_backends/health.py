@@ -5,7 +5,8 @@ does not restart stubs), so readiness alone proves nothing. At initialize this m
 finds every family model of its repository (their configs say which family) and builds
 each one's probe as its family describes it; any request then gets REPORT, the JSON of
 {"healthy": bool, "models": {name: {"ok": bool, "loaded": bool, "ms": float, "error": str}},
- "memory": {"total": {...}, "by_model": {name: {"processes", "rss_mib", "pss_mib"}}}}:
+ "memory": {"total": {...}, "by_model": {name: {"processes", "rss_mib", "pss_mib"}}},
+ "profile_changes": [what changed since `tmr tune` measured the repository]}:
 the server's memory as /proc shows it here, a child of the server (core/process_memory.py).
 
 Only loaded models are probed: a server loads some encoders on demand, and `tmr serve
@@ -27,7 +28,9 @@ from core.families.catalog import catalog
 from core.probes import lane_front, probe_target
 from core.process_memory import server_memory, total
 from core.startup import repository_parameters, required_models
+from core.tune_record import changes_here
 from core.versions import served_config
+from python_backends import metrics
 from python_backends.base import BaseModel, ok_response
 from python_backends.bls import bls_infer, is_loaded
 from runtime.errors import ModelError
@@ -66,6 +69,12 @@ class HealthModel(BaseModel):
                     self.probes[name] = target
         self.parameters = repository_parameters(repository, self.variant)
         self.log.info(f"probes {sorted(self.probes)} when loaded")
+        # What operations changed since the host profile was tuned, which it serves on
+        # (server/profile.py): set at each deep check (the watchdog's and `tmr health`).
+        self.changes = metrics.Gauge(
+            "tmr_host_profile_changes", "Changes since `tmr tune` measured the repository "
+            "(served versions, added models) that the host profile serves on; 0: none",
+            {"model": self.name})
 
     def check(self, name: str, loaded: set[str], required: set[str]) -> dict[str, Any]:
         if name not in loaded:
@@ -85,6 +94,8 @@ class HealthModel(BaseModel):
         required = required_models(self.parameters, loaded)
         models = {name: self.check(name, loaded, required) for name in self.probes}
         report = {"healthy": all(m["ok"] for m in models.values()), "models": models,
-                  "memory": memory_report(os.getppid())}
+                  "memory": memory_report(os.getppid()),
+                  "profile_changes": changes_here(self.model_dir.parent)}
+        self.changes.set(len(report["profile_changes"]))
         array = np.array([json.dumps(report).encode()], dtype=np.object_)
         return [ok_response({"REPORT": array}) for _ in requests]

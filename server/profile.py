@@ -45,11 +45,7 @@ def status(repository: Path) -> tuple[bool, str]:
 def changed_since(repository: Path) -> list[str]:
     """What operations changed since the written profile was tuned ([] without one):
     `tmr tune --if-stale` measures again where there is any."""
-    try:
-        record = tr.read_record(repository)
-    except hp.ProfileError:
-        return []
-    return tr.changed_since(record, repository) if record is not None else []
+    return tr.changes_here(repository)
 
 
 def choices(record: tr.TuneRecord) -> str:

@@ -117,6 +117,10 @@ def test_deep_health_probes_every_model_with_a_real_inference(router) -> None:
     report = json.loads(json.loads(answer)["outputs"][0]["data"][0])
     every = [name for model in catalog(REPOSITORY) for name in model.models]
     assert report["healthy"] is True and set(report["models"]) == set(every)
+    # what operations changed since the host profile was tuned, as a list and a gauge
+    assert isinstance(report["profile_changes"], list)
+    assert metric_value(router.metrics_url, "tmr_host_profile_changes", model="health") == \
+        len(report["profile_changes"])
     out = tmr("health", "--url", router.http_url)
     assert out.returncode == 0 and out.stdout.count("OK  ") == len(every) == 18, out.stdout
 
