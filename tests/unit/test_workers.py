@@ -91,6 +91,24 @@ def held_serve() -> tuple[threading.Event, Any]:
     return release, serve
 
 
+def held_pool(threads: int, max_rows: int, n: int, rows: int = 1
+              ) -> tuple[threading.Event, WorkerPool, list[Sender]]:
+    """A pool whose batches wait for the event, given `n` requests of `rows` rows."""
+    release, serve = held_serve()
+    pool = pool_of(serve, threads=threads, max_rows=max_rows)
+    senders = [Sender() for _ in range(n)]
+    for i, s in enumerate(senders):
+        pool.submit(Request(i), s, rows=rows)
+    return release, pool, senders
+
+
+def wait_in_flight(pool: WorkerPool, n: int) -> None:
+    """Until the workers hold `n` requests (at most 5 s)."""
+    deadline = time.monotonic() + 5
+    while pool.stats.in_flight < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def wait_all(senders: list[Sender], timeout: float = 10.0) -> None:
     for s in senders:
         assert s.done.wait(timeout), "a request was never answered"
@@ -146,9 +164,7 @@ def test_a_full_queue_refuses_at_once_with_tritons_wording() -> None:
     pool = pool_of(serve, threads=1, max_rows=1, max_queue=2)
     busy = Sender()
     pool.submit(Request(0), busy, rows=1)
-    deadline = time.monotonic() + 5
-    while pool.stats.in_flight == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_in_flight(pool, 1)
     queued = [Sender(), Sender()]
     for s in queued:
         pool.submit(Request(1), s, rows=1)
@@ -219,14 +235,8 @@ def test_a_sender_that_fails_does_not_stop_the_worker() -> None:
 
 @pytest.mark.timeout(30)
 def test_the_backlog_share_counts_only_what_waits_beyond_a_round_of_the_workers() -> None:
-    release, serve = held_serve()
-    pool = pool_of(serve, threads=2, max_rows=4)
-    senders = [Sender() for _ in range(2)]
-    for s in senders:  # one batch a worker, both held
-        pool.submit(Request(0), s, rows=4)
-    deadline = time.monotonic() + 5
-    while pool.stats.in_flight < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    release, pool, senders = held_pool(2, 4, 2, rows=4)  # one batch a worker, both held
+    wait_in_flight(pool, 2)
     assert pool.backlog_share() == 0.0
     waiting = [Sender() for _ in range(3)]
     for s in waiting:  # 12 rows waiting: one round of both workers (8) and 4 beyond
@@ -247,10 +257,9 @@ def test_a_deadline_is_the_shorter_of_the_requests_timeout_and_the_queues() -> N
 
 @pytest.mark.timeout(30)
 def test_hold_waits_until_a_worker_takes_what_waits() -> None:
-    release, serve = held_serve()
-    pool = pool_of(serve, threads=1, max_rows=1)
-    busy, queued = Sender(), Sender()
-    pool.submit(Request(0), busy, rows=1)
+    release, pool, (busy,) = held_pool(1, 1, 1)
+    wait_in_flight(pool, 1)
+    queued = Sender()
     pool.submit(Request(1), queued, rows=1)  # waits: the one worker is busy
     took: list[float] = []
     holder = threading.Thread(target=lambda: took.append(pool.hold(1, 10.0)))
@@ -266,11 +275,7 @@ def test_hold_waits_until_a_worker_takes_what_waits() -> None:
 
 @pytest.mark.timeout(30)
 def test_hold_is_bounded_and_lets_go_at_a_stop() -> None:
-    release, serve = held_serve()
-    pool = pool_of(serve, threads=1, max_rows=1)
-    senders = [Sender() for _ in range(3)]
-    for i, s in enumerate(senders):
-        pool.submit(Request(i), s, rows=1)
+    release, pool, senders = held_pool(1, 1, 3)
     assert 0.05 <= pool.hold(1, 0.1) < 2  # bounded by longest_s
     assert pool.hold(5, 10.0) < 0.5  # fewer rows wait than the bound: no hold
     stopper = threading.Timer(0.2, lambda: pool.stop(grace_s=0.1))
@@ -283,11 +288,8 @@ def test_hold_is_bounded_and_lets_go_at_a_stop() -> None:
 
 @pytest.mark.timeout(30)
 def test_a_late_request_is_answered_at_its_deadline_while_every_worker_is_busy() -> None:
-    release, serve = held_serve()
-    pool = pool_of(serve, threads=1, max_rows=1)
-    busy, late = Sender(), Sender()
-    pool.submit(Request(0), busy, rows=1)
-    began = time.monotonic()
+    release, pool, (busy,) = held_pool(1, 1, 1)
+    late, began = Sender(), time.monotonic()
     pool.submit(Request(1, timeout_us=100_000), late, rows=1)  # 100 ms; the worker is held
     assert late.done.wait(5), "the late request waited for the worker"
     assert time.monotonic() - began < 2 and not busy.done.is_set()
