@@ -84,13 +84,18 @@ class Fleet:
         return self.replicas[index].stop()
 
     def restart(self, index: int) -> None:
-        """Replica `index` started again (after a drain or a death), ready, back in."""
+        """Replica `index` started again (after a drain or a death), ready, back in. After
+        a death it never left the upstream (nginx skips it while it refuses connections),
+        so nginx is not reloaded: a reload closes clients' kept-alive connections, and a
+        request sent on one as it closes fails at the client (docs/scaling.md)."""
         self.replicas[index].stop()  # reaps a dead process; a no-op when already stopped
         self.replicas[index] = self._server(index)
         self.replicas[index].start()
         self.replicas[index].wait_ready()
+        routed = self.upstreams()
         self.in_service = sorted({*self.in_service, index})
-        self.door.route_to(*self.upstreams())
+        if self.upstreams() != routed:
+            self.door.route_to(*self.upstreams())
 
     def dead(self) -> list[int]:
         """The replicas in service whose process has exited (killed, crashed)."""
@@ -109,7 +114,7 @@ class Fleet:
         if self.door.process is not None and self.door.process.poll() is None:
             self.door.refuse_new()
         codes = [server.stop() for server in self.replicas]
-        self.door.close()
+        self.door.close(keep_logs_in=self.log_dir)  # nginx's logs beside the replicas'
         return codes
 
     def __enter__(self) -> Fleet:

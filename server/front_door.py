@@ -293,9 +293,16 @@ class FrontDoor(LocalServer):
         output, self._output = self._output, None
         return stop_process(self.process, signal.SIGQUIT, timeout_s, output)
 
-    def close(self) -> int | None:
-        """Stop; remove the runtime folder after a clean exit (kept to read otherwise)."""
+    def close(self, keep_logs_in: Path | None = None) -> int | None:
+        """Stop; copy nginx's error and access logs into `keep_logs_in` (as
+        front-door-error.log, front-door-access.log: a fleet keeps them beside its replicas'
+        logs), then remove the runtime folder after a clean exit (kept to read otherwise)."""
         code = self.stop()
+        if keep_logs_in is not None and self.workdir is not None:
+            keep_logs_in.mkdir(parents=True, exist_ok=True)
+            for log in (self.error_log, self.access_log):
+                if log.exists():
+                    shutil.copyfile(log, keep_logs_in / f"front-door-{log.name}")
         if code == 0 and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
         return code

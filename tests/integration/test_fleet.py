@@ -122,6 +122,7 @@ def test_a_replica_killed_under_load_costs_no_request_and_serves_again_after_res
         wait_until(lambda: load.statuses[200] >= 50, 60, "steady load")
         stubs = [pid for pids in stub_processes(fleet.replicas[1].process.pid).values()
                  for pid in pids]
+        workers = nginx_workers(fleet)
         os.kill(fleet.replicas[1].process.pid, signal.SIGKILL)
         killed_at = sum(load.statuses.values())
         wait_until(lambda: sum(load.statuses.values()) >= killed_at + 100, 60,
@@ -131,8 +132,18 @@ def test_a_replica_killed_under_load_costs_no_request_and_serves_again_after_res
             "the killed replica's Python stubs outlived it"
         back = served(fleet, 1)
         wait_until(lambda: served(fleet, 1) > back, 60, "the restarted replica to serve")
+        # The dead replica never left the upstream, so nginx was not reloaded: a reload
+        # closes clients' kept-alive connections (docs/scaling.md).
+        assert nginx_workers(fleet) == workers
     assert load.errors == [], load.errors[:5]
     assert load.statuses[200] > 150
+
+
+def nginx_workers(fleet: Fleet) -> set[int]:
+    """The front door's worker processes (a reload replaces them)."""
+    master = fleet.door.process.pid  # type: ignore[union-attr]
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    return {int(pid) for pid in children}
 
 
 def test_a_rolling_restart_under_load_costs_no_request(fleet: Fleet) -> None:
