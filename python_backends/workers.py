@@ -127,10 +127,8 @@ class WorkerPool:
 
     # -- the stub's execute thread ------------------------------------------------------
     def submit(self, request: Any, sender: Any, rows: int) -> None:
-        """Queue one request, or refuse it at once (full queue, stopping); answer those
-        whose deadline passed while they waited (`_refuse_late`)."""
+        """Queue one request, or refuse it at once (full queue, stopping)."""
         now = time.monotonic()
-        self._refuse_late(now)
         with self.ready:
             self.stats.submitted += 1
             if self.stopping:
@@ -141,14 +139,15 @@ class WorkerPool:
                 self.waiting.append(Job(request, sender, max(1, rows), now,
                                         deadline_of(request, now, self.timeout_s)))
                 self.ready.notify()
-                self.arrived.notify()
+                if len(self.waiting) == 1:  # the reaper sleeps while nothing waits
+                    self.arrived.notify()
                 return
             self.stats.refused += 1
         self._send(sender, self.refusal(UnavailableError(why)))
 
     def _refuse_late(self, now: float) -> None:
         """Answer every waiting job past its deadline now, not when a worker reaches it:
-        under a long backlog that could be many batches later."""
+        under a long backlog that could be many batches later (the reaper's round)."""
         with self.ready:
             if not any(j.deadline is not None and now > j.deadline for j in self.waiting):
                 return
@@ -168,7 +167,7 @@ class WorkerPool:
                     self.arrived.wait()
                 if self.stopping:
                     return
-                self.arrived.wait(REAP_S)
+                self.arrived.wait(REAP_S)  # a round; a stop wakes it sooner
             self._refuse_late(time.monotonic())
 
     def _late(self, job: Job, now: float) -> Any:
@@ -181,7 +180,6 @@ class WorkerPool:
         with self.ready:
             self.thread_ids.append(threading.get_native_id())
         while True:
-            self._refuse_late(time.monotonic())
             with self.ready:
                 while not self.waiting and not self.stopping:
                     self.ready.wait()
