@@ -78,13 +78,14 @@ def progress_bar(started: float) -> Callable[[str, float], None]:
 
 def tune_command(opts: TuneOptions) -> int:
     """A ProfileError is the error boundary's one line and exit 2 (cli/errors.py)."""
-    from server.profile import changed_since, status
+    from core.tune_record import changes_here
+    from server.profile import status
 
     if opts.show:
         return show(opts)
     if opts.if_stale:
         fits, why = status(opts.repository)
-        if fits and not changed_since(opts.repository):
+        if fits and not changes_here(opts.repository):  # measure what changed
             if opts.json:
                 return show(opts)
             print(f"tmr tune: the host profile fits this host ({why}); nothing to do")

@@ -42,11 +42,6 @@ def status(repository: Path) -> tuple[bool, str]:
     return True, tuned
 
 
-def changed_since(repository: Path) -> list[str]:
-    """What operations changed since the written profile was tuned ([] without one):
-    `tmr tune --if-stale` measures again where there is any."""
-    return tr.changes_here(repository)
-
 
 def choices(record: tr.TuneRecord) -> str:
     """Each front's choice in one line: what serves and why."""

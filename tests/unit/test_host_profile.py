@@ -417,7 +417,7 @@ def test_a_version_change_keeps_the_profile_serving_and_says_so(
     host = hp.Host("AMD EPYC", ("avx2", "avx512_bf16"), 2, "bf16")
     monkeypatch.setattr(hp.Host, "current", classmethod(lambda cls: host))
     written_profile(configs, host, profiled=True)
-    assert profile.changed_since(configs) == []
+    assert tr.changes_here(configs) == []
     (configs / "minilm_onnx" / "2").mkdir()
     onnx = (configs / "minilm_onnx" / "config.pbtxt").read_text()
     (configs / "minilm_onnx" / "config.pbtxt").write_text(
@@ -425,7 +425,7 @@ def test_a_version_change_keeps_the_profile_serving_and_says_so(
     name, line = profile.select(configs)
     assert name == HOST and "since then served versions changed: minilm_onnx v1->v2" in line
     assert profile.status(configs)[0]
-    assert profile.changed_since(configs) == ["served versions changed: minilm_onnx v1->v2"]
+    assert tr.changes_here(configs) == ["served versions changed: minilm_onnx v1->v2"]
     shutil.copytree(configs / "minilm_onnx", configs / "mpnet_onnx")
     assert profile.select(configs)[0] == HOST
     assert "models added since: mpnet_onnx" in profile.describe(configs)
