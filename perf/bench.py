@@ -131,14 +131,14 @@ def _worker(onnx_path: str, front: str, batch: int, seconds: float, queue: mp.Qu
 
 
 def in_process_rates(onnx_path: Path, front: str, seconds: float = 4.0) -> dict[int, float]:
-    """seq/s per batch size: one single-thread process per core, summed, tokenizer
-    included, the texts of perf/inputs."""
+    """seq/s per batch size, perf/inputs' texts: a 1-thread process a core, tokenizer in."""
     rates = {}
     for batch in IN_PROCESS_BATCHES:
         queue: mp.Queue = mp.Queue()
         procs = [mp.Process(target=_worker, args=(str(onnx_path), front, batch, seconds, queue))
                  for _ in range(mp.cpu_count())]
-        _ = [proc.start() for proc in procs]
+        for proc in procs:
+            proc.start()
         rates[batch] = sum(queue.get() for _ in procs)
         for proc in procs:
             proc.join()

@@ -87,7 +87,7 @@ def phase(elapsed_s: float) -> str:
 
 def texts(n: int, words: int = 0) -> list[str]:
     """`n` base texts in turn (repeated to `words` words), each with a new suffix."""
-    base = [" ".join((b.split() * words)[:words]) if words else b for b in BASE]
+    base = [" ".join((b.split() * words)[:words]) for b in BASE] if words else BASE
     return [f"{base[i % len(base)]} ({NONCE}-{i})" for i in itertools.islice(COUNTER, n)]
 
 
@@ -108,7 +108,7 @@ def body(rows: list[str], priority: int) -> dict:
     request: dict = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(rows), 1],
                                  "data": rows}]}
     if priority:
-        request["parameters"] = {"priority": priority, "truncate": bool(BULK_WORDS)}
+        request["parameters"] = {"priority": priority, **({"truncate": True} if BULK_WORDS else {})}
     return request
 
 
