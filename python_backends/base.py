@@ -27,7 +27,7 @@ from core.settings import INTERACTIVE_INPUT_SUFFIX, TRACED_ENV, ModelSettings
 from core.timeouts import QUEUE_PRIORITY_1, QUEUE_PRIORITY_2
 from core.variant import REVIEWED, Variant
 from python_backends import bls, diagnostics, metrics
-from python_backends.cpu_priority import NORMAL, describe, lower, scheduling_of
+from python_backends.cpu_priority import NORMAL, describe, lower, scheduling_of, threads
 from python_backends.gc_pauses import apply_policy
 from python_backends.pb import Log, pb_utils
 from python_backends.structured_log import BatchFacts, BatchLog
@@ -45,6 +45,10 @@ class BaseModel:
     hold_rows = 0  # bulk rows waiting that keep execute (_hold); 0: never
 
     def initialize(self, args: dict[str, str]) -> None:
+        # The stub's own threads (its health beat, its message threads) keep normal
+        # priority: Triton calls a stub "not healthy" when a reply is over 1 s late and
+        # the health thread, starved under a yielding policy, missed that second too.
+        self.stub_threads = frozenset(threads()) - {threading.get_native_id()}
         self.config: dict[str, Any] = json.loads(args["model_config"])
         self.name = args["model_name"]
         self.version = args["model_version"]
@@ -82,12 +86,14 @@ class BaseModel:
             self.yield_cpu()
 
     def yield_cpu(self) -> None:
-        """Lower every thread of this stub to its `cpu_scheduling` (its runtime's pools
-        included; threads started later inherit it), once set up and warmed at normal
-        priority: a stub that loads while other work takes the cores still gets ready."""
-        # With workers, the thread that hands requests over and the interactive workers
-        # keep normal priority; the bulk workers and the runtime's pools yield.
-        keep = frozenset() if self.pool is None else frozenset(
+        """Lower the threads of this stub that compute to its `cpu_scheduling` (its
+        runtime's pools included; threads started later inherit it), once set up and
+        warmed at normal priority: a stub that loads while other work takes the cores
+        still gets ready. The stub's own threads (`stub_threads`) keep normal priority."""
+        # With workers, the thread that hands requests over, the reapers and the
+        # interactive workers keep normal priority too; the bulk workers and the
+        # runtime's pools yield.
+        keep = self.stub_threads if self.pool is None else self.stub_threads | frozenset(
             {threading.get_native_id(), *self.pool.normal_threads()})
         lowered = lower(*self.scheduling, keep=keep)
         if lowered:

@@ -5,8 +5,10 @@ runs only on a core no normal thread wants, and a thread at a high nice value ge
 smaller share of a contended core. A model lowers every thread of its stub under its
 config's `cpu_scheduling` (ModelSettings): "bulk", the default, is the server's bulk CPU
 policy (core/cpu_policy.py: SCHED_IDLE or nice, never none), "normal" is an interactive
-lane's, "idle" or "nice" pin one. Every thread is lowered, its runtime's pools included,
-once its instance is set up and warmed (python_backends/base.py `yield_cpu`; threads
+lane's, "idle" or "nice" pin one. Every thread that computes is lowered, its runtime's
+pools included, but not the stub's own (its health beat to Triton, its message threads:
+a starved health beat makes Triton fail requests with "Stub process ... is not
+healthy"), once its instance is set up and warmed (python_backends/base.py `yield_cpu`; threads
 started later inherit it), so an interactive lane's processes at normal priority
 (core/families/lanes.py) take the cores the moment they wake, and a stub that loads
 while other work takes the cores still gets ready. Lowering one's own priority needs no

@@ -95,7 +95,8 @@ class WorkerPool:
     `serve(requests) -> responses` is the model's own batch path (one response per
     request, or an exception for all); `send(sender, response)` sends one final response;
     `refusal(message)` builds an error response. The workers' CPU policy is the model's
-    (python_backends/base.py `yield_cpu`, by their `thread_ids`)."""
+    (python_backends/base.py `yield_cpu`); the reaper's stays normal (Pools.normal_threads):
+    it answers late requests, which a starved reaper would leave waiting."""
 
     def __init__(self, name: str, threads: int, max_rows: int, max_queue: int,
                  serve: Callable[[list[Any]], list[Any]],
@@ -111,7 +112,6 @@ class WorkerPool:
         self.log = log
         self.full = full or (f"{name} holds {max_queue} requests waiting; retry later or "
                              "at another priority")
-        self.thread_ids: list[int] = []  # the workers' native ids (their CPU policy)
         self.waiting: deque[Job] = deque()
         lock = threading.Lock()
         self.ready = threading.Condition(lock)  # the workers wait on it for jobs
@@ -121,9 +121,14 @@ class WorkerPool:
         self.stats = PoolStats()
         self.workers = [threading.Thread(target=self._work, name=f"tmr-{name}-{i}",
                                          daemon=True) for i in range(max(1, threads))]
-        for worker in self.workers:
-            worker.start()
-        threading.Thread(target=self._reap, name=f"tmr-{name}-reaper", daemon=True).start()
+        self.reaper = threading.Thread(target=self._reap, name=f"tmr-{name}-reaper",
+                                       daemon=True)
+        for thread in (*self.workers, self.reaper):
+            thread.start()  # returns once the thread runs, its native_id set
+
+    def thread_ids(self) -> set[int]:
+        """The workers' native ids (they run at the model's CPU policy)."""
+        return {int(w.native_id or 0) for w in self.workers}
 
     # -- the stub's execute thread ------------------------------------------------------
     def submit(self, request: Any, sender: Any, rows: int) -> None:
@@ -177,8 +182,6 @@ class WorkerPool:
 
     # -- the workers --------------------------------------------------------------------
     def _work(self) -> None:
-        with self.ready:
-            self.thread_ids.append(threading.get_native_id())
         while True:
             with self.ready:
                 while not self.waiting and not self.stopping:
@@ -297,8 +300,11 @@ class Pools:
         (self.interactive if lane else self.bulk).submit(request, sender, rows)  # type: ignore[union-attr]
 
     def normal_threads(self) -> set[int]:
-        """The threads that keep normal priority: the interactive workers."""
-        return set(self.interactive.thread_ids) if self.interactive is not None else set()
+        """The threads that keep normal priority: both reapers and the interactive
+        workers."""
+        reapers = {int(p.reaper.native_id or 0) for p in (self.bulk, self.interactive)
+                   if p is not None}
+        return reapers | (self.interactive.thread_ids() if self.interactive else set())
 
     def stop(self) -> int:
         """Both pools stopped (workers.WorkerPool.stop); the requests refused."""

@@ -65,7 +65,8 @@ async def open_loop(send: Send, rate: float, seconds: float, high_share: float =
 async def sdk_open_loop(grpc_url: str, rate: float, seconds: float, high_share: float = 0.2,
                         seed: int = 0, bulk_texts: int = 1) -> list[Outcome]:
     """The open loop through the SDK over gRPC, without retries; a failure is its error
-    class. A priority-2 request carries `bulk_texts` texts (a re-index job's batch)."""
+    class. A priority-2 request carries `bulk_texts` texts (a re-index job's batch), each
+    its own row: the front serves a repeated row once (`dedupe_rows`)."""
     async with AsyncClient(grpc_url, protocol="grpc", retry=NO_RETRY,
                            admin_key=admin_key()) as client:
         await client.max_batch_size()  # the first call's set-up is not a request's latency
@@ -73,8 +74,9 @@ async def sdk_open_loop(grpc_url: str, rate: float, seconds: float, high_share: 
         async def send(text: str, priority: int) -> Outcome:
             sent, error = time.monotonic(), None
             try:
-                await client.embed([text] * (bulk_texts if priority == 2 else 1),
-                                   priority=priority)
+                rows = [f"{text}, row {i} of a re-index job's batch" for i in
+                        range(bulk_texts)] if priority == 2 else [text]
+                await client.embed(rows, priority=priority)
             except TritonClientError as err:
                 error = type(err).__name__
             return Outcome(sent, priority, (time.monotonic() - sent) * 1000, error)

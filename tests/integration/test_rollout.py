@@ -49,11 +49,12 @@ GOOD, DRIFT, SLOW, AGAIN, TAKEOVER = 2, 3, 4, 5, 6  # the candidate versions
 FAST = ["--steps", "shadow:50,canary:10,canary:50", "--canary-shadow-fraction", "0.1",
         "--min-requests", "40", "--min-seconds", "2", "--min-pairs", "40", "--poll-s", "0.5",
         "--no-gate"]
-# The tests that judge anything but latency allow 3x the served p99: on a 2-core host
-# shared with the rest of the suite a good copy's p99 can pass 1.5x twice in a row, and
-# those tests are about agreement, stickiness and the state. The slow candidate is judged
-# on the model's own gate_max_p99_ratio (1.5x).
-LENIENT = [*FAST, "--max-p99-ratio", "3"]
+# The tests that judge anything but latency allow 20x the served p99: their candidates are
+# the served bytes, and on a 2-core host shared with the rest of the suite a good copy's
+# p99 passed 1.5x twice in a row, and with every core busy 3x twice (6.15x); those tests
+# are about agreement, stickiness and the state. The slow candidate is judged on the
+# model's own gate_max_p99_ratio (1.5x).
+LENIENT = [*FAST, "--max-p99-ratio", "20"]
 WORDS = ("river", "market", "engine", "garden", "signal", "winter", "copper", "harbor",
          "violet", "thunder", "ledger", "canyon")
 TEXTS = [f"the {a} near the {b} was {c}" for a in WORDS for b in WORDS[:6] for c in WORDS[6:]]
@@ -375,9 +376,12 @@ def test_pause_holds_the_step_and_resume_takes_over_a_dead_controller(rollout: R
         wait_for(lambda: rollout.ready_versions() == {AGAIN, TAKEOVER}, what="both READY")
         out = tmr("rollout", "pause", ENCODER, *rollout.args())
         assert out.returncode == 0, out.stdout + out.stderr
+        # the step the pause holds: on a busy host the controller may have advanced once
+        # between READY and the pause (a run with every core busy met step 1)
+        step = state_of(versions.read_config(rollout.model_dir)).step
         time.sleep(6)  # three times the step's minimum: a paused step does not advance
         state = state_of(versions.read_config(rollout.model_dir))
-        assert state.paused and state.step == 0
+        assert state.paused and state.step == step
         controller.kill()  # the controller dies: the rollout holds where it is
         ended(controller, 30)
         status = tmr("rollout", "status", ENCODER, *rollout.args())
