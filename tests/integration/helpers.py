@@ -64,6 +64,24 @@ def settled_counts(http_url: str, model: str, inferences: int,
         time.sleep(0.1)
 
 
+def quiet_counts(http_url: str, model: str, quiet_s: float = 0.5,
+                 timeout_s: float = 10.0) -> ModelCounts:
+    """`model_counts` once they stay the same for `quiet_s`: the baseline of a test that
+    counts a shared model's requests. Triton counts a request just after its answer, so a
+    read at once can miss an earlier test's last requests (a CI run counted 50 for 48: the
+    2 texts test_bad_input sends last)."""
+    deadline = time.monotonic() + timeout_s
+    counts = model_counts(http_url, model)
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = model_counts(http_url, model)
+        if now == counts:
+            return now
+        counts = now
+    raise AssertionError(f"{model}'s counts kept changing for {timeout_s:.0f} s: another "
+                         f"caller is using it ({counts})")
+
+
 def http_post(http_url: str, path: str, body: bytes | None,
               headers: dict[str, str] | None = None,
               method: str | None = None) -> tuple[int, bytes]:

@@ -165,10 +165,10 @@ def test_sdk_refuses_non_text_items_before_anything_is_sent(triton, protocol) ->
 
     from tmr_client import AsyncClient
 
-    from tests.integration.helpers import model_counts
+    from tests.integration.helpers import model_counts, quiet_counts
 
     url = triton.http_url if protocol == "http" else triton.grpc_url
-    before = model_counts(triton.http_url, "embed").inference_count
+    before = quiet_counts(triton.http_url, "embed").inference_count
     with Client(url, protocol=protocol, retry=NO_RETRY) as client:
         for texts, message in SDK_BAD_TEXTS:
             with pytest.raises(InvalidInputError, match=message):

@@ -19,7 +19,7 @@ from tests.integration.helpers import (
     concurrent_encoder_calls,
     grown,
     metric_value,
-    model_counts,
+    quiet_counts,
     repository_of,
     settled_counts,
 )
@@ -50,7 +50,7 @@ def test_concurrent_texts_of_different_lengths_share_executions(triton) -> None:
     (python_backends/workers.py) and send each batch's rows in length buckets
     (`length_bucket_waste`), one encoder call a bucket, so similar lengths share calls."""
     texts = [" ".join(["token"] * (i + 1)) for i in range(CONCURRENCY)]  # 48 distinct lengths
-    before = model_counts(triton.http_url, "embed")
+    before = quiet_counts(triton.http_url, "embed")
     calls_before = encoder_calls(triton)
 
     results = asyncio.run(concurrent_embeds(triton.grpc_url, texts))
@@ -64,7 +64,7 @@ def test_concurrent_texts_of_different_lengths_share_executions(triton) -> None:
 
 def test_direct_encoder_requests_of_one_shape_are_batched_into_one_session_call(triton) -> None:
     ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
-    before = model_counts(triton.http_url, "minilm_int8")
+    before = quiet_counts(triton.http_url, "minilm_int8")
     calls_before = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",
                                 model="minilm_int8")
     concurrent_encoder_calls(triton.grpc_url, "minilm_int8", ids, 32)

@@ -225,12 +225,14 @@ def record_before_the_rollouts(repo: Path, layout: hp.Layout, precision: str) ->
         {**tr.served_versions(repo, names), ENCODER: 1}, {"embed": choice}))
 
 
-def test_a_rollout_after_rollouts_serves_on_the_profile_they_made_stale(
+def test_rollouts_and_a_rollback_serve_on_the_profile_they_made_stale(
         profiled, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 56: after the rollout, promote and rollback above, the tuning record names v1
-    while v2 serves. The profile still fits this host, so the next rollout runs at once,
-    on the profile's configs, under load with no failed request; `tmr tune --show` and
-    `tmr health` name the change, and `tmr tune --if-stale` would measure it."""
+    while v2 serves. The profile still fits this host, so the operations run at once, on
+    the profile's configs, under one load with no failed request: rollout v3, rollout v4,
+    rollback (to v3), rollout v5, each rollout measured with the same steps as the first;
+    `tmr tune --show` and `tmr health` name the change, and `tmr tune --if-stale` would
+    measure it."""
     repo, server = profiled.repo, profiled.server
     monkeypatch.delenv(VARIANT_ENV, raising=False)  # the CLI selects from the record
     record_before_the_rollouts(repo, profiled.layout, profiled.precision)
@@ -238,16 +240,26 @@ def test_a_rollout_after_rollouts_serves_on_the_profile_they_made_stale(
     assert fits and "served versions changed: minilm_openvino v1->v2" in why, why
     shown = tmr("tune", "--show", "--repository", str(repo))
     assert "serving the host profile" in shown.stdout and "v1->v2" in shown.stdout, shown
-    shutil.copytree(repo / ENCODER / "2", repo / ENCODER / "3")  # v3: the same weights
+    for version in (3, 4, 5):  # the same weights as v2
+        shutil.copytree(repo / ENCODER / "2", repo / ENCODER / str(version))
     args = ["--url", server.http_url, "--metrics-url", server.metrics_url,
-            "--repository", str(repo), *FAST, "--max-p99-ratio", "3"]
+            "--repository", str(repo), *FAST, "--max-p99-ratio", "20"]
+    plans, served = [], []
     with Load(server.http_url, server.grpc_url) as load:
-        done = tmr("rollout", "minilm", "3", *args, timeout_s=250)
-    assert done.returncode == 0, done.stdout + done.stderr
+        for step in ("3", "4", "rollback", "5"):
+            if step == "rollback":
+                done = tmr("rollback", "minilm", "--url", server.http_url,
+                           "--repository", str(repo))
+            else:
+                done = tmr("rollout", "minilm", step, *args, timeout_s=250)
+                plans.append(done.stdout.splitlines()[0].rsplit(": ", 1)[-1])  # its steps
+            assert done.returncode == 0, (step, done.stdout + done.stderr)
+            served.append({versions.parse_config(p.read_text()).version_policy.specific
+                           .versions[0] for p in versions.config_files(repo / ENCODER)})
     assert load.requests > 0 and load.failures == []
-    for path in versions.config_files(repo / ENCODER):
-        assert "versions: [ 3 ]" in path.read_text(), path
-    assert "v1->v3" in status(repo)[1]
+    assert served == [{3}, {4}, {3}, {5}], served
+    assert len(set(plans)) == 1, plans  # the n-th rollout is stepped as the first
+    assert "v1->v5" in status(repo)[1]
 
 
 def scheduling_classes_list(pid: int) -> list[str]:

@@ -28,8 +28,8 @@ from tests.integration.helpers import (
     fresh,
     http_post,
     metric_value,
-    model_counts,
     noisy_copy,
+    quiet_counts,
     reloaded_with,
     settled_counts,
     tmr,
@@ -75,7 +75,7 @@ def test_the_image_encoders_match_onnxruntime(triton, base) -> None:
 
 def test_a_dynamic_batch_is_one_openvino_call(triton) -> None:
     ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
-    before = model_counts(triton.http_url, "minilm_openvino")
+    before = quiet_counts(triton.http_url, "minilm_openvino")
     calls = metric_value(triton.metrics_url, "tmr_backend_runtime_calls_total",
                          model="minilm_openvino")
     rows = metric_value(triton.metrics_url, "tmr_backend_runtime_rows_total",

@@ -3,8 +3,9 @@ asyncio, whether the caller keeps the error (and so its traceback and the frames
 transport) or drops it, the next call on the same client object succeeds.
 
 Each error is provoked on the session's server as a user would meet it: a client-side
-deadline cut in flight, Triton's own queue timeout, a refused input, a model that does
-not exist, and a model the server has but does not serve."""
+deadline cut in flight, a refused input (a prompt the model lacks, a text over its length
+with truncation off) and a model that does not exist. The errors of the server's side (a
+server error, a full queue's refusal, an unavailable model) are test_error_path.py's."""
 
 from __future__ import annotations
 
