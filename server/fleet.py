@@ -8,7 +8,11 @@ What is planned goes through here and costs no request:
   the requests it accepted finish;
 - `restart(i)` starts it again on the same ports, waits until it is ready (every model
   loaded and warmed), and only then puts it back;
-- `rolling_restart()` does both, one replica at a time.
+- `rolling_restart()` does both, one replica at a time;
+- `heal()` starts again a replica that died; one that does not come back (it exits
+  again, its port is taken, it is not ready in time) is stopped, stays in the upstream
+  (nginx skips it while it refuses connections) and is tried again after a backoff
+  (`restart_backoff_s`: 5 s, doubling, at most 5 minutes), while the others serve.
 What is not planned is nginx's: a replica that dies (SIGKILL, a crash) refuses or drops
 its connections, and the request goes to the next replica (`proxy_next_upstream`); a
 replica sent SIGTERM by someone else is retried past by the front door's njs. The
@@ -23,11 +27,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from server.errors import ServerStartError
 from server.front_door import RELOAD_SETTLE_S, FrontDoor
 from server.launcher import TritonServer
 from server.settings import FrontDoorSettings, Ports, ServerOptions
 
 PORT_STEP = 10  # replica i listens on the base ports + i * PORT_STEP (8000, 8010, ...)
+FIRST_RETRY_S, LAST_RETRY_S = 5.0, 300.0  # a replica that did not come back: its backoff
+
+
+def restart_backoff_s(failures: int) -> float:
+    """How long to wait before starting again a replica whose last `failures` starts (1 or
+    more) failed: 5 s, doubling, at most 5 minutes."""
+    return min(FIRST_RETRY_S * 2 ** max(failures - 1, 0), LAST_RETRY_S)
 
 
 def replica_ports(base: Ports, index: int) -> Ports:
@@ -50,6 +62,8 @@ class Fleet:
         self.starts = [0] * count  # how many times each replica was started (its log name)
         self.replicas = [self._server(i) for i in range(count)]
         self.in_service: list[int] = []
+        self.failed_starts = [0] * count  # in a row, since each replica last came back
+        self.retry_at = [0.0] * count  # monotonic: when heal() tries a failed one again
         self.door = FrontDoor([], [], door, api_keys, repository=options.repository)
 
     def _server(self, index: int) -> TritonServer:
@@ -90,18 +104,45 @@ class Fleet:
         request sent on one as it closes fails at the client (docs/scaling.md)."""
         self.replicas[index].stop()  # reaps a dead process; a no-op when already stopped
         self.replicas[index] = self._server(index)
-        self.replicas[index].start()
-        self.replicas[index].wait_ready()
+        try:
+            self.replicas[index].start()
+            self.replicas[index].wait_ready()
+        except ServerStartError:
+            self.replicas[index].stop()  # not half-started: dead, as before the restart
+            raise
         routed = self.upstreams()
         self.in_service = sorted({*self.in_service, index})
         if self.upstreams() != routed:
             self.door.route_to(*self.upstreams())
 
     def dead(self) -> list[int]:
-        """The replicas in service whose process has exited (killed, crashed)."""
-        return [i for i in self.in_service
-                if self.replicas[i].process is not None
-                and self.replicas[i].process.poll() is not None]
+        """The replicas in service whose process has exited (killed, crashed) or that
+        did not start again (`heal`)."""
+        return [i for i in self.in_service if self.replicas[i].process is None
+                or self.replicas[i].process.poll() is not None]
+
+    def heal(self) -> list[str]:
+        """Start again every replica that died and is due (`restart_backoff_s` after a
+        failed start); what happened, a line each, for the log."""
+        said = []
+        for index in self.dead():
+            if time.monotonic() < self.retry_at[index]:
+                continue
+            process = self.replicas[index].process
+            said.append(f"replica {index} exited with code {process.poll()}; starting it "
+                        "again" if process else f"replica {index}: starting it again")
+            try:
+                self.restart(index)
+            except ServerStartError as err:
+                self.failed_starts[index] += 1
+                wait = restart_backoff_s(self.failed_starts[index])
+                self.retry_at[index] = time.monotonic() + wait
+                said.append(f"replica {index} did not come back ({err}); the others serve; "
+                            f"trying again in {wait:.0f} s")
+                continue
+            self.failed_starts[index], self.retry_at[index] = 0, 0.0
+            said.append(f"replica {index} is back in service")
+        return said
 
     def rolling_restart(self) -> None:
         for index in range(len(self.replicas)):

@@ -410,10 +410,8 @@ def serve_fleet(args: ServeOptions, opts: ServerOptions, say: Say) -> None:
         raise
     say(fleet_banner(fleet))
     while "stop" not in events:
-        for index in fleet.dead():
-            say(f"replica {index} exited with code {fleet.replicas[index].process.poll()}; "
-                "starting it again")
-            fleet.restart(index)
+        for line in fleet.heal():  # a replica that died; one that does not come back
+            say(line)
         if "rolling restart" in events:
             events.remove("rolling restart")
             say("rolling restart: one replica at a time")

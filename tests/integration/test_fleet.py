@@ -10,6 +10,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -220,6 +221,35 @@ def test_a_replica_killed_under_load_costs_no_request_and_serves_again_after_res
     assert load.statuses[200] > 150 and load.statuses["grpc ok"] > 0, load.statuses
     assert load.statuses["sdk ok"] >= 2, load.statuses  # calls of several chunks, each
     print(f"\nthrough the kill and the restart: {dict(load.statuses)}")
+
+
+def test_a_replica_that_does_not_come_back_is_tried_again_while_the_other_serves(
+        fleet: Fleet) -> None:
+    """`tmr serve --replicas` heals through `Fleet.heal`: a replica that cannot start again
+    (here its metrics port is taken: the door does not send to it, so the squatter does
+    not hold requests) is said so, stopped and tried again after its backoff;
+    meanwhile the door serves on the other replica without a failed request."""
+    with Load(fleet) as load:
+        wait_until(lambda: load.statuses[200] >= 20, 60, "steady load")
+        os.kill(fleet.replicas[1].process.pid, signal.SIGKILL)
+        wait_until(lambda: fleet.dead() == [1], 30, "the replica's death")
+        with socket.socket() as squatter:  # its metrics port, taken while it is down
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT
+            squatter.bind(("127.0.0.1", fleet.ports[1].metrics))
+            squatter.listen()
+            said = fleet.heal()
+            assert "did not come back" in said[-1] and "already in use" in said[-1], said
+            assert "trying again in 5 s" in said[-1], said
+            assert fleet.heal() == [], "tried again before its backoff"
+            assert fleet.dead() == [1]
+            served_alone = sum(load.statuses.values())
+            wait_until(lambda: sum(load.statuses.values()) >= served_alone + 50, 60,
+                       "50 requests while it is down")
+        time.sleep(max(0.0, fleet.retry_at[1] - time.monotonic()))
+        said = fleet.heal()
+        assert said[-1] == "replica 1 is back in service", said
+        assert fleet.dead() == [] and fleet.failed_starts[1] == 0
+    assert load.errors == [], load.errors[:5]
 
 
 def nginx_workers(fleet: Fleet) -> set[int]:
