@@ -145,3 +145,19 @@ def test_an_unknown_name_is_one_line_naming_it(command: str, stopped_url: str,
     named = "nosuch" if command not in {"health", "embed", "tokens", "perf sweep"} else \
         stopped_url.removeprefix("http://")  # the server would name it; it is down
     check(argv, command, named)
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ([], "no earlier version in the history to roll back to"),
+    (["--to", "0"], "minilm_onnx has no version 0 on disk"),
+])
+def test_a_rollback_past_the_first_version_is_refused_and_changes_nothing(
+        extra: list[str], said: str, stopped_url: str, repo: Path) -> None:
+    """Issue 56: a rollback with nothing to return to is one line naming why, before any
+    server is called, and the served config stays as it was."""
+    before = (repo / "minilm_onnx" / "config.pbtxt").read_text()
+    out = tmr("rollback", "minilm_onnx", *extra, "--url", stopped_url, "--repository",
+              str(repo))
+    assert out.returncode == 1 and said in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert (repo / "minilm_onnx" / "config.pbtxt").read_text() == before
