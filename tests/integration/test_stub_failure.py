@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from tmr_client import UnavailableError
+from tmr_client import DeadlineExceededError, UnavailableError
 
 from core.repository import copy_repository, edit_config
 from server.admin import AUTO, deep_health, wait_for_level
@@ -80,8 +80,12 @@ def test_killed_primary_stub_fails_over_and_the_watchdog_restores_it(fragile) ->
     finally:
         watchdog.stop()
         watchdog.join(10)
-    # During the failure: the fallback serves, or the client gets a clear 503.
-    assert all(isinstance(e, UnavailableError) for e in errors), errors
+    # During the failure: the fallback serves, or the client gets a clear 503: the failure's
+    # own, or the queue's timeout for a request that waited 2 s behind the calls to the
+    # dead stub (a CI run met two; the SDK types that one as a deadline).
+    assert all(isinstance(e, UnavailableError) or (
+        isinstance(e, DeadlineExceededError) and "Request timeout expired" in str(e))
+        for e in errors), errors
     assert any(s.startswith("minilm_int8:") for s in served), "never fell back"
     assert reloads and reloads[0][2].startswith("dead Python stub"), watchdog.events
     recovery_s = reloads[0][0] - killed_at[0]
