@@ -93,8 +93,8 @@ class BaseModel:
         # With workers, the thread that hands requests over, the reapers and the
         # interactive workers keep normal priority too; the bulk workers and the
         # runtime's pools yield.
-        keep = self.stub_threads if self.pool is None else self.stub_threads | frozenset(
-            {threading.get_native_id(), *self.pool.normal_threads()})
+        keep = self.stub_threads | (frozenset() if self.pool is None else frozenset(
+            {threading.get_native_id(), *self.pool.normal_threads()}))
         lowered = lower(*self.scheduling, keep=keep)
         if lowered:
             self.log.info(f"cpu scheduling {self.scheduling[0]}: {len(lowered)} thread(s)")

@@ -8,8 +8,8 @@ policy (core/cpu_policy.py: SCHED_IDLE or nice, never none), "normal" is an inte
 lane's, "idle" or "nice" pin one. Every thread that computes is lowered, its runtime's
 pools included, but not the stub's own (its health beat to Triton, its message threads:
 a starved health beat makes Triton fail requests with "Stub process ... is not
-healthy"), once its instance is set up and warmed (python_backends/base.py `yield_cpu`; threads
-started later inherit it), so an interactive lane's processes at normal priority
+healthy"), once its instance is set up and warmed (python_backends/base.py `yield_cpu`;
+threads started later inherit it), so an interactive lane's processes at normal priority
 (core/families/lanes.py) take the cores the moment they wake, and a stub that loads
 while other work takes the cores still gets ready. Lowering one's own priority needs no
 privilege; raising it back would, so it is never undone.
