@@ -18,6 +18,7 @@ from cli import (
     operate,
     perf,
     release,
+    rerank,
     rollout,
     serve,
     tokens,
@@ -31,11 +32,11 @@ GROUPS = {  # how `tmr --help` lists the commands
     "serve": ["serve", "tune", "watchdog"],
     "models & releases": ["export", "add", "versions", "gate", "promote", "rollback", "rollout",
                           "degrade", "health"],
-    "calls": ["embed", "tokens", "classify"],
+    "calls": ["embed", "tokens", "classify", "rerank"],
     "perf": ["perf"],
 }
 MODULES = (serve, tune, watchdog, export, release, rollout, operate, embed, tokens, classify,
-           perf)
+           rerank, perf)
 
 
 def grouped_commands() -> str:

@@ -6,6 +6,7 @@ and gRPC, typed errors, deadlines, retries, bounded bulk calls (docs/sdk.md).
         vectors = c.embed(["a sentence", "another"], priority=1)
         same = c.embed(["a sentence", "another"], options=CallOptions(priority=1))
         best = c.classify([jpeg_bytes], model=image_front).predictions[0][0]
+        top = c.rerank("a query", ["doc one", "doc two"], model=reranker, top_n=1)[0]
 
 `model=` names the front model (per client or per call): any front of the repository,
 whatever its family; the SDK knows none of them by name but its default, `embed`.
@@ -45,8 +46,10 @@ if TYPE_CHECKING:  # what type checkers and editors see
         CountKeywords,
         EmbedKeywords,
         InferKeywords,
+        RerankKeywords,
         SimilarityKeywords,
     )
+    from tmr_client.ranking import Ranked, RerankResult
     from tmr_client.results import (
         ClassifyResult,
         EmbedResult,
@@ -69,9 +72,11 @@ _EXPORTS = {
     "SimilarityResult": "tmr_client.results",
     "TokenCount": "tmr_client.results",
     "TokenCounts": "tmr_client.results",
+    "Ranked": "tmr_client.ranking",
+    "RerankResult": "tmr_client.ranking",
     **{name: "tmr_client.options" for name in (
         "BulkKeywords", "CallOptions", "ClassifyKeywords", "CommonKeywords", "CountKeywords",
-        "EmbedKeywords", "InferKeywords", "SimilarityKeywords")},
+        "EmbedKeywords", "InferKeywords", "RerankKeywords", "SimilarityKeywords")},
     "NO_RETRY": "tmr_client.retry",
     "RetryPolicy": "tmr_client.retry",
     **{name: "tmr_client.errors" for name in (
@@ -102,8 +107,11 @@ __all__ = [
     "ModelNotReadyError",
     "Prediction",
     "QueueFullError",
+    "Ranked",
     "RateLimitedError",
     "RequestTooLargeError",
+    "RerankKeywords",
+    "RerankResult",
     "RetryPolicy",
     "ServerError",
     "ServerUnreachableError",

@@ -24,9 +24,11 @@ from tmr_client.options import (
     CountKeywords,
     EmbedKeywords,
     InferKeywords,
+    RerankKeywords,
     SimilarityKeywords,
     verb_options,
 )
+from tmr_client.ranking import Ranked, RerankResult
 from tmr_client.results import (
     ClassifyResult,
     EmbedResult,
@@ -143,7 +145,22 @@ class AsyncClient(ClientBase):
         options = verb_options(AsyncClient.classify, options, keywords)
         return await self._send(self._classify_call(images, options))
 
-    async def infer(self, rows: np.ndarray, input_name: str, outputs: Sequence[str], *,
+    async def rerank(self, query: str | bytes, documents: Iterable[str | bytes], *,
+                     top_n: int | None = None, options: CallOptions | None = None,
+                     **keywords: Unpack[RerankKeywords]) -> list[Ranked]:
+        """As Client.rerank, the chunks concurrently (bounded)."""
+        options = verb_options(AsyncClient.rerank, options, keywords)
+        return (await self._send(self._rerank_call(query, documents, top_n, options))).ranked
+
+    async def rerank_with_info(self, query: str | bytes, documents: Iterable[str | bytes], *,
+                               top_n: int | None = None, options: CallOptions | None = None,
+                               **keywords: Unpack[RerankKeywords]) -> RerankResult:
+        """As Client.rerank_with_info, the chunks concurrently (bounded)."""
+        options = verb_options(AsyncClient.rerank_with_info, options, keywords)
+        return await self._send(self._rerank_call(query, documents, top_n, options))
+
+    async def infer(self, rows: np.ndarray, input_name: str | tuple[str, ...],
+                    outputs: Sequence[str], *,
                     options: CallOptions | None = None,
                     **keywords: Unpack[InferKeywords]) -> InferResult:
         """As Client.infer, the chunks concurrently (bounded)."""

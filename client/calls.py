@@ -32,20 +32,32 @@ class Request:
 
 @dataclass(frozen=True)
 class Call:
-    """One SDK call: the model (a lane's, once routed), the rows to send ([n, 1]) under
-    one input, the outputs to ask for (those of the model's that it has), the options and
-    the deadline, the protocol, whose request size bounds each request, and what puts the
-    chunks' answers together (`build(answers, request_ids)`, tmr_client.results)."""
+    """One SDK call: the model (a lane's, once routed), the rows to send and the `inputs`
+    they go under (one name for all of the rows, else one per column: a rerank call's
+    QUERY and DOCUMENT), the outputs to ask for (those of the model's that it has), the
+    options and the deadline, the protocol, whose request size bounds each request, and
+    what puts the chunks' answers together (`build(answers, request_ids)`,
+    tmr_client.results)."""
 
     model: str
     rows: np.ndarray
-    input_name: str
+    inputs: str | tuple[str, ...]
     wanted: tuple[str, ...]
     options: CallOptions = field(default_factory=CallOptions)
     deadline: Deadline = field(default_factory=Deadline)
     protocol: str = "http"
     build: Callable[[list[Any], list[str]], Any] = field(default=lambda answers, ids: answers)
     one_request: bool = False  # all rows in one request (a similarity call), or refused
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The inputs as a tuple: one for all of the rows, or one per column."""
+        return (self.inputs,) if isinstance(self.inputs, str) else self.inputs
+
+    @property
+    def label(self) -> str:
+        """How a refusal names a row: `TEXT`, `QUERY+DOCUMENT` (a row is a pair)."""
+        return "+".join(self.input_names)
 
     def chunks(self, info: ModelInfo) -> list[tuple[slice, str]]:
         """(rows, request id) of each request the call makes: at most the model's
@@ -56,7 +68,7 @@ class Call:
             return self.single(info)
         chunked = self.options.chunks_texts(info.chunks_by_default)
         return plan(self.rows, info.chunk_rows if chunked else info.request_rows,
-                    self.protocol, self.input_name)
+                    self.protocol, self.label)
 
     def single(self, info: ModelInfo) -> list[tuple[slice, str]]:
         """The one request of a `one_request` call; InvalidInputError past the model's
@@ -67,7 +79,7 @@ class Call:
                 f"{len(self.rows)} rows in one request: over model '{self.model}''s "
                 f"max_batch_size of {info.max_batch} (a similarity call takes at most "
                 f"{info.max_batch - 1} texts besides its source)")
-        pieces = plan(self.rows, len(self.rows), self.protocol, self.input_name)
+        pieces = plan(self.rows, len(self.rows), self.protocol, self.label)
         if len(pieces) > 1:
             raise InvalidInputError(
                 f"the {len(self.rows)} rows do not fit one {self.protocol} request; send "
@@ -78,7 +90,7 @@ class Call:
                 info: ModelInfo) -> Request:
         """The request of the chunk `rows`, asking for the wanted outputs the model has."""
         outputs = [n for n in self.wanted if n in info.outputs]
-        return Request(*request_for(module, self.rows[rows], self.input_name, outputs),
+        return Request(*request_for(module, self.rows[rows], self.input_names, outputs),
                        request_id)
 
     def remaining(self) -> float | None:

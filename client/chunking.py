@@ -34,14 +34,15 @@ def too_large(label: str, index: int, size: int, budget: int,
 
 
 def byte_chunks(sizes: Sequence[int], max_rows: int, max_bytes: int,
-                protocol: str = "http", label: str = "row") -> list[slice]:
+                protocol: str = "http", label: str = "row", columns: int = 1) -> list[slice]:
     """Consecutive slices of rows, each at most `max_rows` rows whose encoded sizes (plus
-    4 bytes each, the BYTES length prefix) fit `max_bytes` less the envelope. A row that
-    cannot fit alone raises RequestTooLargeError naming its index and the limit."""
+    4 bytes per element, the BYTES length prefix, `columns` to a row) fit `max_bytes` less
+    the envelope. A row that cannot fit alone raises RequestTooLargeError naming its
+    index and the limit."""
     budget = max_bytes - ENVELOPE_BYTES
     slices, start, used = [], 0, 0
     for i, size in enumerate(sizes):
-        cost = size + LENGTH_PREFIX_BYTES
+        cost = size + LENGTH_PREFIX_BYTES * columns
         if cost > budget:
             raise too_large(label, i, size, budget, protocol)
         if i > start and (i - start >= max_rows or used + cost > budget):
@@ -59,7 +60,8 @@ def new_request_id() -> str:
 
 def plan(rows: np.ndarray, max_rows: int, protocol: str,
          label: str) -> list[tuple[slice, str]]:
-    """(rows, request id) of each request for the [n, 1] BYTES `rows`."""
-    sizes = [len(row[0]) for row in rows]
+    """(rows, request id) of each request for the [n, k] BYTES `rows` (one input a column)."""
+    sizes = [sum(len(value) for value in row) for row in rows]
     return [(piece, new_request_id()) for piece in
-            byte_chunks(sizes, max_rows, MAX_REQUEST_BYTES[protocol], protocol, label)]
+            byte_chunks(sizes, max_rows, MAX_REQUEST_BYTES[protocol], protocol, label,
+                        rows.shape[1])]

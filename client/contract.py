@@ -6,7 +6,8 @@ but this module from that contract.
 
     tensors       the families' front inputs and outputs (TEXT, EMBEDDING, IMAGE, ...)
     lanes         a front's interactive lane: its name suffix and the priority it takes
-    parameters    request parameters (`truncate`, `chunk_overlap`, `rollout_key`, `top_k`)
+    parameters    request parameters (`truncate`, `chunk_overlap`, `rollout_key`, `top_k`,
+                  `raw_scores`)
                   and the values `truncate` / `overlength_policy` take
     config        what a client reads from a model config to size its requests
     ports         Triton's default listening ports
@@ -28,6 +29,10 @@ IMAGE = "IMAGE"  # BYTES [n, 1]: an encoded JPEG, PNG or WebP, or a data: URL
 CLASS_IDS = "CLASS_IDS"  # INT64 [n, top_k], best first
 LABELS = "LABELS"  # BYTES [n, top_k]
 PROBABILITIES = "PROBABILITIES"  # FP32 [n, top_k]
+# ... the text-ranking family (cross-encoders: one row is a query and a document) ...
+QUERY = "QUERY"  # BYTES [n, 1]: each pair's query (a client repeats one query per document)
+DOCUMENT = "DOCUMENT"  # BYTES [n, 1]: each pair's document
+SCORE = "SCORE"  # FP32 [n, 1]: each pair's relevance (TOKENS, TRUNCATED_TOKENS, WINDOWS too)
 # ... and every front: what served each row (tmr_client.served_by.ServedBy).
 SERVED_BY = "SERVED_BY"
 
@@ -48,6 +53,7 @@ ROLLOUT_KEY = "rollout_key"  # rows of one key go to one version during a rollou
 TOP_K = "top_k"
 PROMPT_NAME = "prompt_name"  # one of the text model's named prompts, put before each text
 DIMENSIONS = "dimensions"  # the size to cut an embedding to (the model's Matryoshka sizes)
+RAW_SCORES = "raw_scores"  # true: a reranker's logits, without its activation (sigmoid)
 COUNT_ONLY = "count_only"  # true: tokenize and count, run no encoder (EMBEDDING is [n, 0])
 # What a text over the model's length gets: a request's `truncate`, a model's
 # `overlength_policy` (config parameter).

@@ -56,6 +56,7 @@ from tmr_client.errors import (
 from tmr_client.failure import Decision, Reroute, Retry, decide
 from tmr_client.model_info import DEFAULT_IN_FLIGHT, Access, ModelInfo, output_names, request_rows
 from tmr_client.options import CallOptions, Progress, Truncate
+from tmr_client.ranking import check_top_n, rerank_result
 from tmr_client.results import (
     ClassifyResult,
     EmbedResult,
@@ -72,11 +73,16 @@ from tmr_client.results import (
 from tmr_client.retry import RetryPolicy
 from tmr_client.shaping import (
     CLASSIFY_OUTPUTS,
+    DOCUMENTS,
     EMBED_OUTPUTS,
     IMAGE_INPUT,
+    RERANK_INPUTS,
+    RERANK_OUTPUTS,
     TEXT_INPUT,
     encode_text,
     image_tensor,
+    listed,
+    pair_tensor,
     protocol_module,
     text_tensor,
     type_name,
@@ -93,6 +99,8 @@ __all__ = [  # what other packages and the clients import from here
 ]
 
 DEFAULT_MODEL = "embed"  # the repository's first text-embedding front model
+NO_RERANKER = ("rerank needs model=, a text_ranking front: the SDK has no default reranker "
+               "(add one with `tmr add NAME --family text_ranking --from FOLDER`)")
 RETRY_AFTER_STATUSES = ("429", "503")  # HTTP answers whose Retry-After the client honours
 READY_POLL_S = 0.2  # how often wait_ready asks
 
@@ -206,12 +214,12 @@ class ClientBase:
         info = self._infos.get(self.model)
         return info.in_flight if info else (self.access.max_in_flight or DEFAULT_IN_FLIGHT)
 
-    def _start(self, rows: np.ndarray, input_name: str, wanted: Sequence[str],
+    def _start(self, rows: np.ndarray, inputs: str | tuple[str, ...], wanted: Sequence[str],
                options: CallOptions, build: Callable[[list[Any], list[str]], Any]) -> Call:
-        """A call of `rows` under `input_name`, its result put together by `build`; its
-        deadline starts now."""
+        """A call of `rows` under `inputs` (one input, or one per column), its result put
+        together by `build`; its deadline starts now."""
         options = options.or_timeout(self.timeout)
-        return Call(options.model or self.model, rows, input_name, tuple(wanted), options,
+        return Call(options.model or self.model, rows, inputs, tuple(wanted), options,
                     Deadline.after(options.timeout), self.protocol, build)
 
     def _embed_call(self, texts: Iterable[str | bytes], options: CallOptions) -> Call:
@@ -234,8 +242,19 @@ class ClientBase:
         return replace(self._start(rows, TEXT_INPUT, EMBED_OUTPUTS, options,
                                    similarity_result), one_request=True)
 
-    def _infer_call(self, rows: np.ndarray, input_name: str, outputs: Sequence[str],
-                    options: CallOptions) -> Call:
+    def _rerank_call(self, query: str | bytes, documents: Iterable[str | bytes],
+                     top_n: int | None, options: CallOptions) -> Call:
+        """A rerank call: one (query, document) row per document, to the call's own model
+        (TypeError without one: the client's default is no reranker)."""
+        if not options.model:
+            raise TypeError(NO_RERANKER)
+        check_top_n(top_n)
+        documents = listed(documents, DOCUMENTS)
+        return self._start(pair_tensor(query, documents), RERANK_INPUTS, RERANK_OUTPUTS,
+                           options, partial(rerank_result, documents=documents, top_n=top_n))
+
+    def _infer_call(self, rows: np.ndarray, input_name: str | tuple[str, ...],
+                    outputs: Sequence[str], options: CallOptions) -> Call:
         return self._start(rows, input_name, outputs, options,
                            partial(infer_result, wanted=tuple(outputs)))
 

@@ -44,6 +44,7 @@ CHECKS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "prompt_name must be a non-empty string (one of the model's prompts), got {!r}"),
     ("dimensions", lambda v: is_int_at_least(v, 1),
      "dimensions must be an integer >= 1 (one of the model's sizes), got {!r}"),
+    ("raw_scores", lambda v: isinstance(v, bool), "raw_scores must be True or False, got {!r}"),
 )
 
 
@@ -56,8 +57,9 @@ class CallOptions:
     (`truncate`, with `chunk_overlap` tokens between windows), the model's prompt to put
     before each text (`prompt_name`), the size to cut embeddings to (`dimensions`, one of
     the model's Matryoshka sizes), whether the texts are only counted (`count_only`), a
-    classify call's `top_k`, further request `parameters`, and `on_progress(done, total)`
-    after each chunk."""
+    classify call's `top_k`, whether a rerank call's scores are the model's logits rather
+    than its relevance (`raw_scores`), further request `parameters`, and
+    `on_progress(done, total)` after each chunk."""
 
     priority: int | None = None
     timeout_ms: float | None = None
@@ -71,6 +73,7 @@ class CallOptions:
     prompt_name: str | None = None
     dimensions: int | None = None
     count_only: bool | None = None
+    raw_scores: bool | None = None
     parameters: Mapping[str, Any] | None = None
     on_progress: Progress | None = None
 
@@ -94,7 +97,8 @@ class CallOptions:
                  contract.TOP_K: _int(self.top_k),
                  contract.PROMPT_NAME: self.prompt_name,
                  contract.DIMENSIONS: _int(self.dimensions),
-                 contract.COUNT_ONLY: self.count_only or None}
+                 contract.COUNT_ONLY: self.count_only or None,
+                 contract.RAW_SCORES: self.raw_scores or None}
         return {**{k: v for k, v in named.items() if v is not None}, **(self.parameters or {})}
 
     def chunks_texts(self, by_default: bool) -> bool:
@@ -165,6 +169,15 @@ class ClassifyKeywords(BulkKeywords, total=False):
 
     rollout_key: str | None
     top_k: int | None
+
+
+class RerankKeywords(BulkKeywords, total=False):
+    """rerank()'s and rerank_with_info()'s keywords."""
+
+    rollout_key: str | None
+    truncate: Truncate
+    chunk_overlap: int | None
+    raw_scores: bool | None
 
 
 class InferKeywords(BulkKeywords, total=False):

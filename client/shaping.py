@@ -1,7 +1,9 @@
 """A call's rows as Triton wants them, refused before sending when they are wrong.
 
     text_tensor, image_tensor   the [n, 1] BYTES rows of an embed or a classify call
-    request_for                 one chunk's InferInput and InferRequestedOutput lists
+    pair_tensor                 the [n, 2] rows of a rerank call: the query, each document
+    request_for                 one chunk's InferInput (one per column) and
+                                InferRequestedOutput lists
     is_number, is_int_at_least  the checks every option shares (tmr_client.options)
 
 Every refusal is an InvalidInputError naming the argument, the item's index and its type.
@@ -31,6 +33,9 @@ EMBED_OUTPUTS = (EMBEDDING_OUTPUT, SERVED_BY_OUTPUT, TOKENS_OUTPUT, TRUNCATED_OU
                  WINDOWS_OUTPUT)
 CLASSIFY_OUTPUTS = (contract.CLASS_IDS, contract.LABELS, contract.PROBABILITIES,
                     contract.SERVED_BY)
+RERANK_INPUTS = (contract.QUERY, contract.DOCUMENT)  # the columns of pair_tensor's rows
+RERANK_OUTPUTS = (contract.SCORE, SERVED_BY_OUTPUT, TOKENS_OUTPUT, TRUNCATED_OUTPUT,
+                  WINDOWS_OUTPUT)
 
 
 def type_name(value: object) -> str:
@@ -63,6 +68,7 @@ class RowKind:
 
 
 TEXTS = RowKind("texts", "strings", "text", "str or bytes")
+DOCUMENTS = RowKind("documents", "strings", "document", "str or bytes")
 IMAGES = RowKind("images", "encoded images (bytes, or data URLs)", "image",
                  "bytes (an encoded JPEG, PNG or WEBP) or a data: URL str")
 
@@ -127,6 +133,31 @@ def image_tensor(images: Iterable[bytes | str]) -> np.ndarray:
     return bytes_rows(images, IMAGES, encode_image)
 
 
+def listed(items: Iterable[Any], kind: RowKind) -> list[Any]:
+    """`items` as a list (a generator read once), refused as check_sequence refuses them."""
+    check_sequence(items, kind)
+    return list(items)
+
+
+def query_bytes(query: Any) -> bytes:
+    """A rerank call's query as UTF-8; refused when it is not a text or is blank."""
+    data = encode_text(query)
+    if data is None:
+        raise InvalidInputError(f"query is {type_name(query)}, not str or bytes")
+    if not data.strip():
+        raise InvalidInputError("query is empty; send the text to rank the documents by")
+    return data
+
+
+def pair_tensor(query: str | bytes, documents: Iterable[str | bytes]) -> np.ndarray:
+    """A [n, 2] BYTES array, one row per document: the query (repeated), then the document,
+    as the text-ranking family's QUERY and DOCUMENT want. Refuses a blank or non-text
+    query and what text_tensor refuses among the documents (naming `documents[i]`)."""
+    first = query_bytes(query)
+    column = bytes_rows(documents, DOCUMENTS, encode_text)
+    return np.concatenate([np.full_like(column, first), column], axis=1)
+
+
 def protocol_module(protocol: Protocol, aio: bool = False) -> ModuleType:
     """`tritonclient.http`, `tritonclient.grpc` or their `.aio` variants."""
     if protocol == "http":
@@ -144,14 +175,16 @@ def protocol_module(protocol: Protocol, aio: bool = False) -> ModuleType:
     return module
 
 
-def request_for(module: ModuleType, rows: np.ndarray, input_name: str,
+def request_for(module: ModuleType, rows: np.ndarray, input_names: Sequence[str],
                 outputs: Sequence[str]) -> tuple[list[Any], list[Any]]:
-    """InferInput and InferRequestedOutput lists for one chunk (binary tensors on HTTP)."""
-    tensor = module.InferInput(input_name, list(rows.shape), "BYTES")
-    out_kwargs: dict[str, Any] = {}
-    if module.__name__.startswith("tritonclient.http"):
-        tensor.set_data_from_numpy(rows, binary_data=True)
-        out_kwargs["binary_data"] = True
-    else:
-        tensor.set_data_from_numpy(rows)
-    return [tensor], [module.InferRequestedOutput(name, **out_kwargs) for name in outputs]
+    """InferInput and InferRequestedOutput lists for one chunk (binary tensors on HTTP): the
+    rows under one input, or column j as the [n, 1] input `input_names[j]`."""
+    binary = {"binary_data": True} if module.__name__.startswith("tritonclient.http") else {}
+    parts = [rows] if len(input_names) == 1 else \
+        [np.ascontiguousarray(rows[:, j:j + 1]) for j in range(len(input_names))]
+    tensors = []
+    for name, part in zip(input_names, parts):
+        tensor = module.InferInput(name, list(part.shape), "BYTES")
+        tensor.set_data_from_numpy(part, **binary)
+        tensors.append(tensor)
+    return tensors, [module.InferRequestedOutput(name, **binary) for name in outputs]

@@ -24,9 +24,11 @@ from tmr_client.options import (
     CountKeywords,
     EmbedKeywords,
     InferKeywords,
+    RerankKeywords,
     SimilarityKeywords,
     verb_options,
 )
+from tmr_client.ranking import Ranked, RerankResult
 from tmr_client.results import (
     ClassifyResult,
     EmbedResult,
@@ -38,8 +40,8 @@ from tmr_client.results import (
 
 class Client(ClientBase):
     """The client of every front model: `embed(texts) -> (n, dim)` for a text-embedding
-    one, `classify(images)` for an image-classification one, plus readiness and metadata
-    calls.
+    one, `classify(images)` for an image-classification one, `rerank(query, documents)`
+    for a text-ranking one, plus readiness and metadata calls.
 
     `url`: `"localhost:8000"`, `"http://host:8000"`, `"https://host"`, `"grpc://host:8001"`
     or None for TMR_URL (else localhost:8000). Without `protocol=`, the scheme decides
@@ -164,12 +166,38 @@ class Client(ClientBase):
         options = verb_options(Client.classify, options, keywords)
         return self._send(self._classify_call(images, options))
 
-    def infer(self, rows: np.ndarray, input_name: str, outputs: Sequence[str], *,
+    def rerank(self, query: str | bytes, documents: Iterable[str | bytes], *,
+               top_n: int | None = None, options: CallOptions | None = None,
+               **keywords: Unpack[RerankKeywords]) -> list[Ranked]:
+        """`documents` by their relevance to `query` as a text_ranking front scores each
+        (query, document) pair: `Ranked(index, score, document)`, best first (equal
+        scores in input order), the first `top_n` (None: all). `model=` is required (the
+        SDK has no default reranker); `raw_scores=True` gives the model's logits instead
+        of its activation (sigmoid by default); `truncate` as in embed() (a reranker's
+        policy is "truncate" by default). Many documents are cut into requests as
+        embed()'s texts are. Refused before sending: a blank or non-text query, no
+        documents, a document that is not str or bytes (`documents[i]`), a `top_n` that
+        is not an integer >= 1."""
+        options = verb_options(Client.rerank, options, keywords)
+        return self._send(self._rerank_call(query, documents, top_n, options)).ranked
+
+    def rerank_with_info(self, query: str | bytes, documents: Iterable[str | bytes], *,
+                         top_n: int | None = None, options: CallOptions | None = None,
+                         **keywords: Unpack[RerankKeywords]) -> RerankResult:
+        """Like rerank() (`.ranked`), plus every score in input order and, per document,
+        what served it, its tokens, the tokens truncation dropped and its windows;
+        `on_progress(done, total)` after each chunk."""
+        options = verb_options(Client.rerank_with_info, options, keywords)
+        return self._send(self._rerank_call(query, documents, top_n, options))
+
+    def infer(self, rows: np.ndarray, input_name: str | tuple[str, ...],
+              outputs: Sequence[str], *,
               options: CallOptions | None = None,
               **keywords: Unpack[InferKeywords]) -> InferResult:
         """The generic call under embed() and classify(): `rows` ([n, 1] BYTES) under
-        `input_name`, chunked, retried and mapped to typed errors as they are; the
-        `outputs` the model has, by name."""
+        `input_name` (or [n, k] under k names, a column each: a reranker's QUERY and
+        DOCUMENT), chunked, retried and mapped to typed errors as they are; the `outputs`
+        the model has, by name."""
         options = verb_options(Client.infer, options, keywords)
         return self._send(self._infer_call(rows, input_name, outputs, options))
 

@@ -147,6 +147,17 @@ def row_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", a, b) / np.maximum(norms, 1e-12)
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """The logistic function, without overflow warnings for large logits (float64)."""
+    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(x, dtype=np.float64)))
+
+
+def score_agreement(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """1 minus each pair's change of score after the sigmoid, from two logit batches
+    [n, 1] (a reranker's agreement: 1 is the same score, 0 the opposite end)."""
+    return 1.0 - np.abs(sigmoid(a) - sigmoid(b)).reshape(len(a), -1).max(axis=1)
+
+
 def top1_agreement(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """1 where two logit batches pick the same class, else 0 (image agreement)."""
     return (a.argmax(axis=1) == b.argmax(axis=1)).astype(np.float64)

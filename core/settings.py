@@ -35,6 +35,7 @@ from tmr_client.contract import (  # noqa: F401  (re-exported for python_backend
     DIMENSIONS,
     OVERLENGTH_POLICIES,
     PROMPT_NAME,
+    RAW_SCORES,
     ROLLOUT_KEY,
     TOP_K,
     TRUNCATE,
@@ -338,6 +339,14 @@ class ImageFrontSettings(ParameterSettings):
 
 
 @dataclass(frozen=True)
+class RankFrontSettings(ParameterSettings):
+    """A reranker front's answer (python_backends/rerank.py): the activation of its logit,
+    the model's own (`tmr add` reads it from the folder); a request's `raw_scores` skips it."""
+
+    activation: str = setting("sigmoid", one_of("sigmoid", "identity"))
+
+
+@dataclass(frozen=True)
 class QueuePolicy:
     """One priority level's queue (Triton's ModelQueuePolicy); defaults are Triton's."""
 
@@ -429,4 +438,5 @@ def in_process(ladder: LadderSettings) -> LadderSettings:
 
 # Every class whose fields are config parameters, for the tests that keep them read.
 PARAMETER_SETTINGS: tuple[type[ParameterSettings], ...] = (
-    ModelSettings, BackendSettings, LadderSettings, TextFrontSettings, ImageFrontSettings)
+    ModelSettings, BackendSettings, LadderSettings, TextFrontSettings, ImageFrontSettings,
+    RankFrontSettings)

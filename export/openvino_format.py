@@ -23,6 +23,7 @@ import numpy as np
 
 from core.hardware import FP32, host_cpu
 from export.errors import ExportCheckError
+from export.quality import gate_floats
 from runtime.runners import Runner, openvino_runner
 
 FORMAT = "openvino"
@@ -38,11 +39,6 @@ def settings(onnx_settings: Mapping[str, Any], precision: str) -> dict[str, Any]
     """What, beside the weights and the ONNX export, determines the format's checks."""
     return {"onnx": dict(onnx_settings),
             "openvino": {"version": openvino_version(), "precision": precision}}
-
-
-def gate_floats(gate: Mapping[str, str]) -> dict[str, float]:
-    return {k: float(v) for k, v in gate.items()
-            if k not in ("gate_min_throughput_ratio", "gate_max_p99_ratio")}
 
 
 def build(recipe: Any, export_onnx: Callable[[Path], None], path: Path, precision: str,

@@ -39,3 +39,56 @@ def top1_quality(reference: np.ndarray, candidate: np.ndarray, gates: Mapping[st
             why.append(f"top-1 {stats['top1_drop'] * 100:.2f} points under the reference, "
                        f"over {gates['gate_max_top1_drop'] * 100:g}")
     return stats, "; ".join(why) or None
+
+
+def rankings(scores: np.ndarray, documents: int) -> np.ndarray:
+    """Scores [n, 1] of consecutive groups of `documents` pairs as [groups, documents]."""
+    flat = np.asarray(scores, dtype=np.float64).reshape(-1)
+    if flat.size % documents:
+        raise ValueError(f"{flat.size} scores are not groups of {documents} documents")
+    return flat.reshape(-1, documents)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two score vectors (ranks by order; 1.0 for a
+    constant pair, which has no order to disagree on)."""
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denominator = float(np.sqrt((ra ** 2).sum() * (rb ** 2).sum()))
+    return 1.0 if denominator == 0 else float((ra * rb).sum() / denominator)
+
+
+def rank_quality(reference: np.ndarray, candidate: np.ndarray, gates: Mapping[str, float],
+                 documents: int | None = None) -> Judgement:
+    """Rankings (rerankers): over each query's documents (consecutive groups of
+    `documents`, or all as one), the mean Spearman correlation of the candidate's order
+    with the reference's, the mean share of the reference's top 3 it keeps in its own,
+    and the largest change of a score after the sigmoid; each against its gate."""
+    from core.rollout import sigmoid
+
+    size = documents or int(np.asarray(reference).size)
+    ref, cand = rankings(reference, size), rankings(candidate, size)
+    top = min(3, size)
+    kept = [len(set(np.argsort(-r)[:top]) & set(np.argsort(-c)[:top])) / top
+            for r, c in zip(ref, cand)]
+    stats = {"rank_correlation": float(np.mean([spearman(r, c) for r, c in zip(ref, cand)])),
+             "top3_overlap": float(np.mean(kept)),
+             "max_score_error": float(np.abs(sigmoid(ref) - sigmoid(cand)).max()),
+             "queries": int(ref.shape[0])}
+    why = []
+    if stats["rank_correlation"] < gates["gate_min_rank_correlation"]:
+        why.append(f"rank correlation {stats['rank_correlation']:.4f} under "
+                   f"{gates['gate_min_rank_correlation']}")
+    if stats["top3_overlap"] < gates["gate_min_top3_overlap"]:
+        why.append(f"top-3 kept {stats['top3_overlap']:.3f} under "
+                   f"{gates['gate_min_top3_overlap']}")
+    if stats["max_score_error"] > gates["gate_max_score_error"]:
+        why.append(f"a score changed by {stats['max_score_error']:.4f}, over "
+                   f"{gates['gate_max_score_error']}")
+    return stats, "; ".join(why) or None
+
+
+def gate_floats(gate: Mapping[str, str]) -> dict[str, float]:
+    """A format's gate parameters as numbers, without the speed gates (measured apart)."""
+    return {k: float(v) for k, v in gate.items()
+            if k not in ("gate_min_throughput_ratio", "gate_max_p99_ratio")}

@@ -91,7 +91,8 @@ class RecipeModule(Protocol):
 
 # Each family's recipe module, by family name: imported on first use (they import torch).
 RECIPE_MODULES = {"text_embedding": "export.text_embedding",
-                  "image_classification": "export.image_classification"}
+                  "image_classification": "export.image_classification",
+                  "text_ranking": "export.text_ranking"}
 
 
 def recipe_module(fam: Family) -> RecipeModule:

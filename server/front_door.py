@@ -35,14 +35,15 @@ NGINX_DIR = Path(__file__).resolve().parent / "nginx"
 TEMPLATE = NGINX_DIR / "nginx.conf.template"
 NJS_SCRIPT = NGINX_DIR / "front_door.js"
 OPENAI_NJS_SCRIPT = NGINX_DIR / "openai.js"
+RERANK_NJS_SCRIPT = NGINX_DIR / "rerank.js"  # imports openai.js from the same folder
 NJS_MODULE = "ngx_http_js_module.so"
 # Debian's libnginx-mod-http-js, then the official nginx image.
 NJS_MODULE_DIRS = (Path("/usr/lib/nginx/modules"), Path("/etc/nginx/modules"))
 # Paths, upstreams and ports: what differs between the CPU path and compose.
 HOST_PLACEHOLDERS = (
-    "NJS_MODULE_PATH", "NJS_SCRIPT", "OPENAI_NJS_SCRIPT", "OPENAI_MODELS", "NGINX_RUNTIME_DIR",
-    "NGINX_ERROR_LOG", "NGINX_ACCESS_LOG", "API_KEYS_MAP", "TRITON_HTTP_SERVERS",
-    "TRITON_GRPC_SERVERS", "FRONT_DOOR_HTTP_PORT", "FRONT_DOOR_GRPC_PORT",
+    "NJS_MODULE_PATH", "NJS_SCRIPT", "OPENAI_NJS_SCRIPT", "RERANK_NJS_SCRIPT", "OPENAI_MODELS",
+    "NGINX_RUNTIME_DIR", "NGINX_ERROR_LOG", "NGINX_ACCESS_LOG", "API_KEYS_MAP",
+    "TRITON_HTTP_SERVERS", "TRITON_GRPC_SERVERS", "FRONT_DOOR_HTTP_PORT", "FRONT_DOOR_GRPC_PORT",
 )
 # Limits and timeouts, from FrontDoorSettings (see policy_values).
 POLICY_PLACEHOLDERS = (
@@ -180,6 +181,7 @@ class FrontDoor(LocalServer):
             "NJS_MODULE_PATH": str(find_njs_module()),
             "NJS_SCRIPT": str(NJS_SCRIPT),
             "OPENAI_NJS_SCRIPT": str(OPENAI_NJS_SCRIPT),
+            "RERANK_NJS_SCRIPT": str(RERANK_NJS_SCRIPT),
             "OPENAI_MODELS": str(self._path("openai_models.json")),
             "NGINX_RUNTIME_DIR": str(self._path("")),
             "NGINX_ERROR_LOG": str(self.error_log),

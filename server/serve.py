@@ -216,14 +216,17 @@ def example_call(server: TritonServer, model: FamilyModel) -> str:
     target = probe_target(served_config(folder, server.opts.variant))
     if target is None:  # the catalog only lists family models, which all have one
         return f"{front}: no probe to call it with"
-    ((name, rows),) = target.inputs.items()
+    names = tuple(target.inputs)  # a pair family's front takes two (QUERY, DOCUMENT)
+    rows = np.concatenate([target.inputs[n] for n in names], axis=1)
     sent = "the health probe's input"
-    sample = tracked_sample(folder, name)
-    if sample is not None:
-        rows = np.array([[sample]], dtype=np.object_)
-        sent = f"{shown_path(folder / WARMUP_FOLDER / name)} ({describe_sample(sample)})"
+    samples = [tracked_sample(folder, n) for n in names]
+    if None not in samples:
+        rows = np.array([samples], dtype=np.object_)
+        sent = ", ".join(f"{shown_path(folder / WARMUP_FOLDER / n)} ({describe_sample(s)})"
+                         for n, s in zip(names, samples))
     with Client(server.http_url, protocol="http", model=front) as client:
-        answer = client.infer(rows, name, [t.name for t in fam.contract.front_outputs])
+        answer = client.infer(rows, names if len(names) > 1 else names[0],
+                              [t.name for t in fam.contract.front_outputs])
     return f"{front} answered: {fam.probes.describe_answer(answer.outputs)}, for {sent}"
 
 

@@ -8,8 +8,10 @@ from core.errors import UnknownFamilyError
 from core.families.image_classification import IMAGE_CLASSIFICATION
 from core.families.spec import DIM, PRECISION_PARAMETER, Family, Format, Tensor
 from core.families.text_embedding import TEXT_EMBEDDING
+from core.families.text_ranking import TEXT_RANKING
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (TEXT_EMBEDDING, IMAGE_CLASSIFICATION,
+                                                   TEXT_RANKING)}
 
 
 def family(name: str) -> Family:
@@ -30,5 +32,5 @@ def served_precision(params: Mapping[str, str]) -> str:
     return params.get(PRECISION_PARAMETER, fmt.precision) if fmt.host_precision else fmt.precision
 
 
-__all__ = ["DIM", "FAMILIES", "IMAGE_CLASSIFICATION", "TEXT_EMBEDDING", "Family", "Format",
-           "Tensor", "family", "served_precision"]
+__all__ = ["DIM", "FAMILIES", "IMAGE_CLASSIFICATION", "TEXT_EMBEDDING", "TEXT_RANKING", "Family",
+           "Format", "Tensor", "family", "served_precision"]

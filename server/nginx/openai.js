@@ -4,15 +4,29 @@
 // batch, else max_batch_size), sent to the front model's KServe route as concurrent
 // subrequests (so priorities, degradation and versions all apply), and the answers are
 // put back together in OpenAI's shape. The models come from `openai_models`, a JSON file
-// preloaded by nginx (server/openai_models.py writes it from the repository). Pure
-// functions are exported for tests/unit/test_openai_njs.py.
+// preloaded by nginx (server/openai_models.py writes it from the repository). The rerank
+// routes (rerank.js) are built on the helpers exported here. Pure functions are exported
+// for tests/unit/test_openai_njs.py and test_rerank_njs.py.
 
-// The text-embedding family's input tensor (core/families/text_embedding.py; a unit test
-// keeps the two in step), and how a front model's message names one of its rows:
-// core.messages.row_ref, "TEXT[3]" (the unit test feeds this the producer's real messages).
+// The families' input tensors (core/families; client/contract.py names them, and a unit
+// test keeps the two in step), and how a front model's message names one of its rows:
+// core.messages.row_ref, "TEXT[3]" (the unit tests feed this the producer's real messages).
 const TEXT_INPUT = "TEXT";
-const IMAGE_INPUT = "IMAGE";  // the image-classification family's (core/families)
-const ROW_REF = new RegExp("(?:" + TEXT_INPUT + "|" + IMAGE_INPUT + ")\\[(\\d+)\\]", "g");
+const IMAGE_INPUT = "IMAGE";  // the image-classification family's
+const QUERY_INPUT = "QUERY";  // the text-ranking family's: a pair's query ...
+const DOCUMENT_INPUT = "DOCUMENT";  // ... and its document
+const ROW_REF = new RegExp("(" + [TEXT_INPUT, IMAGE_INPUT, QUERY_INPUT, DOCUMENT_INPUT]
+                           .join("|") + ")\\[(\\d+)\\]", "g");
+// The model table's lists (server/openai_models.py), each one family's models: what the
+// 404 calls them, what a model of the list is, and the route that serves it.
+const FAMILIES = {
+    models: {served: "embedding", kind: "a text-embedding model",
+             route: "POST /v1/embeddings (or /v1/tokenize, /v1/similarity)"},
+    classifiers: {served: "image-classification", kind: "an image-classification model",
+                  route: "POST /v1/classify"},
+    rerankers: {served: "reranking", kind: "a reranker (cross-encoder)",
+                route: "POST /v1/rerank or /v2/rerank"},
+};
 const MAX_INPUTS = 2048;
 const MAX_USER_CHARS = 256;
 const PRIORITIES = {"1": 1, "high": 1, "2": 2, "standard": 2};
@@ -109,9 +123,23 @@ function textParameters(body, model) {
     return {parameters: parameters};
 }
 
-// The body as a JSON object, the model it names (from `models`, the table's rows of one
-// family; `what` says which in the 404) and the priority header, or {error: failure(...)}.
-function parseCommon(text, models, priorityHeader, what) {
+// The 404 of a name that is no model of the table's list `family`: an unknown name, or
+// another family's model with the route that serves it.
+function notServed(name, table, family) {
+    const known = (table[family] || []).map((m) => m.id).join(", ") || "none";
+    const served = "served " + FAMILIES[family].served + " models: " + known;
+    const other = Object.keys(FAMILIES).filter((key) => key !== family &&
+                                               modelTable(table[key] || [])[name]);
+    const message = other.length ?
+        "The model '" + name + "' is " + FAMILIES[other[0]].kind + ", not served by this " +
+        "route: use " + FAMILIES[other[0]].route + "; " + served :
+        "The model '" + name + "' does not exist; " + served;
+    return {error: failure(404, message, "model", "model_not_found")};
+}
+
+// The body as a JSON object, the model it names (from the table's list `family`: models,
+// classifiers or rerankers) and the priority header, or {error: failure(...)}.
+function parseCommon(text, table, family, priorityHeader) {
     let body;
     try {
         body = JSON.parse(text);
@@ -127,11 +155,9 @@ function parseCommon(text, models, priorityHeader, what) {
     if (typeof body.model !== "string") {
         return {error: failure(400, "model must be a string", "model")};
     }
-    const model = modelTable(models)[body.model];
+    const model = modelTable(table[family] || [])[body.model];
     if (model === undefined) {
-        const known = models.map((m) => m.id).join(", ") || "none";
-        return {error: failure(404, "The model '" + body.model + "' does not exist; served " +
-                                    what + " models: " + known, "model", "model_not_found")};
+        return notServed(body.model, table, family);
     }
     let priority = null;
     if (priorityHeader) {
@@ -181,7 +207,7 @@ function parseTexts(input, param, most) {
 // The checked request, {model, texts, format, priority, user, parameters}, or
 // {error: failure(...)}.
 function parseRequest(text, table, priorityHeader) {
-    const common = parseCommon(text, table.models, priorityHeader, "embedding");
+    const common = parseCommon(text, table, "models", priorityHeader);
     if (common.error) {
         return common;
     }
@@ -210,7 +236,7 @@ function parseRequest(text, table, priorityHeader) {
 // POST /v1/tokenize: {model, input, prompt_name?, chunk_overlap?} checked as the
 // embeddings route checks them; the front counts (`count_only`), no encoder runs.
 function parseTokenize(text, table, priorityHeader) {
-    const common = parseCommon(text, table.models, priorityHeader, "embedding");
+    const common = parseCommon(text, table, "models", priorityHeader);
     if (common.error) {
         return common;
     }
@@ -235,7 +261,7 @@ function parseTokenize(text, table, priorityHeader) {
 // prompt_name?, dimensions?, truncate?}: one request of the source and the sentences, so
 // at most the model's max_batch_size - 1 sentences.
 function parseSimilarity(text, table, priorityHeader) {
-    const common = parseCommon(text, table.models, priorityHeader, "embedding");
+    const common = parseCommon(text, table, "models", priorityHeader);
     if (common.error) {
         return common;
     }
@@ -266,8 +292,7 @@ const TEXT_ONLY = ["prompt_name", "dimensions", "truncate", "chunk_overlap", "en
 // POST /v1/classify: {model, input: base64 or data URL string(s), top_k?} for an image
 // model; the image front decodes and checks each image.
 function parseClassify(text, table, priorityHeader) {
-    const common = parseCommon(text, table.classifiers || [], priorityHeader,
-                               "image-classification");
+    const common = parseCommon(text, table, "classifiers", priorityHeader);
     if (common.error) {
         return common;
     }
@@ -334,15 +359,17 @@ async function inWaves(tasks, limit) {
     return results;
 }
 
-// The KServe v2 request of one chunk: the rows under `input` (TEXT by default), the
-// `outputs` as [name, binary] pairs (by default binary EMBEDDING and the JSON counts);
-// the priority and the request's parameters (truncate, chunk_overlap, ...).
-function kserveBody(texts, priority, parameters, input, outputs) {
+// The KServe v2 request of one chunk: `inputs` maps each BYTES input to its rows (one
+// string a row, every input as many rows), the `outputs` as [name, binary] pairs (by
+// default binary EMBEDDING and the JSON counts); the priority and the request's
+// parameters (truncate, chunk_overlap, ...).
+function kserveBody(inputs, priority, parameters, outputs) {
     const wanted = outputs || [["EMBEDDING", true]].concat(
         Object.keys(COUNTS).map((name) => [name, false]));
     const request = {
-        inputs: [{name: input || TEXT_INPUT, datatype: "BYTES", shape: [texts.length, 1],
-                  data: texts}],
+        inputs: Object.keys(inputs).map((name) => ({
+            name: name, datatype: "BYTES", shape: [inputs[name].length, 1],
+            data: inputs[name]})),
         outputs: wanted.map((o) => ({name: o[0], parameters: {binary_data: o[1]}})),
     };
     const given = Object.assign({}, parameters || {});
@@ -455,17 +482,23 @@ function decodeAnswer(buffer, headerLength, rows, dimensions, format) {
     return {embeddings: embeddings, counts: counts};
 }
 
-// Triton's error for one chunk, in OpenAI's shape; row indexes made the request's own
-// (`rowName(i)`, by default input[offset + i]).
-function upstreamFailure(status, text, offset, rowName, param) {
+// Triton's error for one chunk, in OpenAI's shape; each row it names made the request's
+// own: `rowName(offset + i, tensor)`, by default input[offset + i]. `param` is the field
+// of the first row named (the name before its [index]), else "input".
+function upstreamFailure(status, text, offset, rowName) {
     let message = text;
     try {
         message = JSON.parse(text).error || text;
     } catch (e) {
         // not JSON: keep the text
     }
-    const name = rowName || ((i) => "input[" + (offset + i) + "]");
-    message = message.replace(ROW_REF, (m, i) => name(Number(i)));
+    const name = rowName || ((i) => "input[" + i + "]");
+    let param = null;
+    message = message.replace(ROW_REF, (m, tensor, i) => {
+        const own = name(offset + Number(i), tensor);
+        param = param || own.replace(/\[\d+\]$/, "");
+        return own;
+    });
     if (status === 400) {
         return failure(400, message, param || "input");
     }
@@ -496,9 +529,14 @@ const ROUTES = {
     "/v1/classify": [parseClassify, serveClassify],
 };
 
-async function route(r) {
+function route(r) {
+    return dispatch(r, ROUTES);
+}
+
+// Serve `r` by `routes` (uri -> [parse, serve]); any failure answers in OpenAI's shape.
+async function dispatch(r, routes) {
     try {
-        const found = ROUTES[r.uri];
+        const found = routes[r.uri];
         if (r.method !== "POST") {
             r.headersOut["Allow"] = "POST";
             respond(r, {status: 405, body: errorBody("use POST for " + r.uri,
@@ -513,14 +551,16 @@ async function route(r) {
         }
         await found[1](r, request);
     } catch (e) {
-        r.error("openai.js: " + e.stack);
-        respond(r, failure(500, "internal error of the front door's OpenAI route: " + e.message));
+        r.error("openai.js: " + r.uri + ": " + e.stack);
+        respond(r, failure(500, "internal error of the front door's " + r.uri + " route: " +
+                                e.message));
     }
 }
 
 // Send `parts` of the request's rows to its front (priority 1 to the front's interactive
 // lane where it has one, core/families/lanes.py), each body made by `bodyOf(texts)`:
-// {replies} or {error: failure(...)} naming the request's own rows.
+// {replies} or {error: failure(...)} naming the request's own rows (`rowName`, as
+// upstreamFailure takes it).
 async function sendParts(r, request, parts, bodyOf, rowName) {
     const model = request.model;
     const target = request.priority === 1 && model.lane ? model.lane : model.front;
@@ -541,16 +581,21 @@ function binaryParts(reply, rows, dimensions, format) {
     return decodeAnswer(reply.responseBuffer, headerLength, rows, dimensions, format);
 }
 
+// The rows of one request to a text model's front: its request rows, fewer (chunk_rows)
+// when `truncate` (the request's, else the model's default) cuts texts into windows, so
+// a request stays under the front's windows limit.
+function partRows(model, truncate) {
+    const chunked = truncate === "chunk" ||
+        ((truncate === undefined) && model.chunks_by_default === true);
+    return chunked ? model.chunk_rows || 1 : model.request_rows;
+}
+
 async function serveEmbeddings(r, request) {
     r.variables.openai_user = request.user;
     const model = request.model;
-    const truncate = request.parameters.truncate;
-    const chunked = truncate === "chunk" ||
-        ((truncate === undefined) && model.chunks_by_default === true);
-    const parts = chunks(request.texts.length,
-                         chunked ? model.chunk_rows || 1 : model.request_rows);
+    const parts = chunks(request.texts.length, partRows(model, request.parameters.truncate));
     const sent = await sendParts(r, request, parts, (texts) => kserveBody(
-        texts, request.priority, request.parameters));
+        {[TEXT_INPUT]: texts}, request.priority, request.parameters));
     if (sent.error) {
         respond(r, sent.error);
         return;
@@ -574,26 +619,27 @@ async function serveEmbeddings(r, request) {
         usage: Object.assign(usage, {total_tokens: usage.prompt_tokens})})});
 }
 
-// Send the request's rows in chunks of its model's request rows, asking for `outputs` as
-// JSON, and return every row of the answers (`rowsOf(answer, offset)`) in order; null once
-// a failure has been answered.
-async function jsonRows(r, request, input, outputs, rowsOf) {
-    const parts = chunks(request.texts.length, request.model.request_rows);
+// Send the request's rows in `plan.parts` (by default chunks of its model's request
+// rows), each chunk's inputs made by `plan.inputsOf(texts)`, asking for `plan.outputs` as
+// JSON, and return every row of the answers (`plan.rowsOf(answer, offset)`) in order; null
+// once a failure (its rows named by `plan.rowName`) has been answered.
+async function jsonRows(r, request, plan) {
+    const parts = plan.parts || chunks(request.texts.length, request.model.request_rows);
     const sent = await sendParts(r, request, parts, (texts) => kserveBody(
-        texts, request.priority, request.parameters, input,
-        outputs.map((name) => [name, false])));
+        plan.inputsOf(texts), request.priority, request.parameters,
+        plan.outputs.map((name) => [name, false])), plan.rowName);
     if (sent.error) {
         respond(r, sent.error);
         return null;
     }
     return parts.reduce((data, part, p) => data.concat(
-        rowsOf(JSON.parse(sent.replies[p].responseText), part[0])), []);
+        plan.rowsOf(JSON.parse(sent.replies[p].responseText), part[0])), []);
 }
 
 async function serveTokenize(r, request) {
-    const data = await jsonRows(r, request, TEXT_INPUT, Object.keys(COUNTS),
-                                (answer, offset) => countRows(answer, offset,
-                                                              request.model.max_tokens));
+    const data = await jsonRows(r, request, {
+        inputsOf: (texts) => ({[TEXT_INPUT]: texts}), outputs: Object.keys(COUNTS),
+        rowsOf: (answer, offset) => countRows(answer, offset, request.model.max_tokens)});
     if (data === null) {
         return;
     }
@@ -611,7 +657,7 @@ function similarityRow(i) {
 async function serveSimilarity(r, request) {
     const n = request.texts.length;
     const sent = await sendParts(r, request, [[0, n]], (texts) => kserveBody(
-        texts, request.priority, request.parameters), similarityRow);
+        {[TEXT_INPUT]: texts}, request.priority, request.parameters), similarityRow);
     if (sent.error) {
         respond(r, sent.error);
         return;
@@ -627,7 +673,9 @@ async function serveSimilarity(r, request) {
 }
 
 async function serveClassify(r, request) {
-    const data = await jsonRows(r, request, IMAGE_INPUT, CLASS_OUTPUTS, classRows);
+    const data = await jsonRows(r, request, {
+        inputsOf: (texts) => ({[IMAGE_INPUT]: texts}), outputs: CLASS_OUTPUTS,
+        rowsOf: classRows});
     if (data === null) {
         return;
     }
@@ -640,9 +688,9 @@ function modelObject(model, created) {
     return {id: model.id, object: "model", created: created, owned_by: "tmr"};
 }
 
-// Every model the routes serve: the text models, then the image models.
+// Every model the routes serve: the text models, the image models, then the rerankers.
 function allModels(table) {
-    return table.models.concat(table.classifiers || []);
+    return table.models.concat(table.classifiers || [], table.rerankers || []);
 }
 
 function models(r) {
@@ -663,4 +711,7 @@ function models(r) {
 export default {route, models, parseRequest, parseTokenize, parseSimilarity, parseClassify,
                 textParameters, chunks, kserveBody, decodeAnswer, countRows, classRows,
                 cosines, policyOutcome, upstreamFailure, similarityRow, failure, errorBody,
-                TEXT_INPUT, IMAGE_INPUT, TRUNCATE_CHOICES};
+                TEXT_INPUT, IMAGE_INPUT, QUERY_INPUT, DOCUMENT_INPUT, TRUNCATE_CHOICES,
+                // what rerank.js builds on
+                dispatch, parseCommon, partRows, jsonRows, outputsOf, typeOf, respond,
+                allModels};

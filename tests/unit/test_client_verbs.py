@@ -20,6 +20,7 @@ from tmr_client.options import (
     CountKeywords,
     EmbedKeywords,
     InferKeywords,
+    RerankKeywords,
     SimilarityKeywords,
     verb_keywords,
 )
@@ -37,14 +38,20 @@ KEYWORDS = {
     "similarity": COMMON | {"prompt_name", "dimensions", "truncate"},
     "classify": COMMON | {"top_k", "model_version", "rollout_key", "on_progress"},
     "infer": COMMON | {"model_version", "parameters", "on_progress"},
+    "rerank": COMMON | {"model_version", "rollout_key", "truncate", "chunk_overlap",
+                        "raw_scores", "on_progress"},
+    "rerank_with_info": COMMON | {"model_version", "rollout_key", "truncate", "chunk_overlap",
+                                  "raw_scores", "on_progress"},
 }
 TYPED = {"embed": EmbedKeywords, "embed_with_info": EmbedKeywords,
          "count_tokens": CountKeywords, "similarity": SimilarityKeywords,
-         "classify": ClassifyKeywords, "infer": InferKeywords}
+         "classify": ClassifyKeywords, "infer": InferKeywords,
+         "rerank": RerankKeywords, "rerank_with_info": RerankKeywords}
 ROWS = {  # each verb's positional arguments
     "embed": (["a"],), "embed_with_info": (["a"],), "count_tokens": (["a"],),
     "similarity": ("a", ["b"]), "classify": ([b"\x89PNG"],),
     "infer": (np.array([[b"a"]], dtype=np.object_), "TEXT", ["EMBEDDING"]),
+    "rerank": ("q", ["a"]), "rerank_with_info": ("q", ["a"]),
 }
 
 
@@ -56,7 +63,7 @@ VALID = {  # a value each option accepts
     "model": "front", "priority": 1, "timeout_ms": 250, "timeout": 2.0, "model_version": 3,
     "rollout_key": "user-42", "truncate": "chunk", "chunk_overlap": 8, "prompt_name": "query",
     "dimensions": 256, "top_k": 3, "parameters": {"extra": "x"}, "on_progress": progress,
-    "count_only": True,
+    "count_only": True, "raw_scores": True,
 }
 CLIENTS = [Client, AsyncClient]
 
@@ -222,3 +229,30 @@ def test_a_subclass_overriding_a_verb_still_gets_the_clients_keyword_check():
             c.embed(["a"], priority=1)
         with pytest.raises(TypeError, match=r"^Client\.embed\(\) got an unexpected keyword "):
             c.embed(["a"], top_k=1)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(("args", "keywords", "error", "message"), [
+    (("q", ["a"]), {"model": "r", "top_n": 0}, InvalidInputError,
+     "top_n must be an integer >= 1 or None, got 0"),
+    (("", ["a"]), {"model": "r"}, InvalidInputError, "query is empty"),
+    (("q", ["a", 3]), {"model": "r"}, InvalidInputError, r"documents\[1\] is int"),
+    (("q", []), {"model": "r"}, InvalidInputError, "documents is empty"),
+    (("q", ["a"]), {}, TypeError, "rerank needs model=, a text_ranking front"),
+    (("q", ["a"]), {"model": ""}, TypeError, "rerank needs model="),
+    (("q", ["a"]), {"options": CallOptions(priority=1)}, TypeError, "rerank needs model="),
+])
+def test_rerank_refuses_bad_arguments_before_anything_is_sent(client, args, keywords, error,
+                                                              message):
+    err = raised(client, "rerank", *args, **keywords)
+    assert type(err) is error
+    assert re.match(message, str(err))
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_rerank_takes_its_model_from_options_and_top_n_beside_them(client):
+    sent = raised(client, "rerank_with_info", "q", ["a", "b"], top_n=1,
+                  options=CallOptions(model="r", raw_scores=True))
+    assert isinstance(sent, Sent)
+    assert (sent.call.model, sent.call.input_names) == ("r", ("QUERY", "DOCUMENT"))
+    assert sent.call.rows.tolist() == [[b"q", b"a"], [b"q", b"b"]]

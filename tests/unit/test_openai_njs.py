@@ -1,5 +1,6 @@
 """server/nginx/openai.js's pure functions, run by the real njs (the `njs` CLI, the same
-0.7.9 engine as nginx's module): request checks, chunks, the KServe body, answers, errors."""
+0.7.9 engine as nginx's module): request checks, chunks, the KServe body, answers, errors.
+The rerank routes (rerank.js) are tested in test_rerank_njs.py with the same runner."""
 
 from __future__ import annotations
 
@@ -33,17 +34,28 @@ TABLE = {"created": 1,
                      "request_rows": 2, "in_flight": 1, "max_batch": 3}],
          "classifiers": [{"id": "lite", "names": ["lite", "efficientnet"], "front": "lite",
                           "lane": "lite_interactive", "request_rows": 4, "in_flight": 1,
-                          "max_batch": 16}]}
+                          "max_batch": 16}],
+         "rerankers": [{"id": "marco", "names": ["marco", "rank", "cross-encoder/marco"],
+                        "front": "rank", "lane": "rank_interactive", "max_batch": 32,
+                        "request_rows": 3, "in_flight": 2, "max_tokens": 512,
+                        "chunk_rows": 1, "chunks_by_default": False}]}
+
+
+NJS_LINE = 512  # the njs CLI cuts a console.log line at 2048 bytes (<= 4 bytes a char)
 
 
 def njs(expression: str) -> Any:
-    """The JSON value of a JS expression over `openai` (the module) and `table`."""
-    script = (f"import openai from 'openai.js';\nvar table = {json.dumps(TABLE)};\n"
-              f"console.log(JSON.stringify({expression}));\n")
+    """The JSON value of a JS expression over the modules `openai` and `rerank`, and
+    `table`."""
+    script = (f"import openai from 'openai.js';\nimport rerank from 'rerank.js';\n"
+              f"var table = {json.dumps(TABLE)};\n"
+              f"var out = JSON.stringify({expression});\n"
+              f"for (var i = 0; i < out.length; i += {NJS_LINE}) "
+              f"{{ console.log(out.slice(i, i + {NJS_LINE})); }}\n")
     done = subprocess.run(["njs", "-p", str(NGINX_DIR), "-"], input=script, text=True,
                           capture_output=True, timeout=30)
     assert done.returncode == 0, done.stderr + done.stdout
-    return json.loads(done.stdout)
+    return json.loads("".join(done.stdout.splitlines()))
 
 
 def parse(body: Any, priority: str | None = None) -> dict:
@@ -115,15 +127,16 @@ COUNT_OUTPUTS = ["TOKENS", "TRUNCATED_TOKENS", "WINDOWS"]
 
 
 def test_the_kserve_body_asks_for_binary_embeddings_and_json_counts():
-    body = json.loads(njs('openai.kserveBody(["a", "b"], 1)'))
+    body = json.loads(njs('openai.kserveBody({TEXT: ["a", "b"]}, 1)'))
     assert body["inputs"] == [{"name": "TEXT", "datatype": "BYTES", "shape": [2, 1],
                                "data": ["a", "b"]}]
     assert body["outputs"] == [{"name": "EMBEDDING", "parameters": {"binary_data": True}},
                                *({"name": n, "parameters": {"binary_data": False}}
                                  for n in COUNT_OUTPUTS)]
     assert body["parameters"] == {"priority": 1}
-    assert "parameters" not in json.loads(njs('openai.kserveBody(["a"], null)'))
-    both = json.loads(njs('openai.kserveBody(["a"], 2, {truncate: "chunk", chunk_overlap: 8})'))
+    assert "parameters" not in json.loads(njs('openai.kserveBody({TEXT: ["a"]}, null)'))
+    both = json.loads(njs('openai.kserveBody({TEXT: ["a"]}, 2, '
+                          '{truncate: "chunk", chunk_overlap: 8})'))
     assert both["parameters"] == {"truncate": "chunk", "chunk_overlap": 8, "priority": 2}
 
 
@@ -231,7 +244,6 @@ PRODUCED = [  # (the front model's real message, the row it names)
 
 def test_the_route_sends_the_familys_input_tensor():
     assert njs("openai.TEXT_INPUT") == TEXT
-    assert json.loads(njs("openai.kserveBody(['a'], null)"))["inputs"][0]["name"] == TEXT
 
 
 @pytest.mark.parametrize(("make", "row"), PRODUCED,
@@ -334,8 +346,9 @@ def test_similarity_sends_the_source_first_and_names_rows_by_their_own_names():
     assert got["texts"] == ["s", "a", "b"] and got["parameters"] == {"prompt_name": "query"}
     text = json.dumps({"error": "TEXT[0] is empty; TEXT[2] too"})
     result = njs(f"openai.upstreamFailure(400, {json.dumps(text)}, 0, openai.similarityRow)")
-    assert json.loads(result["body"])["error"]["message"] == (
-        "inputs.source_sentence is empty; inputs.sentences[1] too")
+    error = json.loads(result["body"])["error"]
+    assert error["message"] == "inputs.source_sentence is empty; inputs.sentences[1] too"
+    assert error["param"] == "inputs.source_sentence"  # the first row it names
 
 
 def test_classify_takes_an_image_models_name_or_alias_and_top_k():
@@ -343,7 +356,7 @@ def test_classify_takes_an_image_models_name_or_alias_and_top_k():
                                    "top_k": 3}, "high")
     assert got["model"]["front"] == "lite" and got["priority"] == 1
     assert got["parameters"] == {"top_k": 3} and got["texts"] == ["data:image/png;base64,AA"]
-    body = json.loads(njs("openai.kserveBody(['x'], 1, {top_k: 3}, openai.IMAGE_INPUT, "
+    body = json.loads(njs("openai.kserveBody({[openai.IMAGE_INPUT]: ['x']}, 1, {top_k: 3}, "
                           "[['LABELS', false]])"))
     assert body["inputs"][0]["name"] == "IMAGE" and body["outputs"] == [
         {"name": "LABELS", "parameters": {"binary_data": False}}]
@@ -388,3 +401,38 @@ def test_cosines_are_of_each_row_with_the_first():
     got = np.array(njs(f"openai.cosines({json.dumps(rows.tolist())})"))
     want = rows[1:] @ rows[0] / (np.linalg.norm(rows[1:], axis=1) * np.linalg.norm(rows[0]))
     assert np.allclose(got, want, atol=1e-9)
+
+
+RERANKER_HINT = "is a reranker (cross-encoder), not served by this route: use POST /v1/rerank"
+
+
+@pytest.mark.parametrize(("route", "body"), [
+    ("parseRequest", {"model": "marco", "input": "x"}),
+    ("parseTokenize", {"model": "rank", "input": "x"}),
+    ("parseSimilarity", {"model": "cross-encoder/marco",
+                         "inputs": {"source_sentence": "a", "sentences": ["b"]}}),
+    ("parseClassify", {"model": "marco", "input": "x"}),
+])
+def test_a_rerankers_name_on_another_route_is_a_404_pointing_to_rerank(route, body):
+    status, error = error_of(parsed(route, body))
+    assert (status, error["param"], error["code"]) == (404, "model", "model_not_found")
+    assert f"The model '{body['model']}' {RERANKER_HINT}" in error["message"]
+
+
+def test_a_text_models_name_on_classify_names_its_route_and_the_image_models():
+    status, error = error_of(parsed("parseClassify", {"model": "alias/x", "input": "x"}))
+    assert status == 404
+    assert error["message"] == (
+        "The model 'alias/x' is a text-embedding model, not served by this route: use "
+        "POST /v1/embeddings (or /v1/tokenize, /v1/similarity); served image-classification "
+        "models: lite")
+
+
+def test_models_lists_the_text_image_and_ranking_models():
+    assert [m["id"] for m in njs("openai.allModels(table)")] == ["minilm", "e5", "lite", "marco"]
+    assert [m["id"] for m in njs("openai.allModels({models: [], classifiers: []})")] == []
+
+
+@pytest.mark.parametrize(("truncate", "rows"), [(None, 3), ("truncate", 3), ("chunk", 1)])
+def test_a_chunked_request_goes_in_the_models_chunk_rows(truncate, rows):
+    assert njs(f"openai.partRows(table.rerankers[0], {json.dumps(truncate)} || undefined)") == rows
