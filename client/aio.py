@@ -225,6 +225,8 @@ class AsyncClient(ClientBase):
         finally:  # past the deadline, or the caller cancelled: the RPC runs to its end
             if not sent.done():
                 self._abandon(sent)
+            elif not sent.cancelled():
+                sent.exception()  # retrieved, though a cancelled caller never reads it
         if not done:
             raise call.deadline_error() from TimeoutError(f"no answer in {call.options.timeout} s")
         return sent.result()

@@ -3,7 +3,7 @@ its scores on every route against eager sentence-transformers `CrossEncoder.pred
 the same folder, the long-document policies, and bad input at the KServe route and the
 front door (Cohere's `/v1/rerank` and `/v2/rerank`, called with Cohere's own SDK).
 
-The folder is built from real weights (tests/cross_encoder.py): no cross-encoder can be
+The folder is built from real weights (export/seeded_cross_encoder.py): no cross-encoder can be
 installed offline here, and its scores mean nothing, so equality with eager PyTorch is
 what is shown. The server is this module's own: the reranker and the shipped embedding
 model (for the routes' wrong-family answers), nothing else loaded.
@@ -26,12 +26,12 @@ from tmr_client import AsyncClient, Client, InvalidInputError
 from core.families.catalog import find
 from core.startup import startup_models
 from core.variant import REVIEWED
+from export.seeded_cross_encoder import MAX_LENGTH, seeded_cross_encoder
 from runtime.pairs import PairEncoder, fit_pair, pair_feeds
 from runtime.tokenization import TextLimits, TextOptions
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
-from tests.conftest import start_server, stop_cleanly
-from tests.cross_encoder import MAX_LENGTH, cross_encoder_folder
+from tests.conftest import MINILM_SOURCE, start_server, stop_cleanly
 from tests.integration.helpers import assert_serving, http_post, repository_of, tmr
 from tests.integration.test_front_door import open_front_door
 from tests.integration.test_fuzz import FUZZ
@@ -65,7 +65,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     from sentence_transformers import CrossEncoder
 
     root = tmp_path_factory.mktemp("rerank")
-    folder = cross_encoder_folder(root / "cross-encoder")
+    folder = seeded_cross_encoder(MINILM_SOURCE, root / "cross-encoder")
     repo = repository_of(root, EMBEDDER, f"{EMBEDDER}_interactive",
                          *(f"minilm_{f}" for f in ("onnx", "torchscript", "int8", "openvino")))
     added = tmr("add", NAME, "--family", "text_ranking", "--from", str(folder),
