@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from export.errors import ExportCheckError
-from export.sources import SourceError
-from export.text_source import WEIGHT_FILES, read_json
+from export.text_source import read_json, weights_of
 
 # sentence-transformers' activation paths (torch's own modules) -> the front's setting
 ACTIVATIONS = {"torch.nn.modules.activation.Sigmoid": "sigmoid",
@@ -60,14 +59,7 @@ def optional_json(path: Path) -> dict[str, Any]:
 def read_rank_facts(folder: Path) -> RankFacts:
     """The facts of a cross-encoder folder; SourceError or ExportCheckError names what is
     missing or what this family does not serve."""
-    weights = next((folder / f for f in WEIGHT_FILES if (folder / f).is_file()), None)
-    for required, present in (("config.json", (folder / "config.json").is_file()),
-                              ("tokenizer.json", (folder / "tokenizer.json").is_file()),
-                              (" or ".join(WEIGHT_FILES), weights is not None)):
-        if not present:
-            raise SourceError(f"{folder}: no {required}; a cross-encoder folder holds "
-                              "config.json, tokenizer.json and its weights")
-    assert weights is not None
+    weights = weights_of(folder, "a cross-encoder folder")
     config = read_json(folder / "config.json")
     architecture = (config.get("architectures") or [config.get("model_type", "?")])[0]
     if not str(architecture).endswith("ForSequenceClassification"):

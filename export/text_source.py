@@ -69,16 +69,24 @@ def read_json(path: Path) -> dict[str, Any]:
         raise ExportCheckError(f"reading {path.name}", str(err), "a readable JSON file") from None
 
 
-def read_facts(folder: Path) -> ModelFacts:
-    """The model facts of a sentence-transformers folder; ExportCheckError names what is
-    missing or unusable."""
+def weights_of(folder: Path, kind: str) -> Path:
+    """The weights file of a Hugging Face model folder; SourceError naming what a folder of
+    `kind` holds when its config, tokenizer or weights are missing."""
     weights = next((folder / f for f in WEIGHT_FILES if (folder / f).is_file()), None)
     for required, present in (("config.json", (folder / "config.json").is_file()),
                               ("tokenizer.json", (folder / "tokenizer.json").is_file()),
                               (" or ".join(WEIGHT_FILES), weights is not None)):
         if not present:
-            raise SourceError(f"{folder}: no {required}; a sentence-transformers model "
-                              "folder holds config.json, tokenizer.json and its weights")
+            raise SourceError(f"{folder}: no {required}; {kind} holds config.json, "
+                              "tokenizer.json and its weights")
+    assert weights is not None
+    return weights
+
+
+def read_facts(folder: Path) -> ModelFacts:
+    """The model facts of a sentence-transformers folder; ExportCheckError names what is
+    missing or unusable."""
+    weights = weights_of(folder, "a sentence-transformers model folder")
     config = read_json(folder / "config.json")
     pooling_file = next(iter(sorted(folder.glob("*Pooling/config.json"))), None)
     pooling = read_json(pooling_file) if pooling_file else {"pooling_mode_mean_tokens": True}

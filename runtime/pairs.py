@@ -18,7 +18,6 @@ tokens included) meets the request's policy, else the model's:
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from runtime.tokenization import (
     Specials,
     TextLimits,
     TextOptions,
-    padding_id,
+    bare_tokenizer,
     window_spans,
 )
 
@@ -159,12 +158,7 @@ class PairEncoder:
     tokenized alone, each distinct query once."""
 
     def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer
-
-        self.tokenizer = Tokenizer.from_file(str(path))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
-        self.pad_id = padding_id(json.loads(path.read_text(encoding="utf-8")))
+        self.tokenizer, self.pad_id = bare_tokenizer(path)
         self.frame = frame_of(self.tokenizer)
 
     @property

@@ -378,16 +378,22 @@ def padding_id(tokenizer_json: Mapping[str, Any]) -> int:
     return 0
 
 
+def bare_tokenizer(path: Path) -> tuple[Any, int]:
+    """The `tokenizers.Tokenizer` of a tokenizer.json with its padding and truncation off
+    (the limits are ours), and its pad id."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer, padding_id(json.loads(path.read_text(encoding="utf-8")))
+
+
 class TextEncoder:
     """A `tokenizers.Tokenizer` with padding and truncation off; limits are ours."""
 
     def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer
-
-        self.tokenizer = Tokenizer.from_file(str(path))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
-        self.pad_id = padding_id(json.loads(path.read_text(encoding="utf-8")))
+        self.tokenizer, self.pad_id = bare_tokenizer(path)
         self.specials = specials_of(self.tokenizer)
         self.prompts: dict[str, list[int]] = {}  # a model's few prompts, tokenized once
 
