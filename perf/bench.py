@@ -34,7 +34,7 @@ from core.families import TEXT_EMBEDDING
 from core.paths import DEFAULT_REPOSITORY, P99_OBJECTIVE_MS, PROJECT_ROOT
 from core.settings import TextFrontSettings
 from core.versions import artifact_file
-from perf import openai_route
+from perf import openai_route, rerank
 from perf.memory import MemoryRun
 from perf.memory import measure as measure_memory
 from perf.peers.run import run_peers
@@ -110,6 +110,7 @@ class BenchRun:
     openai_route: dict[str, Any]  # perf.openai_route.run's result
     memory: MemoryRun
     seconds: float
+    rerank: dict[str, Any] | None = None  # perf.rerank.run's result (a run before it: None)
 
 
 def _worker(onnx_path: str, front: str, batch: int, seconds: float, queue: mp.Queue) -> None:
@@ -223,7 +224,7 @@ def run(out: Path) -> BenchRun:
     """Every stage, in order."""
     model = text_model()
     primary = model.encoder(model.primary)
-    began, total, stamp = time.monotonic(), 6, current_stamp()
+    began, total, stamp = time.monotonic(), 7, current_stamp()
     stage(1, total, "in-process onnxruntime, batch 1..32", began)
     in_process = in_process_rates(artifact_file(DEFAULT_REPOSITORY / primary), model.front)
     stage(2, total, "the peers: embed, infinity-emb, the seeds' batcher, naive FastAPI, "
@@ -238,8 +239,11 @@ def run(out: Path) -> BenchRun:
     route = openai_route.run([1, 16], 8, 3, out / "openai_route")
     stage(6, total, "memory: the repository as `tmr serve` starts it, then a mixed load", began)
     memory = measure_memory(out / "memory", 60.0)
+    stage(7, total, "a reranker: 32 documents a query, against eager CrossEncoder", began)
+    ranked = rerank.run(out / "rerank")
     return BenchRun(stamp, in_process, {s.name: s.best for s in peers.servers},
-                    peers.report(), served, unbatched, route, memory, time.monotonic() - began)
+                    peers.report(), served, unbatched, route, memory, time.monotonic() - began,
+                    ranked)
 
 
 def report(r: BenchRun) -> str:
@@ -306,6 +310,7 @@ def report(r: BenchRun) -> str:
         "## Memory", "", "The whole repository as `tmr serve` starts it (every front, lane "
         "and the encoders they call over BLS), RSS and PSS per model from /proc; the peers' "
         "own are in their table above.", "", r.memory.markdown(), "",
+        "## Rerank", "", *(rerank.rows(r.rerank) if r.rerank else ["(not measured)"]), "",
         "![ladder](benchmarks_ladder.png)", "", "![sweep](benchmarks_sweep.png)", "",
         "## Where the CPU goes (perf/profile.py)", "", profile_report(lad.profile, 16)]
     return "\n".join(rows) + "\n"
