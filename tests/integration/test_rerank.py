@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,13 @@ from runtime.tokenization import TextLimits, TextOptions
 from server.front_door import FrontDoor
 from server.launcher import TritonServer
 from tests.conftest import MINILM_SOURCE, start_server, stop_cleanly
-from tests.integration.helpers import assert_serving, http_post, repository_of, tmr
+from tests.integration.helpers import (
+    add_version,
+    assert_serving,
+    http_post,
+    repository_of,
+    tmr,
+)
 from tests.integration.test_front_door import open_front_door
 from tests.integration.test_fuzz import FUZZ
 
@@ -319,3 +326,32 @@ def test_the_reranker_still_serves_after_the_fuzzing(served: Served) -> None:
     with Client(served.server.http_url) as client:
         assert len(client.rerank(QUERY, DOCUMENTS, model=NAME)) == len(DOCUMENTS)
     assert_serving(served.server.http_url)
+
+
+@pytest.mark.timeout(600)
+def test_a_new_version_is_gated_promoted_and_rolled_back_as_the_other_families(
+        served: Served) -> None:
+    """`tmr promote` (the rank gate) then `tmr rollback` on the reranker's primary, the
+    served version named in SERVED_BY each time; this test runs last, so the routes above
+    saw version 1."""
+    encoder = served.repository / f"{NAME}_onnx"
+    add_version(encoder, 2, encoder / "1" / "model.onnx")
+    url = f"http://{served.server.http_url}"
+    promoted = tmr("promote", NAME, "2", "--url", url, "--repository", str(served.repository))
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    assert "rank_correlation" in promoted.stdout + promoted.stderr
+
+    def served_version() -> str:
+        with Client(served.server.http_url) as client:
+            return client.rerank_with_info(QUERY, DOCUMENTS[:2], model=NAME).served_by[0]
+
+    deadline = time.monotonic() + 30
+    while not served_version().startswith(f"{NAME}_onnx:2:") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert served_version().startswith(f"{NAME}_onnx:2:fp32:L0")
+    back = tmr("rollback", NAME, "--url", url, "--repository", str(served.repository))
+    assert back.returncode == 0, back.stdout + back.stderr
+    deadline = time.monotonic() + 30
+    while not served_version().startswith(f"{NAME}_onnx:1:") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert served_version().startswith(f"{NAME}_onnx:1:fp32:L0")
