@@ -59,6 +59,8 @@ CASES: dict[str, tuple[list[str] | None, list[str]]] = {
               ["embed", "a text", "--model", "nosuch", "--url", "{url}"]),
     "tokens": (["tokens", "a text", "--url", "{url}"],
                ["tokens", "a text", "--model", "nosuch", "--url", "{url}"]),
+    "rerank": (["rerank", "a query", "a document", "--model", "reranker", "--url", "{url}"],
+               ["rerank", "a query", "a document", "--model", "nosuch", "--url", "{url}"]),
     "classify": (["classify", str(PROJECT_ROOT / "model_repository/efficientnet_lite0/warmup"
                                   "/IMAGE"), "--url", "{url}"],
                  ["classify", "/nonexistent/nosuch.jpg", "--url", "{url}"]),
@@ -142,7 +144,8 @@ def test_a_stopped_server_is_one_line_naming_it(command: str, stopped_url: str,
 def test_an_unknown_name_is_one_line_naming_it(command: str, stopped_url: str,
                                                repo: Path) -> None:
     argv = filled(CASES[command][1], stopped_url, repo)
-    named = "nosuch" if command not in {"health", "embed", "tokens", "perf sweep"} else \
+    named = "nosuch" if command not in {"health", "embed", "tokens", "rerank",
+                                        "perf sweep"} else \
         stopped_url.removeprefix("http://")  # the server would name it; it is down
     check(argv, command, named)
 

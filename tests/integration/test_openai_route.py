@@ -361,14 +361,17 @@ def test_llamaindex_openai_like_embedding(door, triton):
 # -- docs/openai.md's snippets, as written -----------------------------------------------------
 
 
-def readme_snippets() -> list[tuple[str, str]]:
-    """(language, code) of every fenced block of docs/openai.md."""
+def readme_snippets(rerank: bool = False) -> list[tuple[str, str]]:
+    """(language, code) of the fenced blocks of docs/openai.md: the embedding routes', or
+    with `rerank` the rerank route's (Cohere's SDK: tests/integration/test_rerank.py runs
+    them against a server with a reranker)."""
     import re
 
     from core.paths import PROJECT_ROOT
 
     text = (PROJECT_ROOT / "docs" / "openai.md").read_text(encoding="utf-8")
-    return re.findall(r"```(bash|python)\n(.*?)```", text, re.S)
+    return [(lang, code) for lang, code in re.findall(r"```(bash|python)\n(.*?)```", text, re.S)
+            if ("import cohere" in code) == rerank]
 
 
 def test_the_openai_doc_snippets_run_as_written(door):

@@ -355,3 +355,23 @@ def test_a_new_version_is_gated_promoted_and_rolled_back_as_the_other_families(
     while not served_version().startswith(f"{NAME}_onnx:1:") and time.monotonic() < deadline:
         time.sleep(0.5)
     assert served_version().startswith(f"{NAME}_onnx:1:fp32:L0")
+
+
+@pytest.mark.timeout(600)
+def test_the_rerank_doc_snippets_run_as_written(served: Served) -> None:
+    """docs/openai.md's Cohere examples, the reranker's name for RERANKER."""
+    import subprocess
+    import sys
+
+    from tests.integration.test_openai_route import readme_snippets
+
+    snippets = readme_snippets(rerank=True)
+    assert [lang for lang, _ in snippets] == ["python"]
+    for _, code in snippets:
+        code = code.replace("localhost:8080", served.door.http_url).replace(
+            "tmr-dev-key", served.door.api_keys["alice"]).replace("RERANKER", NAME)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        index, score, text = done.stdout.split(maxsplit=2)
+        assert index in ("0", "1") and 0 <= float(score) <= 1 and text.strip() == "a kitten"
