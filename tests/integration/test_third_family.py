@@ -42,11 +42,11 @@ REGISTRATIONS = (
      "from core.families.tabular_classification import TABULAR_CLASSIFICATION\n"
      "from core.families.text_embedding import TEXT_EMBEDDING\n"),
     ("core/families/__init__.py",
-     "(TEXT_EMBEDDING, IMAGE_CLASSIFICATION)",
-     "(TEXT_EMBEDDING, IMAGE_CLASSIFICATION, TABULAR_CLASSIFICATION)"),
+     "TEXT_RANKING)}",
+     "TEXT_RANKING, TABULAR_CLASSIFICATION)}"),
     ("export/recipe.py",
-     '"image_classification": "export.image_classification"}',
-     '"image_classification": "export.image_classification",\n'
+     '"text_ranking": "export.text_ranking"}',
+     '"text_ranking": "export.text_ranking",\n'
      f'                  "{FAMILY}": "export.{FAMILY}"}}'),
 )
 
