@@ -2,11 +2,9 @@
 
     python -m perf.image_inputs [--repository DIR]
 
-Writes the family's `perf_inputs` file, perf/inputs/images.json (scikit-image's photos as
-clients send them, JPEG q90 at their own sizes, and the coffee photo at 1920x1280), and
-`<MODEL>.json` for each image model whose `source/source.py` defines `perf_images(count)`,
-which the sweep takes over its family's. One image a request (shape [1]), base64 text, so
-one file serves HTTP and gRPC; small enough to commit (< 1 MB).
+Writes the family's perf/inputs/images.json (scikit-image's photos, JPEG q90, and the coffee
+photo at 1920x1280) and `<MODEL>.json` for each image model whose `source/source.py` defines
+`perf_images(count)`. One image a request, so one file serves HTTP and gRPC (< 1 MB).
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def locust(out: Path, host: str, users: Sequence[str], *, seconds: float | None 
     extra = {"TMR_FAILURES_FILE": f"{prefix}_failures.json", **FAMILY_INPUTS}
     if stages:
         extra["TMR_STAGES"] = json.dumps([list(s) for s in stages])
-    if not stages:
+    else:
         argv += ["--users", str(count), "--spawn-rate", str(count),
                  "--run-time", f"{math.ceil(seconds or 0)}s"]
     budget = (sum(s[0] for s in stages) if stages else seconds or 0) + 120
@@ -156,7 +156,6 @@ def closed_loop_point(out: Path, host: str, concurrency: int, seconds: float,
 
 def capacity_rps(out: Path, host: str, model: str, seconds: float = 5.0,
                  in_flight: int = 16) -> float:
-    """Served requests a second with `in_flight` closed-loop users (the model's default
-    priority)."""
+    """Served requests/s with `in_flight` closed-loop users at the model's default priority."""
     return closed_loop_point(out, host, in_flight, seconds, {"TMR_MODEL": model},
                              name="capacity").rps

@@ -1,15 +1,9 @@
 """Every HTTP and gRPC load of perf/ as Locust users and one load shape, in Locust's own venv
 (`make locust`); perf/locust_run.py starts it and reads its JSON stats. Every text is new (a
-perf input with a unique suffix), so no cache answers. Users:
-
-- `ClosedLoop`: one text a request, back to back, no priority (the peers' ladder);
-  `HighClosed` / `LowClosed` at priority 1 / 2, TMR_HIGH_USERS / TMR_LOW_USERS of each.
-- `SingleText` (priority 1, TMR_SINGLE_RPS a second a user, to TMR_P1_HOST / TMR_P1_PATH
-  where set, or by the SDK to TMR_SDK_HOST) and `Bulk` (priority 2, TMR_BULK_ROWS texts of
-  TMR_BULK_WORDS words a request, back to back): the mix, TMR_SINGLE_/TMR_BULK_USERS.
-- `ImageLoop`: one image a request to TMR_IMAGE_MODELS, back to back (perf/memory.py).
-- `OpenLoop` / `GrpcOpenLoop`: TMR_USER_RPS arrivals a second a user whatever the server
-  does, TMR_HIGH_SHARE at priority 1, over KServe HTTP or gRPC (TMR_GRPC_HOST).
+perf input with a unique suffix), so no cache answers. Users, each class with its TMR_*
+settings: `ClosedLoop` (the peers' ladder), `HighClosed` / `LowClosed` (priority 1 / 2),
+`SingleText` and `Bulk` (the priority mix), `ImageLoop` (perf/memory.py), and `OpenLoop` /
+`GrpcOpenLoop`: arrivals whatever the server does, TMR_HIGH_SHARE at priority 1.
 
 `TMR_STAGES` (`[[seconds, requests_per_s, "phase"], ...]`) turns on the `Stages` shape;
 `TMR_WINDOW_S` names requests by their window (`w0003`) for the soak. Names end in the
@@ -216,8 +210,9 @@ class LowClosed(Steady):
 
 
 class SingleText(Steady):
-    """Priority 1, one text a request, TMR_SINGLE_RPS a second per user, Poisson: users
-    paced in step would send bursts of one a user at once, measured as a batch's time."""
+    """Priority 1, one text a request, TMR_SINGLE_RPS a second per user, TMR_SINGLE_USERS of
+    them, to TMR_P1_HOST / TMR_P1_PATH where set. Poisson: users paced in step would send
+    bursts of one a user at once, measured as a batch's time."""
 
     weight, priority = 3, 1
     fixed_count = int(ENV.get("TMR_SINGLE_USERS", "0"))
@@ -240,7 +235,8 @@ class SingleText(Steady):
 
 
 class Bulk(Steady):
-    """Priority 2, TMR_BULK_ROWS texts a request, back to back."""
+    """Priority 2, TMR_BULK_ROWS texts of TMR_BULK_WORDS words a request, back to back,
+    TMR_BULK_USERS of them."""
 
     weight, priority, rows = 1, 2, BULK_ROWS
     fixed_count = int(ENV.get("TMR_BULK_USERS", "0"))
@@ -258,7 +254,7 @@ def arrive(user: User) -> None:
 
 
 class OpenLoop(Embedder):
-    """TMR_USER_RPS arrivals a second over HTTP, whatever the server does."""
+    """TMR_USER_RPS arrivals a second a user over HTTP, whatever the server does."""
 
     @task
     def embed(self) -> None:

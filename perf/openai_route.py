@@ -3,10 +3,9 @@ front door, on the same server, in the same run.
 
     python -m perf.openai_route [--concurrency 1 16] [--seconds 10] [--rounds 3]
 
-Per concurrency, Locust's closed loop (a new text a request, answers checked) drives
-`/v2/models/<front>/infer` and `/v1/embeddings` in alternation, `--rounds` times; each
-figure is the median of its rounds, the ratios OpenAI / KServe (target at c16: throughput
->= 0.9x, p99 <= 1.1x). Results: perf/results/openai_route-<timestamp>/.
+Per concurrency, Locust's closed loop drives both routes in alternation, `--rounds` times;
+medians per route, the ratios OpenAI / KServe and the target (`TARGET`). Results:
+perf/results/openai_route-<timestamp>/.
 """
 
 from __future__ import annotations
@@ -24,8 +23,10 @@ from core.paths import DEFAULT_REPOSITORY
 from core.ports import free_ports
 from perf.locust_run import closed_loop_point
 from perf.subjects import text_model
+from server.front_door import FrontDoor
 from server.goodput import LoadPoint
 from server.served_copy import free_port_server
+from server.settings import FrontDoorSettings
 from server.stamp import run_dir, write_report
 
 console = Console(stderr=True)
@@ -43,8 +44,7 @@ def figures(route: str, points: Sequence[LoadPoint]) -> dict:
 
 def compare(out: Path, host: str, routes: dict[str, dict[str, str]], levels: Sequence[int],
             seconds: int, rounds: int) -> list[dict]:
-    """Per level, every route (its perf/locustfile.py settings) `rounds` times in
-    alternation; medians per route."""
+    """Per level, each route (perf/locustfile.py settings) `rounds` times in turn; medians."""
     rows = []
     for level in levels:
         points: dict[str, list[LoadPoint]] = {name: [] for name in routes}
@@ -93,9 +93,6 @@ def run(levels: Sequence[int], seconds: int, rounds: int, out: Path,
         repository: Path = DEFAULT_REPOSITORY) -> dict:
     """Start Triton and the front door, measure, stop; the result as a dict (the server's
     log in `out`, Locust's reports in `out/locust`)."""
-    from server.front_door import FrontDoor
-    from server.settings import FrontDoorSettings
-
     model, key = text_model(repository), "bench-" + "k" * 16
     out.mkdir(parents=True, exist_ok=True)
     routes = {KSERVE: {"TMR_ENDPOINT": "kserve", "TMR_MODEL": model.front,

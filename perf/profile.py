@@ -2,13 +2,11 @@
 
     .venv/bin/python -m perf.profile [--concurrency 16] [--seconds 8]
 
-CPU-bound, throughput is cores / CPU seconds per request. Under a perf_analyzer load, this
-reads the CPU time (/proc) of tritonserver and of every stub, by model, per request served
-(`nv_inference_request_success`), while py-spy samples the front's stubs (the project
-functions with the largest inclusive share). Before the load, at concurrency 1, Triton's
-own statistics per request per model (queue, compute input, infer, output) show where one
-request's time goes. It measures what `tmr serve` serves here (`TMR_CONFIG_NAME= `: the
-reviewed configs). Output: `perf/results/profile-<timestamp>/profile.md` and py-spy's stacks.
+CPU-bound, throughput is cores / CPU seconds per request. Under a perf_analyzer load: the CPU
+time (/proc) of tritonserver and of each model's stubs per request served, and py-spy samples
+of the front's stubs (project functions by inclusive share); before it, at concurrency 1,
+Triton's own statistics per request per model. What `tmr serve` serves here; output:
+`perf/results/profile-<timestamp>/profile.md` and py-spy's stacks.
 """
 
 from __future__ import annotations
@@ -42,11 +40,7 @@ INPUTS = goodput.INPUTS / TEXT_EMBEDDING.perf_inputs
 OTHERS = "rest of the machine (perf_analyzer, OS)"
 OWN_CODE = ("python_backends/", "runtime/", "perf/stub_fixtures/", "core/")  # ours, in the stubs
 PY_SPY = Path(sys.executable).parent / "py-spy"  # the venv's, from the dev extra
-
-
-def stub_groups(server_pid: int) -> dict[str, list[int]]:
-    """'tritonserver' -> [pid], and model name -> its stub pids."""
-    return {"tritonserver": [server_pid], **stub_processes(server_pid)}
+STAGES = ("queue", "compute_input", "compute_infer", "compute_output")  # Triton's, a request
 
 
 def cpu_by_group(groups: dict[str, list[int]]) -> dict[str, float]:
@@ -71,8 +65,7 @@ def own_frames(raw: str) -> Counter:
         if not stack or not n.isdigit():
             continue
         seen = set()
-        for frame in stack.split(";"):
-            # frame: "function (path/file.py:line)"
+        for frame in stack.split(";"):  # "function (path/file.py:line)"
             name, _, where = frame.partition(" (")
             if any(marker in where for marker in OWN_CODE):
                 seen.add(f"{name} ({where.split(':')[0].rsplit('/', 1)[-1]})")
@@ -101,7 +94,7 @@ class Profile:
 def profile(server: TritonServer, model: str, concurrency: int, seconds: float,
             out: Path) -> Profile:
     """CPU per request by process group, and py-spy samples of `model`'s stubs."""
-    groups = stub_groups(server.process.pid)
+    groups = {"tritonserver": [server.process.pid], **stub_processes(server.process.pid)}
     done = threading.Event()
 
     def load() -> None:  # perf_analyzer keeps the load on until its windows are stable
@@ -130,9 +123,6 @@ def profile(server: TritonServer, model: str, concurrency: int, seconds: float,
         frames += own_frames(path.read_text())
     return Profile(model, after_n - before_n, elapsed,
                    {g: after_cpu[g] - before_cpu[g] for g in after_cpu}, frames)
-
-
-STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
 def stage_totals(http_url: str) -> dict[str, dict[str, float]]:

@@ -1,17 +1,16 @@
 """Scenario traffic on the text front that perf_analyzer cannot send: Locust users of
 perf/locustfile.py over KServe HTTP JSON, with only Triton's standard `priority`.
 
-    overload   capacity (closed loop, 16 users, default priority; priority 1 before Locust),
-               then 0.7x, 2x and 10x of it open loop, 20% priority 1, `--seconds` each.
+    overload   capacity (16 closed-loop users), then 0.7x, 2x and 10x of it open loop,
+               20% priority 1, `--seconds` each.
     recover    32 closed-loop users at priority 1 and 128 at priority 2 for `--overload-s`,
                then 4 at the default priority for `--normal-s`, `--gap-s` (+ ~1 s) later.
-    sawtooth   open loop, 3x capacity and 0.5x in turn, `--period-s` each, for `--sawtooth-s`:
-               level changes per minute against load changes per minute.
-    priority   priority 1 texts (15% of capacity), 16 clients of 16 texts at priority 2, both:
-               priority 1 by each `--p1` (lane: HTTP to it; door: the front door; sdk: gRPC).
+    sawtooth   3x and 0.5x capacity in turn, `--period-s` each, for `--sawtooth-s`.
+    priority   priority 1 texts (15% of capacity) beside 16 bulk clients at priority 2,
+               priority 1 by each `--p1` (lane, door: the front door, sdk, front).
 
-Per phase and priority: offered rate, goodput, p50/p99, failures by reason, the highest
-degradation level and the router's refusals (sampled every 0.25 s); `scenarios.png`.
+Per phase and priority: offered rate, goodput, p50/p99, failures, the highest degradation
+level and the router's refusals (sampled every 0.25 s); `scenarios.png`.
 
     .venv/bin/python -m perf.scenarios [--scenario overload|recover|sawtooth|priority|all]
         [--url HOST:PORT --metrics-url URL]    # without --url it starts a server of its own
@@ -44,7 +43,7 @@ from server.launcher import sdk_path
 from server.prometheus import samples
 from server.served_copy import served_copy
 from server.settings import FrontDoorSettings
-from server.stamp import run_dir, save_figure, write_report
+from server.stamp import run_dir, save_figure, subplots, write_report
 
 OVERLOAD = {"normal": 0.7, "2x": 2.0, "10x": 10.0}  # x measured capacity
 SCENARIOS = ("overload", "recover", "sawtooth", "priority")
@@ -156,12 +155,7 @@ def priority(run: Run, capacity: float, seconds: float, route: str,
 
 
 def plot(runs: dict[str, dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 3.2 * len(runs)), squeeze=False)
+    fig, axes = subplots(len(runs), 1, figsize=(9, 3.2 * len(runs)), squeeze=False)
     for ax, (name, run) in zip(axes[:, 0], runs.items()):
         edges = [0, *accumulate(s[0] for s in run["stages"])]
         ax.stairs([s[1] for s in run["stages"]], edges, color="black", label="offered/s")
@@ -174,7 +168,6 @@ def plot(runs: dict[str, dict], path: Path) -> None:
         twin.step(*zip(*run["levels"]), color="tab:red", where="post")
         twin.set(ylim=(-0.2, 5.2), ylabel="level (red)")
     axes[-1, 0].set_xlabel("seconds since the first answer")
-    fig.tight_layout()
     save_figure(fig, path, 110)
 
 

@@ -2,14 +2,9 @@
 
 A server of its own with the watchdog beside it; its capacity with 16 closed-loop Locust
 users; then `--load` x capacity open loop for `--minutes` (the locustfile's `OpenLoop` and
-`GrpcOpenLoop`: half HTTP, half gRPC, 20% priority 1, a new text each). Every `--sample-s`:
-RSS per model, the window's p50/p99, errors, requests, the watchdog's reloads, Triton's
-queue and compute time, and the host's cores (server, load, everyone else). Locust names
-each request by its window (TMR_WINDOW_S), so latencies join the samples at the end.
-
-`verdict()` checks docs/reliability.md's targets: RSS growth over the second half under
-50 MB (twice the smaller growth of its two quarters: `rss_growth`), the last p99 within 20%
-of the first, throughput steady, no errors, no watchdog reloads.
+`GrpcOpenLoop`), sampled every `--sample-s`: RSS per model, p50/p99, errors, the watchdog's
+reloads, Triton's queue and compute time, the host's cores. `verdict()` checks
+docs/reliability.md's targets (perf/README.md).
 
     make soak                                   # 30 minutes, writes perf/results/soak-*/
     .venv/bin/python -m perf.soak --minutes 2 --sample-s 10    # what CI runs
@@ -37,7 +32,7 @@ from perf.locust_run import LocustRun, capacity_rps, locust, stat
 from server.launcher import TritonServer
 from server.prometheus import samples
 from server.served_copy import served_copy
-from server.stamp import run_dir, save_figure, write_report
+from server.stamp import run_dir, save_figure, subplots, write_report
 from server.watchdog import Watchdog
 
 NO_SHARE = host_cpu.CpuShare(0.0, 0.0, 0.0, 0.0)
@@ -189,9 +184,8 @@ def drift(first: list[Sample], last: list[Sample]) -> dict[str, tuple[float, flo
 
 def rss_growth(steady: list[Sample]) -> float:
     """MB grown over the steady window's second half: twice the smaller growth of its two
-    quarters (a leak grows in both; an allocator sizing itself once steps up in one). The
-    third quarter grows from the first half's highest RSS; a leak starting in the last
-    quarter goes unseen."""
+    quarters (a leak grows in both; an allocator sizing itself once steps up in one), the
+    third from the first half's highest RSS. A leak starting in the last quarter goes unseen."""
     start, end = steady[0].t_s, steady[-1].t_s
     middle, three_quarters = start + (end - start) / 2, start + 3 * (end - start) / 4
     first_half = [p.total_rss_mb for p in steady if p.t_s <= middle]
@@ -252,13 +246,8 @@ def markdown(points: list[Sample], result: Verdict, capacity: float, rate: float
 
 
 def plot(points: list[Sample], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     t = [p.t_s / 60 for p in points]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (top, bottom) = subplots(2, 1, figsize=(9, 6), sharex=True)
     top.plot(t, [p.total_rss_mb for p in points], label="tritonserver + stubs")
     top.plot(t, [p.rss_mb.get("tritonserver", 0) for p in points], label="tritonserver")
     top.set(ylabel="RSS MB", title="soak: memory and latency")
@@ -267,7 +256,6 @@ def plot(points: list[Sample], path: Path) -> None:
     bottom.plot(t, [p.p50_ms for p in points], label="p50")
     bottom.set(xlabel="minutes of load", ylabel="latency ms")
     bottom.legend()
-    fig.tight_layout()
     save_figure(fig, path, 100)
 
 
@@ -316,23 +304,19 @@ def soak(minutes: float, sample_s: float, load: float, out: Path,
                 run = locust(out, f"http://{server.http_url}", USERS, name="load",
                              stages=[(count * sample_s, rate, "soak")],
                              env=load_env(server, rate, sample_s))
-            except BaseException:
+                sampler.join(timeout=sample_s + 30)  # its last sample is due as Locust ends
+            finally:
                 sampler.stop_event.set()
-                raise
-            sampler.join(timeout=sample_s + 30)  # its last sample is due as Locust ends
-            sampler.stop_event.set()
             points = joined(sampler.samples, run, "load", sample_s)
             stage(f"Locust sent {run.total.requests} requests, "
                   f"{run.total.requests / (rate * count * sample_s):.2f} x those offered")
-            checked = None
-            if control_rounds:
-                checked = control(server, out, repository, rate, control_rounds,
-                                  max(sample_s, 30.0))
+            checked = control(server, out, repository, rate, control_rounds,
+                              max(sample_s, 30.0)) if control_rounds else None
         finally:
             watchdog.stop()
-    warmup = min(60.0, minutes * 60 / 4)
-    stretch = min(300.0, minutes * 60 / 4)
-    return points, replace(verdict(points, warmup, stretch), control=checked), capacity, rate
+    quarter = minutes * 60 / 4  # warm-up up to 60 s, the stretches compared up to 300 s
+    judged = verdict(points, min(60.0, quarter), min(300.0, quarter))
+    return points, replace(judged, control=checked), capacity, rate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,8 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-s", type=float, default=30.0)
     parser.add_argument("--load", type=float, default=0.7, help="x measured capacity")
     parser.add_argument("--control-rounds", type=int, default=3,
-                        help="after the soak, alternate this many pairs of windows between "
-                             "the soaked server and a fresh one (0: none)")
+                        help="pairs of windows alternating the soaked and a fresh server (0: none)")
     args = parser.parse_args(argv)
     out = run_dir("soak")
     print(f"soak: {args.minutes:g} min at {args.load:g}x capacity, a sample every "

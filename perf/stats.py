@@ -11,8 +11,7 @@ NOISY_SHARE = 0.10  # a point during which other work used more of the cores is 
 
 
 def best_of(rounds: Sequence[Sequence[LoadPoint]]) -> list[LoadPoint]:
-    """Per concurrency, the round's point (whole: latencies measured together) with the most
-    answered requests/s."""
+    """Per concurrency, the point (kept whole) of the round with the most answered requests/s."""
     best: dict[int, LoadPoint] = {}
     for points in rounds:
         for point in points:
@@ -45,19 +44,8 @@ def cell(point: LoadPoint | None) -> str:
     text = f"{point.rps:.0f} / {point.p99_ms:.0f}"
     if point.errors:
         text += f" ({point.errors} err)"
-    return text + " *" if is_noisy(point) else text
-
-
-def is_noisy(point: LoadPoint) -> bool:
-    """Whether other work used more than NOISY_SHARE of the cores during the point."""
-    return point.foreign_cpu is not None and point.foreign_cpu > NOISY_SHARE
-
-
-def tail_ratio(point: LoadPoint | None) -> str:
-    """p99 / p50 of a point, the spread of its latencies."""
-    if point is None or not point.p50_ms > 0:
-        return "-"
-    return f"{point.p99_ms / point.p50_ms:.1f}"
+    noisy = point.foreign_cpu is not None and point.foreign_cpu > NOISY_SHARE
+    return text + " *" if noisy else text
 
 
 def render_table(rows: Sequence[tuple[str, Sequence[LoadPoint]]], levels: Sequence[int],
@@ -70,9 +58,9 @@ def render_table(rows: Sequence[tuple[str, Sequence[LoadPoint]]], levels: Sequen
     lines = ["| " + " | ".join(head) + " |",
              "| --- |" + " ---: |" * (len(head) - 1)]
     for label, points in rows:
-        c1, best = at(points, 1), goodput(points, p99_budget_ms)
-        cells = [label, *(cell(at(points, c)) for c in levels),
-                 f"{c1.p50_ms:.1f}" if c1 else "-", tail_ratio(at(points, 16)),
+        c1, c16, best = at(points, 1), at(points, 16), goodput(points, p99_budget_ms)
+        cells = [label, *(cell(at(points, c)) for c in levels), f"{c1.p50_ms:.1f}" if c1 else "-",
+                 f"{c16.p99_ms / c16.p50_ms:.1f}" if c16 and c16.p50_ms > 0 else "-",  # spread
                  f"{best.rps:.0f} (c{best.concurrency})" if best else "none"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ its front model, encoders, served artifact and tokenizer come from its configs.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from core.families.catalog import FamilyModel, catalog, find
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from runtime.tokenization import TextEncoder
 from server.goodput import input_texts
+
+FIXTURES = PROJECT_ROOT / "perf" / "fixtures"
+texts = input_texts  # the texts of a family's perf_analyzer input data (the text family's)
 
 
 def text_model(repository: Path = DEFAULT_REPOSITORY, name: str | None = None) -> FamilyModel:
@@ -33,22 +37,12 @@ def tokenizer(repository: Path, front: str) -> TextEncoder:
     return TextEncoder(repository / front / "1" / "tokenizer.json")
 
 
-def texts(family_inputs: str = TEXT_EMBEDDING.perf_inputs) -> list[str]:
-    """The texts of the family's perf_analyzer input data."""
-    return input_texts(family_inputs)
-
-
-FIXTURES = PROJECT_ROOT / "perf" / "fixtures"
-
-
 def build_repository(root: Path, edits: list[tuple[str, Change]],
                      source: Path = DEFAULT_REPOSITORY, text_only: bool = False,
                      fixtures: Sequence[str] = ()) -> Path:
     """The repository and the benchmark fixtures (perf/fixtures) in `root`, with config
     edits (model, core.config_edit change) applied; `embed_bare` runs the served primary.
     `text_only`: only the text model's folders and the `fixtures` named (a lighter server)."""
-    import shutil
-
     from core.repository import copy_repository, edit_config, set_parameter
 
     model = text_model(source)

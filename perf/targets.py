@@ -1,8 +1,5 @@
-"""The benchmark's targets, judged from figures measured in one run (pure functions):
-against the peers of the same run, goodput >= 1.5x infinity-emb's and the seeds'
-batcher's, p50 at c1 no worse than naive FastAPI's, p99/p50 at c16 <= 1.5, goodput >= 0.7x
-the in-process rate at the batches the objective allows; the OpenAI route against KServe
-at c16 (>= 0.9x throughput, <= 1.1x p99); the ladder's checks (batching, INT8, pipeline).
+"""The benchmark's targets, judged from figures measured in one run (pure functions): the
+serving targets against the peers and the in-process rate, the OpenAI route against KServe.
 """
 
 from __future__ import annotations

@@ -154,6 +154,17 @@ def stop_process(process: subprocess.Popen[bytes], sig: int, timeout_s: float,
     return process.returncode
 
 
+def http_status(url: str) -> int | None:
+    """The status of GET `url`, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return None
+
+
 def load_failures(log_text: str) -> dict[str, str]:
     """Models that Triton reported as failed to load, with Triton's reason."""
     failures: dict[str, str] = {}
@@ -217,7 +228,7 @@ class TritonServer(LocalServer):
             if self.process is None or self.process.poll() is not None:
                 self.stop()  # reaps the process and closes the log
                 self._raise_start_failure("tritonserver exited during start")
-            if self._http_status("/v2/health/ready") == 200:
+            if http_status(f"http://{self.http_url}/v2/health/ready") == 200:
                 return
             time.sleep(0.25)
         self.stop()
@@ -230,15 +241,6 @@ class TritonServer(LocalServer):
             raise ModelLoadError(failures, self.log_path)
         tail = "\n".join(text.splitlines()[-15:])
         raise ServerStartError(f"{what}; last log lines:\n{tail}")
-
-    def _http_status(self, path: str) -> int | None:
-        try:
-            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=2) as resp:
-                return resp.status
-        except urllib.error.HTTPError as err:
-            return err.code
-        except OSError:
-            return None
 
     @property
     def pid(self) -> int:

@@ -63,9 +63,20 @@ def current_stamp(now: datetime | None = None, cpu: dict[str, object] | None = N
                  commit if commit is not None else git_commit())
 
 
+def subplots(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """matplotlib's `plt.subplots` on the Agg backend (no display): where every plot starts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
+
 def save_figure(fig: Any, path: Path, dpi: int = 100, stamp: Stamp | None = None) -> None:
-    """Every generated plot is saved here: stamped (this host, now, unless given), then
-    written."""
+    """Every generated plot is saved here: laid out, stamped (this host, now, unless given),
+    then written."""
+    fig.tight_layout()
     (stamp or current_stamp()).on_figure(fig)
     fig.savefig(path, dpi=dpi)
 

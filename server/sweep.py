@@ -28,7 +28,7 @@ from server.errors import ServerError
 from server.goodput import INPUTS
 from server.knee import Knee, find_knee, ratios, regressions
 from server.perf_analyzer import PerfRow, load_rows
-from server.stamp import Stamp, run_dir, save_figure, write_report
+from server.stamp import Stamp, run_dir, save_figure, subplots, write_report
 
 BASELINES = PROJECT_ROOT / "perf" / "baselines"
 
@@ -90,13 +90,8 @@ def run_sweep(model: str, levels: list[int], url: str, protocol: str, out: Path,
 
 def plot(rows: list[PerfRow], knee: Knee, out: Path, title: str,
          stamp: Stamp | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     c = [r.concurrency for r in rows]
-    fig, (a, b, d) = plt.subplots(1, 3, figsize=(14, 4))
+    fig, (a, b, d) = subplots(1, 3, figsize=(14, 4))
     a.plot(c, [r.throughput for r in rows], marker="o")
     a.axvline(knee.concurrency, color="grey", linestyle="--", label="knee")
     a.set(xlabel="concurrency", ylabel="infer/s", title=f"{title}: throughput", xscale="log")
@@ -113,7 +108,6 @@ def plot(rows: list[PerfRow], knee: Knee, out: Path, title: str,
         bottom = [x + y for x, y in zip(bottom, values)]
     d.set(xlabel="concurrency", ylabel="ms (average)", title="latency breakdown")
     d.legend()
-    fig.tight_layout()
     save_figure(fig, out / "sweep.png", 100, stamp)
 
 

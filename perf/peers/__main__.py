@@ -10,10 +10,9 @@ from perf.peers import run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m perf.peers",
-        description="Triton `embed` beside infinity-emb, two FastAPI servers and the "
-        "single-stub floor `embed_bare`, one client.")
+    parser = argparse.ArgumentParser(prog="python -m perf.peers", description="Triton `embed` "
+                                     "beside infinity-emb, two FastAPI servers and the "
+                                     "single-stub floor `embed_bare`, one client.")
     parser.add_argument("--seconds", type=float, default=run.SECONDS,
                         help="length of each concurrency point")
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(run.LEVELS))

@@ -1,26 +1,22 @@
 """The seeds' asyncio batcher (article 000, section 4.2), made runnable: FastAPI, an
 `asyncio.PriorityQueue` of tasks, and a `BatchScheduler` loop that takes the first task
 (waiting at most `timeout`), drains whatever else is queued up to `max_batch`, and runs
-the batch in the event loop.
+the batch in the event loop, which accepts no requests while it computes (as the article's
+code does; its prose puts the model in a separate executor).
 
     .peers/fastapi/venv/bin/python perf/peers/batcher_server.py \
         --onnx ENCODER.onnx --tokenizer FRONT/1/tokenizer.json --port N
 
 POST /infer {"text": "...", "priority": 0} -> {"result": [384 floats]}; GET /health.
-
 Where this deviates from the article, and why:
-- The model is the project's exported ONNX run with onnxruntime (ort_text.OnnxEmbedder),
-  not `torch.jit.load("model.pt")`, so every server in the comparison runs the same
-  model file; the batch is tokenized and padded to its longest text before the call.
+- The project's ONNX with onnxruntime (ort_text.OnnxEmbedder), not `torch.jit.load`, so
+  every server runs the same model file; a batch is padded to its longest text.
 - max_batch 16 (the article gives 12, and 16 as the memory bound).
-- The queue holds `(priority, sequence, task)`: the article puts bare Task objects,
-  which a PriorityQueue cannot order (TypeError as soon as two are queued).
-- The batch loop starts in a lifespan handler (FastAPI deprecated `on_event`).
+- The queue holds `(priority, sequence, task)`: a PriorityQueue cannot order the article's
+  bare Task objects (TypeError as soon as two are queued).
+- The loop starts in a lifespan handler (FastAPI deprecated `on_event`).
 - A batch that raises fails its requests (HTTP 500) instead of leaving them to the 5 s
-  timeout, and the loop goes on; the article omits error handling.
-- uvicorn[standard] (uvloop, httptools), without access logs, as for every peer.
-As in the article's code (its prose puts the model in a separate executor), the batch
-runs in the event loop, which accepts no requests while it computes.
+  timeout; the article omits error handling. uvicorn[standard], no access logs.
 """
 
 from __future__ import annotations
@@ -49,9 +45,7 @@ class Task:
     """One request: its text, its priority and the future its answer goes to."""
 
     def __init__(self, req_id: int, data: str, priority: int) -> None:
-        self.req_id = req_id
-        self.data = data
-        self.priority = priority
+        self.req_id, self.data, self.priority = req_id, data, priority
         self.future: asyncio.Future[list[float]] = asyncio.get_running_loop().create_future()
 
 
@@ -61,9 +55,7 @@ class BatchScheduler:
     def __init__(self, embedder: OnnxEmbedder, max_batch: int = MAX_BATCH,
                  timeout: float = GET_TIMEOUT_S) -> None:
         self.queue: asyncio.PriorityQueue[tuple[int, int, Task]] = asyncio.PriorityQueue()
-        self.max_batch = max_batch
-        self.timeout = timeout
-        self.model = embedder
+        self.max_batch, self.timeout, self.model = max_batch, timeout, embedder
         self._sequence = itertools.count()
 
     async def put(self, task: Task) -> None:

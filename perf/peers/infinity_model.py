@@ -1,8 +1,7 @@
-"""The model folder infinity-emb serves: the sentence-transformers folder of the text model
-(its encoders' `source`) plus `model.onnx`, the bare transformer (`last_hidden_state`);
-infinity pools and normalises itself (`--pooling-method mean`), and its own exporter fails
-on torch 2.13, so this exports with the project venv's torch, beside the target, renamed
-into place (an existing folder is kept):
+"""The model folder infinity-emb serves: the text model's sentence-transformers folder plus
+`model.onnx`, the bare transformer (`last_hidden_state`; infinity pools and normalises itself).
+Its own exporter fails on torch 2.13, so this exports with the project venv's torch, beside
+the target, renamed into place (an existing folder is kept):
 
     .venv/bin/python -m perf.peers.infinity_model .peers/infinity/model
 """
@@ -31,6 +30,7 @@ INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
 OUTPUT_NAMES = ["last_hidden_state"]
 SKIPPED = {"model.safetensors", "README.md", ".gitattributes"}  # not read by infinity
 PARITY_ATOL = 1e-4
+Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # ids, mask, token types
 
 
 class BareEncoder(nn.Module):
@@ -68,16 +68,14 @@ def without_torchvision() -> None:
         module.is_torchvision_available = lambda: False
 
 
-def sample_inputs(facts: ModelFacts,
-                  texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sample_inputs(facts: ModelFacts, texts: list[str]) -> Inputs:
     """Tokenized `texts`, padded to the longest, as the three int64 inputs."""
     ids, mask = encode(load_tokenizer(facts), texts, facts.pad_id)
     input_ids = torch.from_numpy(ids)
     return input_ids, torch.from_numpy(mask), torch.zeros_like(input_ids)
 
 
-def export_bare(model: BareEncoder, path: Path,
-                sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+def export_bare(model: BareEncoder, path: Path, sample: Inputs) -> None:
     """One-file ONNX export (TorchScript exporter), dynamic batch and sequence axes."""
     axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUT_NAMES, *OUTPUT_NAMES)}
     with quiet_export():
@@ -86,8 +84,7 @@ def export_bare(model: BareEncoder, path: Path,
                           do_constant_folding=True, dynamo=False)
 
 
-def parity(model: BareEncoder, path: Path,
-           sample: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> float:
+def parity(model: BareEncoder, path: Path, sample: Inputs) -> float:
     """Max abs difference between onnxruntime and torch on `sample`'s real tokens."""
     import onnxruntime as ort
 

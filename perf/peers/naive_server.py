@@ -3,10 +3,10 @@
     .peers/fastapi/venv/bin/python perf/peers/naive_server.py \
         --onnx ENCODER.onnx --tokenizer FRONT/1/tokenizer.json --port N
 
-POST /infer {"text": "..."} -> {"result": [384 floats]} (the seeds' batcher's route);
-GET /health. The same model file and tokenizer as the batcher (ort_text.OnnxEmbedder),
-onnxruntime's default threads. The handler is a plain `def`, as most such servers are
-written, so FastAPI runs it in its thread pool and concurrent requests share one session.
+POST /infer {"text": "..."} -> {"result": [384 floats]}; GET /health. The batcher's model
+file and tokenizer (ort_text.OnnxEmbedder), onnxruntime's default threads. The handler is a
+plain `def`, as most such servers are written: FastAPI runs it in its thread pool, and
+concurrent requests share one session.
 """
 
 from __future__ import annotations

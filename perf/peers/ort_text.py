@@ -1,11 +1,8 @@
 """The model code both FastAPI peers share: the text model's `tokenizer.json` and the
-project's exported ONNX of its primary encoder (inputs `input_ids` / `attention_mask`
-int64, output `embedding`, already pooled and normalised as the model says), run with
-onnxruntime. perf/peers/servers.py finds both in the repository and passes their paths.
-
-Runs in the peers' venv (`.peers/fastapi/venv`), so it imports no project module; the
-servers import it as a sibling file. Each batch is padded to its longest text (the
-tokenizer.json's own setting pads every text to 128 tokens).
+project's exported ONNX of its primary encoder (already pooled and normalised), run with
+onnxruntime; perf/peers/servers.py finds both and passes their paths. Runs in the peers' venv
+(`.peers/fastapi/venv`), so it imports no project module. Each batch is padded to its longest
+text (the tokenizer.json's own setting pads every text to 128 tokens).
 """
 
 from __future__ import annotations
@@ -32,20 +29,16 @@ def load_tokenizer(path: str) -> Tokenizer:
     return tokenizer
 
 
-def load_session(onnx_path: str, threads: int = 0) -> ort.InferenceSession:
-    """A CPU session; `threads` 0 keeps onnxruntime's default (one intra-op thread a core)."""
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-    return ort.InferenceSession(onnx_path, options, providers=["CPUExecutionProvider"])
-
-
 class OnnxEmbedder:
     """texts -> float32 [n, 384] unit vectors: tokenize, pad to the longest, one ORT call."""
 
     def __init__(self, onnx_path: str, tokenizer_path: str, threads: int = 0) -> None:
         self.tokenizer = load_tokenizer(tokenizer_path)
-        self.session = load_session(onnx_path, threads)
+        options = ort.SessionOptions()
+        if threads:  # 0 keeps onnxruntime's default (one intra-op thread a core)
+            options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(onnx_path, options,
+                                            providers=["CPUExecutionProvider"])
 
     def embed(self, texts: list[str]) -> np.ndarray:
         encodings = self.tokenizer.encode_batch(texts)

@@ -21,17 +21,8 @@ from core import cpu_share as host_cpu
 from core.paths import P99_OBJECTIVE_MS
 from core.process_memory import Usage, tree_memory
 from perf import locust_run
-from perf.peers.servers import (
-    PEERS,
-    PEERS_DIR,
-    PeerStartError,
-    Running,
-    embed_one,
-    missing_peers,
-    peer,
-    triton_bare,
-    triton_embed,
-)
+from perf.peers import servers as peer_servers
+from perf.peers.servers import PEERS, PEERS_DIR, PeerStartError, Running, embed_one, peer
 from perf.stats import NOISY_SHARE, best_of, render_table, round_orders
 from server.goodput import LoadPoint
 from server.stamp import run_dir, write_report
@@ -95,7 +86,8 @@ class PeersResult:
                  f"at the end {self.load_average[1]:.1f} ({os.cpu_count()} cores). "
                  f"{self.noise()}", "",
                  f"Cosine of the probe text's vector against {reference}:"]
-        lines += [f"- {s.name}: {fmt_cosine(s.cosine_vs_reference)}; "
+        lines += [f"- {s.name}: " + ("no answer" if s.cosine_vs_reference is None
+                                       else f"{s.cosine_vs_reference:.4f}") + "; "
                   + ", ".join(f"{k} {v}" for k, v in s.versions.items()) for s in self.servers]
         return "\n".join(lines)
 
@@ -110,10 +102,6 @@ class PeersResult:
                 f"which it used more than {NOISY_SHARE:.0%}.")
 
 
-def fmt_cosine(value: float | None) -> str:
-    return "no answer" if value is None else f"{value:.4f}"
-
-
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     """Cosine similarity of two vectors of the same length."""
     if len(a) != len(b):
@@ -125,11 +113,9 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 def check_servers(servers: Sequence[str], peers: Path) -> None:
     """Raise PeerStartError for an unknown name, a peer `make peers` has not installed, or
     no Locust (`make locust`)."""
-    unknown = [s for s in servers if s not in SERVERS]
-    if unknown:
+    if unknown := [s for s in servers if s not in SERVERS]:
         raise PeerStartError(f"unknown servers {unknown} (known: {list(SERVERS)})")
-    missing = missing_peers(list(servers), peers)
-    if missing:
+    if missing := peer_servers.missing_peers(list(servers), peers):
         raise PeerStartError(f"peers not installed in {peers}: {missing}; run `make peers`")
     if not locust_run.LOCUST.exists():
         raise PeerStartError(f"no Locust at {locust_run.LOCUST}; run `make locust`")
@@ -139,7 +125,8 @@ def start(name: str, peers: Path, out: Path, stack: ExitStack) -> Running:
     """Start one server (stopped when `stack` closes)."""
     log = out / f"{name}.log"
     if name in ("embed", "bare"):
-        return stack.enter_context((triton_embed if name == "embed" else triton_bare)(log))
+        triton = peer_servers.triton_embed if name == "embed" else peer_servers.triton_bare
+        return stack.enter_context(triton(log))
     return stack.enter_context(peer(PEERS[name], peers, log))
 
 
@@ -181,8 +168,7 @@ def run_peers(servers: Sequence[str] = SERVERS, levels: Sequence[int] = LEVELS,
               seconds: float = SECONDS, rounds: int = ROUNDS,
               p99_budget_ms: float = P99_OBJECTIVE_MS, peers: Path = PEERS_DIR,
               out: Path | None = None) -> PeersResult:
-    """Measure `servers` (names from SERVERS) at each concurrency level, `seconds` a point
-    (whole seconds: Locust's run time); see the module."""
+    """Measure `servers` (from SERVERS) at each level, `seconds` (whole: Locust's) a point."""
     check_servers(servers, peers)
     seconds = max(1, round(seconds))
     out = out or run_dir("peers")

@@ -1,8 +1,7 @@
-"""The servers in the comparison: the project's Triton (the text model's front) and the
-peers, each on free ports, waited for and stopped with the project's one stop sequence;
-the model is found with perf.subjects. A `Running` server is its base URL and the
-perf/locustfile.py settings that ask it (`embed_one` asks once). Every peer runs from its
-own venv under `.peers/` (`make peers`), its paths on the command line, no project import.
+"""The servers in the comparison: the project's Triton (the text model's front) and the peers,
+each on free ports, waited for and stopped with the project's one stop sequence. A `Running`
+server is its base URL and the perf/locustfile.py settings that ask it. Every peer runs from
+its own venv under `.peers/` (`make peers`), its paths on the command line, no project import.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -26,8 +24,8 @@ from core.families import TEXT_EMBEDDING
 from core.paths import DEFAULT_REPOSITORY, PROJECT_ROOT
 from core.ports import free_port
 from core.versions import artifact_file
-from perf.subjects import text_model
-from server.launcher import stop_process
+from perf.subjects import build_repository, text_model
+from server.launcher import http_status, stop_process
 from server.served_copy import free_port_server
 from server.settings import TRITON_VERSION
 
@@ -35,8 +33,7 @@ PEERS_DIR = PROJECT_ROOT / ".peers"
 HERE = Path(__file__).resolve().parent
 STOP_TIMEOUT_S = 20.0
 BARE = "embed_bare"  # the single-stub fixture of perf/fixtures
-# Variables of this process that must not leak into a peer's interpreter.
-LEAKY_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+LEAKY_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")  # not for a peer's interpreter
 TEXT_IN = TEXT_EMBEDDING.contract.front_inputs[0].name
 VECTOR_OUT = TEXT_EMBEDDING.contract.front_outputs[0].name
 
@@ -71,28 +68,24 @@ class Running:
     pid: int  # the server's process, the root of its tree (its memory)
 
 
-def infinity_model_name() -> str:
-    """The name infinity serves the text model under (and requests carry): the model's."""
-    return text_model().base
-
-
-def fastapi_argv(script: str) -> Callable[[Path, int], list[str]]:
-    """The command line of a FastAPI peer: the served ONNX of the text model's primary
-    encoder (what its front runs) and the front's tokenizer.json."""
+def fastapi_peer(name: str, label: str, script: str) -> PeerSpec:
+    """A FastAPI peer: `script` on the served ONNX of the text model's primary encoder (what
+    its front runs) and the front's tokenizer.json, asked as the seeds' batcher is."""
     def argv(peers: Path, port: int) -> list[str]:
         model = text_model()
         onnx = artifact_file(DEFAULT_REPOSITORY / model.encoder(model.primary))
         return [str(peers / "fastapi" / "venv" / "bin" / "python"), str(HERE / script),
                 "--onnx", str(onnx.resolve()), "--tokenizer",
                 str(DEFAULT_REPOSITORY / model.front / "1" / "tokenizer.json"), "--port", str(port)]
-    return argv
+    return PeerSpec(name, label, "fastapi", argv, lambda: {"TMR_ENDPOINT": "infer"},
+                    packages=("fastapi", "uvicorn", "onnxruntime", "tokenizers", "numpy"))
 
 
 def infinity_argv(peers: Path, port: int) -> list[str]:
     """infinity-emb v2 with the flags that serve the text model offline (shared/DESIGN.md)."""
     return [str(peers / "infinity" / "venv" / "bin" / "infinity_emb"), "v2",
             "--model-id", str((peers / "infinity" / "model").resolve()),
-            "--served-model-name", infinity_model_name(), "--engine", "optimum",
+            "--served-model-name", text_model().base, "--engine", "optimum",
             "--device", "cpu", "--batch-size", "32", "--pooling-method", "mean",
             "--no-vector-disk-cache", "--onnx-do-not-prefer-quantized",
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
@@ -100,18 +93,13 @@ def infinity_argv(peers: Path, port: int) -> list[str]:
 
 PEERS: dict[str, PeerSpec] = {spec.name: spec for spec in (
     PeerSpec("infinity", "infinity-emb 0.0.78, ONNX fp32", "infinity", infinity_argv,
-             lambda: {"TMR_ENDPOINT": "openai", "TMR_MODEL": infinity_model_name(),
+             lambda: {"TMR_ENDPOINT": "openai", "TMR_MODEL": text_model().base,
                       "TMR_PATH": "/embeddings"},
              env=(("INFINITY_ANONYMOUS_USAGE_STATS", "0"), ("HF_HUB_OFFLINE", "1")),
-             start_timeout_s=300.0,
-             packages=("infinity-emb", "optimum", "onnxruntime", "transformers", "torch",
-                       "numpy")),
-    PeerSpec("batcher", "the seeds' asyncio batcher", "fastapi",
-             fastapi_argv("batcher_server.py"), lambda: {"TMR_ENDPOINT": "infer"},
-             packages=("fastapi", "uvicorn", "onnxruntime", "tokenizers", "numpy")),
-    PeerSpec("naive", "naive FastAPI + onnxruntime", "fastapi",
-             fastapi_argv("naive_server.py"), lambda: {"TMR_ENDPOINT": "infer"},
-             packages=("fastapi", "uvicorn", "onnxruntime", "tokenizers", "numpy")),
+             start_timeout_s=300.0, packages=("infinity-emb", "optimum", "onnxruntime",
+                                              "transformers", "torch", "numpy")),
+    fastapi_peer("batcher", "the seeds' asyncio batcher", "batcher_server.py"),
+    fastapi_peer("naive", "naive FastAPI + onnxruntime", "naive_server.py"),
 )}
 
 
@@ -130,34 +118,18 @@ def missing_peers(names: list[str], peers: Path) -> list[str]:
     return missing
 
 
-def http_status(url: str) -> int | None:
-    """The status of GET `url`, or None when nothing answers."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status
-    except urllib.error.HTTPError as err:
-        return err.code
-    except OSError:
-        return None
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
 def wait_healthy(name: str, process: subprocess.Popen[bytes], url: str, timeout_s: float,
                  log_path: Path) -> None:
     """Block until GET `url` answers 200; raise PeerStartError with the log's tail."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise PeerStartError(f"{name} exited with {process.returncode} during start; "
-                                 f"last lines of {log_path}:\n{log_tail(log_path)}")
+    while time.monotonic() < deadline and process.poll() is None:
         if http_status(url) == 200:
             return
         time.sleep(0.5)
-    raise PeerStartError(f"{name} not healthy after {timeout_s:.0f} s; last lines of "
-                         f"{log_path}:\n{log_tail(log_path)}")
+    what = (f"not healthy after {timeout_s:.0f} s" if time.monotonic() >= deadline
+            else f"exited with {process.returncode} during start")
+    tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
+    raise PeerStartError(f"{name} {what}; last lines of {log_path}:\n{tail}")
 
 
 def installed_versions(python: Path, packages: tuple[str, ...]) -> dict[str, str]:
@@ -190,9 +162,8 @@ def peer(spec: PeerSpec, peers: Path, log_path: Path) -> Iterator[Running]:
 
 @contextmanager
 def triton_embed(log_path: Path) -> Iterator[Running]:
-    """The project's Triton with the shipped repository, on free ports, serving the text
-    family as `tmr serve --models` does (front, lane, encoder, health: what a peer serving
-    one embedding model is compared with), asked through the text model's front."""
+    """The project's Triton with the shipped repository on free ports, serving the text family
+    as `tmr serve --models` does (front, lane, encoder, health), asked through its front."""
     model = text_model()
     with free_port_server(log_path=log_path, models=(model.family.name,)) as server:
         yield Running("embed", f"`{model.front}` on Triton (this project)",
@@ -202,15 +173,12 @@ def triton_embed(log_path: Path) -> Iterator[Running]:
 
 @contextmanager
 def triton_bare(log_path: Path) -> Iterator[Running]:
-    """The least serving Triton allows here: the `embed_bare` fixture (tokenizer and
-    onnxruntime in one Python model, no BLS hop, no second stub), beside the text model
-    it reads its encoders' configs from."""
-    from perf.subjects import build_repository
-
+    """The least serving Triton allows here: the `embed_bare` fixture (tokenizer and onnxruntime
+    in one Python model, no BLS hop, no second stub) beside the text model it reads."""
     with tempfile.TemporaryDirectory(prefix="tmr-bare-") as tmp:
         repo = build_repository(Path(tmp), [], text_only=True, fixtures=[BARE])
         with free_port_server(repo, log_path) as server:
-                yield Running("bare", f"`{BARE}` on Triton: one stub, no BLS hop (the floor)",
+            yield Running("bare", f"`{BARE}` on Triton: one stub, no BLS hop (the floor)",
                           f"http://{server.http_url}", kserve(BARE), triton_versions(),
                           server.pid)
 

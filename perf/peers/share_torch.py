@@ -1,9 +1,8 @@
 """Let a peer venv import the project venv's torch without installing it there.
 
-optimum 1.24 imports torch in `optimum.onnxruntime` (infinity-emb's `optimum` engine goes
-through it), and its package metadata requires torch. Rather than a second torch in the
-peer venv, this links the project venv's torch packages into one folder and names that
-folder in a `.pth` file of the peer venv: Python appends it to `sys.path` after the peer's
+optimum 1.24 (infinity-emb's `optimum` engine) imports torch, and its metadata requires it.
+Rather than a second torch, this links the project venv's torch packages into one folder and
+names it in a `.pth` file of the peer venv: Python appends it to `sys.path` after the peer's
 own site-packages, and pip sees torch as installed, so the peer's pins never pull one.
 
     .venv/bin/python -m perf.peers.share_torch .peers/infinity/venv .peers/infinity/shared-torch

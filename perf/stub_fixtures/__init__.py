@@ -1,2 +1,1 @@
-"""Python code of the benchmark fixtures (perf/fixtures): it runs inside their Triton stubs,
-which find it on the project root in their PYTHONPATH. Never served by `make serve`."""
+"""Code of the benchmark fixtures (perf/fixtures), run in their stubs; never `make serve`d."""
